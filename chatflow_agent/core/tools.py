@@ -64,12 +64,7 @@ def _gemini_types(schema: Any) -> Any:
                 merged = {k: v for k, v in schema.items() if k != "anyOf"}
                 merged.update(non_null[0])
                 return _gemini_types(merged)
-        out = {}
-        for k, v in schema.items():
-            out[k] = v.upper() if k == "type" and isinstance(v, str) else _gemini_types(v)
-        if "type" not in out and "anyOf" not in out and k != "properties":
-            out.setdefault("type", "STRING")
-        return out
+        return {k: v.upper() if k == "type" and isinstance(v, str) else _gemini_types(v) for k, v in schema.items()}
     if isinstance(schema, list):
         return [_gemini_types(v) for v in schema]
     return schema

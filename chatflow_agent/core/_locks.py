@@ -1,0 +1,174 @@
+"""Per-session FIFO locks that work across tasks, event loops and threads of one process.
+
+An ``asyncio.Lock`` belongs to one event loop, but one store is used from the Runner's loop,
+from ``Runner.run`` (a fresh loop each call) and from Django's sync views (threads). These
+locks are granted strictly in arrival order to async and sync waiters alike.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import deque
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any
+
+__all__ = ["SessionLocks"]
+
+
+class _Entry:
+    __slots__ = ("held", "waiters", "refs")
+
+    def __init__(self) -> None:
+        self.held = False
+        self.waiters: deque[Any] = deque()
+        self.refs = 0
+
+
+class SessionLocks:
+    """A registry of FIFO locks keyed by session id; entries vanish when nobody uses them."""
+
+    def __init__(self) -> None:
+        self._mutex = threading.Lock()
+        self._entries: dict[str, _Entry] = {}
+
+    def _enter(self, key: str) -> _Entry:
+        entry = self._entries.get(key)
+        if entry is None:
+            entry = self._entries[key] = _Entry()
+        entry.refs += 1
+        return entry
+
+    def _leave(self, key: str, entry: _Entry) -> None:
+        entry.refs -= 1
+        if entry.refs == 0 and not entry.held:
+            self._entries.pop(key, None)
+
+    def locked(self, key: str) -> bool:
+        """True while a holder has the lock for ``key``."""
+        with self._mutex:
+            entry = self._entries.get(key)
+            return bool(entry and entry.held)
+
+    def try_acquire(self, key: str) -> bool:
+        """Take the lock only if it is free and nobody waits; ``release`` it afterwards."""
+        with self._mutex:
+            entry = self._entries.get(key)
+            if entry and (entry.held or entry.waiters):
+                return False
+            entry = self._enter(key)
+            entry.held = True
+            return True
+
+    async def acquire(self, key: str) -> None:
+        """Wait (FIFO) for the lock of ``key``. Cancelling the wait leaves the lock consistent."""
+        loop = asyncio.get_running_loop()
+        with self._mutex:
+            entry = self._enter(key)
+            if not entry.held and not entry.waiters:
+                entry.held = True
+                return
+            fut: asyncio.Future[None] = loop.create_future()
+            entry.waiters.append((loop, fut))
+        try:
+            await fut
+        except asyncio.CancelledError:
+            with self._mutex:
+                if (loop, fut) in entry.waiters:
+                    entry.waiters.remove((loop, fut))
+                    self._leave(key, entry)
+                    raise
+            if fut.done() and not fut.cancelled():
+                self.release(key)  # granted just as we were cancelled: pass it on
+            # else: _grant will find the future cancelled and pass the lock on
+            raise
+
+    def acquire_sync(self, key: str, timeout: float | None = None) -> bool:
+        """Blocking FIFO acquire for threads; False when ``timeout`` (seconds) runs out."""
+        with self._mutex:
+            entry = self._enter(key)
+            if not entry.held and not entry.waiters:
+                entry.held = True
+                return True
+            event = threading.Event()
+            entry.waiters.append(event)
+        if event.wait(timeout):
+            return True
+        with self._mutex:
+            if event in entry.waiters:
+                entry.waiters.remove(event)
+                self._leave(key, entry)
+                return False
+        return True  # granted just as the wait timed out
+
+    def release(self, key: str) -> None:
+        """Hand the lock of ``key`` to the next waiter, or free it."""
+        with self._mutex:
+            entry = self._entries[key]
+            entry.refs -= 1
+            while entry.waiters:
+                waiter = entry.waiters.popleft()
+                if isinstance(waiter, threading.Event):
+                    waiter.set()
+                    return
+                loop, fut = waiter
+                if loop.is_closed():
+                    entry.refs -= 1
+                    continue
+                loop.call_soon_threadsafe(self._grant, key, fut)
+                return
+            entry.held = False
+            if entry.refs == 0:
+                self._entries.pop(key, None)
+
+    def _grant(self, key: str, fut: asyncio.Future[None]) -> None:
+        if fut.cancelled():
+            self.release(key)
+        else:
+            fut.set_result(None)
+
+    @asynccontextmanager
+    async def hold(self, key: str) -> AsyncIterator[None]:
+        """``async with locks.hold(session_id):`` — acquire, then release on exit."""
+        await self.acquire(key)
+        try:
+            yield
+        finally:
+            self.release(key)
+
+    @contextmanager
+    def hold_sync(self, key: str) -> Iterator[None]:
+        """``with locks.hold_sync(session_id):`` — blocking acquire, release on exit."""
+        self.acquire_sync(key)
+        try:
+            yield
+        finally:
+            self.release(key)
+
+
+class BoundLock:
+    """The object behind ``SessionContext.lock``: the store's lock for one session id.
+
+    Supports ``async with`` (and ``locked()``) like ``asyncio.Lock``.
+    """
+
+    def __init__(self, locks: SessionLocks, key: str) -> None:
+        self._locks = locks
+        self._key = key
+
+    def locked(self) -> bool:
+        return self._locks.locked(self._key)
+
+    async def acquire(self) -> bool:
+        await self._locks.acquire(self._key)
+        return True
+
+    def release(self) -> None:
+        self._locks.release(self._key)
+
+    async def __aenter__(self) -> None:
+        await self._locks.acquire(self._key)
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._locks.release(self._key)

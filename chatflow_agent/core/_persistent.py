@@ -1,0 +1,482 @@
+"""PersistentSessionStore: the turn protocol shared by the SQLite and Django stores.
+
+Subclasses implement blocking primitives (``_db_*``) over one database; this class builds the
+contract on them:
+
+- an identity map (one ``SessionContext`` per session id while it is in use, plus a small LRU),
+  revalidated against the row's *version* so a change made by another process is reloaded;
+- turns (``turn`` / ``sync_turn``): the in-process FIFO lock, then a cross-process *lease*
+  (``chatflow_session_leases``, renewed while the turn runs, expiring if its process dies),
+  then one transaction at the end that writes the turn's rows and releases the lease
+  (invariants 2 and 3: at most two blocking hops and two write transactions per turn);
+- deletion detection by *incarnation token* (the row's ``created_at``), so a turn on a session
+  deleted — in this process or another — raises ``SessionDeletedError`` and writes nothing;
+- rows are removed by id, never by position; history on load is pruned by the same function as
+  in memory, and rows the pruning left out are deleted with the next commit (invariant 4).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+import weakref
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager, contextmanager, suppress
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+from chatflow_agent.core._pruning import prune_history
+from chatflow_agent.core._session import (
+    DEFAULT_DEDUP_TTL_HOURS,
+    BaseSessionStore,
+    SessionContext,
+    _positive_int,
+    _positive_number,
+)
+from chatflow_agent.exceptions import SessionBusyError, SessionDeletedError
+from chatflow_agent.types import Message, Role
+
+if TYPE_CHECKING:
+    from chatflow_agent.core.agent import Agent
+
+logger = logging.getLogger("chatflow_agent.memory")
+
+__all__ = ["PersistentSessionStore", "StoredSession", "StoredRow", "Changes", "CommitResult"]
+
+
+@dataclass
+class StoredRow:
+    id: int
+    role: str
+    content: str | None
+    message_json: str
+
+
+@dataclass
+class StoredSession:
+    """A session row; ``rows`` is None when only the head (no messages) was read."""
+
+    session_id: str
+    agent_name: str
+    metadata: dict[str, Any]
+    token: Any
+    version: Any
+    rows: list[StoredRow] | None = None
+
+
+@dataclass
+class Changes:
+    """What one commit writes for a session (one transaction)."""
+
+    session_id: str
+    token: Any  # None: the session row may not exist yet and is created
+    agent_name: str
+    metadata_json: str
+    inserts: list[Message] = field(default_factory=list)
+    delete_ids: list[int] = field(default_factory=list)
+    release_owner: str | None = None  # release this lease in the same transaction
+
+
+@dataclass
+class CommitResult:
+    new_ids: list[int]
+    token: Any
+    version: Any
+
+
+def _lease_owner() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+
+
+def parse_row(row: StoredRow) -> Message | None:
+    """A stored row as a ``Message``; falls back to the role/content columns when the JSON is bad.
+
+    Returns None (the row is then kept on disk but left out of memory) when neither works.
+    """
+    try:
+        return Message.model_validate_json(row.message_json)
+    except (ValidationError, ValueError):
+        try:
+            msg = Message(role=Role(row.role), content=row.content)
+        except (ValidationError, ValueError):
+            logger.warning("Ignoring unreadable message row %s (role %r)", row.id, row.role)
+            return None
+        logger.warning("Message row %s has unreadable message_json; using its role and content", row.id)
+        return msg
+
+
+class PersistentSessionStore(BaseSessionStore):
+    """Base class of stores that persist to a database (see the module docstring)."""
+
+    _BLOCKING_IO_WORKERS = 4
+    #: seconds a turn's lease lives without renewal (renewed every third of it while running)
+    lease_ttl_seconds: float = 30.0
+    _CACHE_SIZE = 1024
+
+    def __init__(self, default_max_turns: int = 40, dedup_ttl_hours: float = DEFAULT_DEDUP_TTL_HOURS) -> None:
+        super().__init__()
+        self.default_max_turns = _positive_int("default_max_turns", default_max_turns)
+        self.dedup_ttl_hours = _positive_number("dedup_ttl_hours", dedup_ttl_hours)
+        self._weak: weakref.WeakValueDictionary[str, SessionContext] = weakref.WeakValueDictionary()
+        self._lru: OrderedDict[str, SessionContext] = OrderedDict()
+        self._cache_mutex = threading.RLock()
+        self._executor: ThreadPoolExecutor | None = None
+        self._executor_mutex = threading.Lock()
+        self._warned_agents: set[str] = set()
+        self._inline = False  # True: blocking work runs on the calling thread (ephemeral DBs)
+
+    @property
+    def dedup_ttl_seconds(self) -> float:
+        return self.dedup_ttl_hours * 3600.0
+
+    # ---- primitives subclasses implement (blocking) -------------------------------------
+    def _db_head(self, session_id: str) -> StoredSession | None: raise NotImplementedError
+    def _db_load(self, session_id: str) -> StoredSession | None: raise NotImplementedError
+    def _db_create(self, session_id: str, agent_name: str, metadata_json: str) -> None: raise NotImplementedError
+    def _db_commit(self, changes: Changes) -> CommitResult: raise NotImplementedError
+    def _db_delete(self, session_id: str) -> bool: raise NotImplementedError
+    def _db_list(self) -> list[str]: raise NotImplementedError
+    def _db_clear(self) -> None: raise NotImplementedError
+    def _db_claim(self, message_id: str, ttl_seconds: float) -> bool: raise NotImplementedError
+    def _db_is_processed(self, message_id: str, ttl_seconds: float) -> bool: raise NotImplementedError
+    def _db_purge_processed(self, ttl_seconds: float) -> int: raise NotImplementedError
+    def _db_acquire_lease(self, session_id: str, owner: str, ttl: float) -> bool: raise NotImplementedError
+    def _db_renew_lease(self, session_id: str, owner: str, ttl: float) -> bool: raise NotImplementedError
+    def _db_release_lease(self, session_id: str, owner: str) -> None: raise NotImplementedError
+
+    # ---- blocking dispatch ----------------------------------------------------------------
+    async def _run_blocking(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run blocking database work on the store's private thread pool (0.4.0rc1)."""
+        if self._inline:
+            return fn(*args)
+        with self._executor_mutex:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(self._BLOCKING_IO_WORKERS, thread_name_prefix="chatflow-db")
+        return await asyncio.get_running_loop().run_in_executor(self._executor, functools.partial(fn, *args))
+
+    def close(self) -> None:
+        """Shut the thread pool down (connections are closed by subclasses)."""
+        with self._executor_mutex:
+            if self._executor is not None:
+                self._executor.shutdown(wait=True)
+                self._executor = None
+
+    # ---- agents ---------------------------------------------------------------------------
+    def _resolve_agent(self, name: str, default_agent: Agent | None) -> Agent:
+        from chatflow_agent.core.agent import Agent
+
+        if default_agent is not None and default_agent.name == name:
+            return default_agent
+        if self._agent_resolver is not None:
+            agent = self._agent_resolver(name)
+            if agent is not None:
+                return agent
+        if name not in self._warned_agents:
+            self._warned_agents.add(name)
+            logger.warning(
+                "No agent named %r is registered (no agent resolver, or it does not know the name): "
+                "using a placeholder agent without tools. Create the Runner first or call "
+                "store.set_agent_resolver().",
+                name,
+            )
+        placeholder = Agent(name=name, instructions="", model="placeholder")
+        placeholder._placeholder = True  # type: ignore[attr-defined]
+        return placeholder
+
+    # ---- identity map ---------------------------------------------------------------------
+    def _cached(self, session_id: str) -> SessionContext | None:
+        with self._cache_mutex:
+            return self._weak.get(session_id)
+
+    def _remember(self, session: SessionContext) -> None:
+        with self._cache_mutex:
+            self._weak[session.session_id] = session
+            self._lru[session.session_id] = session
+            self._lru.move_to_end(session.session_id)
+            while len(self._lru) > self._CACHE_SIZE:
+                self._lru.popitem(last=False)
+
+    def _forget(self, session_id: str) -> SessionContext | None:
+        with self._cache_mutex:
+            self._lru.pop(session_id, None)
+            return self._weak.pop(session_id, None)
+
+    def _fill(self, session: SessionContext, stored: StoredSession, default_agent: Agent | None) -> None:
+        """Load ``stored`` (with rows) into ``session``: pruned history, row map, token, version."""
+        parsed: list[tuple[Message, int]] = []
+        for row in stored.rows or []:
+            msg = parse_row(row)
+            if msg is not None:
+                parsed.append((msg, row.id))
+        row_of = {id(m): (m, rid) for m, rid in parsed}
+        history = prune_history([m for m, _ in parsed], session.max_turns)
+        kept = {id(m) for m in history}
+        session._history = history
+        session._rows = {k: v for k, v in row_of.items() if k in kept}
+        session._stale_ids = {rid for m, rid in parsed if id(m) not in kept}
+        session._metadata = dict(stored.metadata)
+        session._active_agent = self._resolve_agent(stored.agent_name, default_agent)
+        session._token = stored.token
+        session._version = stored.version  # type: ignore[attr-defined]
+
+    def _new_context(self, session_id: str, agent: Agent, metadata: dict[str, Any]) -> SessionContext:
+        session = SessionContext(session_id, agent, self.default_max_turns, metadata)
+        session._store = self
+        session._version = None  # type: ignore[attr-defined]
+        return session
+
+    def _materialise(self, session_id: str, stored: StoredSession | None, default_agent: Agent | None,
+                     metadata: dict[str, Any] | None) -> SessionContext:
+        """The cached context brought up to date with ``stored`` (a head or a full load)."""
+        cached = self._cached(session_id)
+        if stored is None:
+            if cached is not None and cached._token is not None:
+                cached._deleted = True  # deleted, possibly by another process
+                self._forget(session_id)
+                cached = None
+            if cached is not None:
+                return cached
+            assert default_agent is not None
+            session = self._new_context(session_id, default_agent, dict(metadata or {}))
+            self._remember(session)
+            return session
+        if cached is not None and cached._token not in (None, stored.token):
+            cached._deleted = True  # deleted and created again since we loaded it
+            self._forget(session_id)
+            cached = None
+        if cached is not None and cached._version == stored.version and not cached.in_turn:  # type: ignore[attr-defined]
+            self._remember(cached)
+            return cached
+        if cached is not None and cached.in_turn:
+            return cached
+        if stored.rows is None:
+            stored = self._db_load(session_id) or stored
+        session = cached or self._new_context(session_id, default_agent or self._resolve_agent(stored.agent_name, None), {})
+        self._fill(session, stored, default_agent)
+        self._remember(session)
+        return session
+
+    # ---- 0.3.4 interface ------------------------------------------------------------------
+    def get_or_create(self, session_id: str, default_agent: Agent, metadata: dict[str, Any] | None = None) -> SessionContext:  # noqa: E501
+        """The session ``session_id``, created (row written at once) with ``default_agent`` if absent."""
+        head = self._db_head(session_id)
+        if head is None:
+            self._db_create(session_id, default_agent.name, json.dumps(metadata or {}, ensure_ascii=False))
+            head = self._db_head(session_id)
+        return self._materialise(session_id, head, default_agent, metadata)
+
+    def get(self, session_id: str) -> SessionContext | None:
+        """The stored session, or None. Unknown agent names give a placeholder agent (logged once)."""
+        head = self._db_head(session_id)
+        if head is None:
+            cached = self._forget(session_id)
+            if cached is not None and cached._token is not None:
+                cached._deleted = True
+            return None
+        return self._materialise(session_id, head, None, None)
+
+    def delete(self, session_id: str) -> bool:
+        """Delete the session and its messages; live session objects raise SessionDeletedError."""
+        cached = self._forget(session_id)
+        if cached is not None:
+            cached._deleted = True
+        return self._db_delete(session_id)
+
+    def list_sessions(self) -> list[str]:
+        """Session ids, most recently updated first."""
+        return self._db_list()
+
+    def clear(self) -> None:
+        with self._cache_mutex:
+            sessions = list(self._weak.values())
+            self._weak.clear()
+            self._lru.clear()
+        for s in sessions:
+            s._deleted = True
+        self._db_clear()
+
+    def is_message_processed(self, message_id: str) -> bool:
+        """True if ``message_id`` was claimed less than ``dedup_ttl_hours`` ago."""
+        return self._db_is_processed(message_id, self.dedup_ttl_seconds)
+
+    def record_processed_message(self, message_id: str) -> bool:
+        """Claim ``message_id`` in one atomic statement: True only for the first claim in the TTL."""
+        return self._db_claim(message_id, self.dedup_ttl_seconds)
+
+    def mark_message_processed(self, message_id: str) -> None:
+        self._db_claim(message_id, self.dedup_ttl_seconds)
+
+    def purge_processed_messages(self) -> int:
+        """Delete expired de-duplication rows; returns how many."""
+        return self._db_purge_processed(self.dedup_ttl_seconds)
+
+    # ---- commits --------------------------------------------------------------------------
+    def _changes(self, session: SessionContext, release_owner: str | None = None) -> Changes:
+        kept: set[int] = set()
+        inserts: list[Message] = []
+        for m in session._history:
+            entry = session._rows.get(id(m))
+            if entry is not None and entry[0] is m:
+                kept.add(id(m))
+            else:
+                inserts.append(m)
+        delete_ids = [rid for key, (_m, rid) in session._rows.items() if key not in kept]
+        delete_ids.extend(session._stale_ids)
+        return Changes(
+            session_id=session.session_id,
+            token=session._token,
+            agent_name=session._active_agent.name,
+            metadata_json=json.dumps(session._metadata, ensure_ascii=False, default=str),
+            inserts=inserts,
+            delete_ids=sorted(set(delete_ids)),
+            release_owner=release_owner,
+        )
+
+    def _apply_commit(self, session: SessionContext, changes: Changes, result: CommitResult) -> None:
+        rows = {k: v for k, v in session._rows.items() if k in {id(m) for m in session._history}}
+        for msg, rid in zip(changes.inserts, result.new_ids, strict=True):
+            rows[id(msg)] = (msg, rid)
+        session._rows = rows
+        session._stale_ids = set()
+        session._token = result.token
+        session._version = result.version  # type: ignore[attr-defined]
+
+    def _commit_blocking(self, session: SessionContext, release_owner: str | None = None) -> None:
+        session._check()
+        changes = self._changes(session, release_owner)
+        try:
+            result = self._db_commit(changes)
+        except SessionDeletedError:
+            session._deleted = True
+            self._forget(session.session_id)
+            raise
+        self._apply_commit(session, changes, result)
+
+    def _flush_sync(self, session: SessionContext) -> None:
+        self._commit_blocking(session)
+
+    async def _flush_async(self, session: SessionContext) -> None:
+        session._check()
+        await self._run_blocking(self._commit_blocking, session)
+
+    # ---- turns ----------------------------------------------------------------------------
+    def _begin_blocking(self, session_id: str, owner: str) -> tuple[bool, StoredSession | None]:
+        if not self._db_acquire_lease(session_id, owner, self.lease_ttl_seconds):
+            return False, None
+        try:
+            head = self._db_head(session_id)
+            cached = self._cached(session_id)
+            if head is not None and not (cached is not None and cached._token == head.token
+                                         and cached._version == head.version):  # type: ignore[attr-defined]
+                head = self._db_load(session_id)
+        except BaseException:
+            self._db_release_lease(session_id, owner)
+            raise
+        return True, head
+
+    def _renew_blocking(self, session_id: str, owner: str) -> None:
+        if not self._db_renew_lease(session_id, owner, self.lease_ttl_seconds):
+            logger.warning("Lost the lease of session %r while a turn was running", session_id)
+
+    async def _heartbeat(self, session_id: str, owner: str) -> None:
+        while True:
+            await asyncio.sleep(self.lease_ttl_seconds / 3)
+            await self._run_blocking(self._renew_blocking, session_id, owner)
+
+    @asynccontextmanager
+    async def turn(
+        self, session_id: str, default_agent: Agent, metadata: dict[str, Any] | None = None, *, wait: bool = True
+    ) -> AsyncIterator[SessionContext]:
+        if wait:
+            await self._locks.acquire(session_id)
+        elif not self._locks.try_acquire(session_id):
+            raise SessionBusyError(session_id)
+        try:
+            owner = _lease_owner()
+            stored = await self._acquire_lease_async(session_id, owner, wait)
+            heartbeat = asyncio.ensure_future(self._heartbeat(session_id, owner))
+            committed = False
+            try:
+                session = self._materialise(session_id, stored, default_agent, metadata)
+                session._begin_turn()
+                try:
+                    yield session
+                    await self._run_blocking(self._commit_blocking, session, owner)
+                    committed = True
+                except BaseException:
+                    session._restore_turn()
+                    raise
+                session._end_turn()
+            finally:
+                heartbeat.cancel()
+                with suppress(asyncio.CancelledError):
+                    await heartbeat
+                if not committed:
+                    await asyncio.shield(self._run_blocking(self._db_release_lease, session_id, owner))
+        finally:
+            self._locks.release(session_id)
+
+    async def _acquire_lease_async(self, session_id: str, owner: str, wait: bool) -> StoredSession | None:
+        delay = 0.002
+        while True:
+            ok, stored = await self._run_blocking(self._begin_blocking, session_id, owner)
+            if ok:
+                return stored
+            if not wait:
+                raise SessionBusyError(session_id)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.05)
+
+    @contextmanager
+    def sync_turn(
+        self, session_id: str, default_agent: Agent, metadata: dict[str, Any] | None = None, *, wait: bool = True
+    ) -> Iterator[SessionContext]:
+        if wait:
+            self._locks.acquire_sync(session_id)
+        elif not self._locks.try_acquire(session_id):
+            raise SessionBusyError(session_id)
+        try:
+            owner = _lease_owner()
+            delay = 0.002
+            while True:
+                ok, stored = self._begin_blocking(session_id, owner)
+                if ok:
+                    break
+                if not wait:
+                    raise SessionBusyError(session_id)
+                time.sleep(delay)
+                delay = min(delay * 2, 0.05)
+            committed = False
+            try:
+                session = self._materialise(session_id, stored, default_agent, metadata)
+                session._begin_turn()
+                try:
+                    yield session
+                    self._commit_blocking(session, owner)
+                    committed = True
+                except BaseException:
+                    session._restore_turn()
+                    raise
+                session._end_turn()
+            finally:
+                if not committed:
+                    self._db_release_lease(session_id, owner)
+        finally:
+            self._locks.release(session_id)
+
+    def _commit_turn_sync(self, session: SessionContext) -> None:  # pragma: no cover - turns override
+        self._commit_blocking(session)
+
+    async def _commit_turn_async(self, session: SessionContext) -> None:  # pragma: no cover
+        await self._run_blocking(self._commit_blocking, session)

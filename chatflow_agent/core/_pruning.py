@@ -1,0 +1,87 @@
+"""Turn grouping, turn-based pruning and the engine's well-formed view of a history.
+
+One pure function prunes for every store, so memory and storage always agree (invariant 1, 4).
+The rule is the seed's ("Sessões e Estado da Conversa", *O Algoritmo de Poda por Turnos
+Completos*): every SYSTEM message is kept, at the front; the other messages are grouped into
+turns that start at a USER message; anything before the first USER message is dropped; only
+the newest ``max_turns`` whole turns are kept, so a tool call and its result (which live in the
+same turn) are never separated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from chatflow_agent.types import Message, Role
+
+__all__ = ["group_turns", "prune_history", "engine_view"]
+
+
+def group_turns(history: Sequence[Message]) -> tuple[list[Message], list[list[Message]], list[Message]]:
+    """Split ``history`` into ``(system_messages, turns, leading)``.
+
+    ``turns`` is a list of turns, each starting with a USER message; ``leading`` holds the
+    non-SYSTEM messages that came before the first USER message (pruning drops them).
+    """
+    system: list[Message] = []
+    turns: list[list[Message]] = []
+    leading: list[Message] = []
+    for msg in history:
+        if msg.role == Role.SYSTEM:
+            system.append(msg)
+        elif msg.role == Role.USER:
+            turns.append([msg])
+        elif turns:
+            turns[-1].append(msg)
+        else:
+            leading.append(msg)
+    return system, turns, leading
+
+
+def prune_history(history: Sequence[Message], max_turns: int) -> list[Message]:
+    """Return the pruned history (same message objects, new list); see the module docstring."""
+    system, turns, _leading = group_turns(history)
+    kept = turns[-max_turns:] if len(turns) > max_turns else turns
+    return system + [m for turn in kept for m in turn]
+
+
+def engine_view(history: Sequence[Message]) -> list[Message]:
+    """What an engine may be shown: well-formed for every provider (invariant 7).
+
+    SYSTEM messages first, then from the first USER message on; a tool result is kept only
+    when its call came earlier in the same turn and was not answered yet; a tool call is kept
+    only when its result follows before the next USER message; a TOOL or MODEL message left
+    empty by that is dropped. Messages that need no change are passed through as they are;
+    the stored history is never modified (copies are made where something is left out).
+    """
+    system, turns, _ = group_turns(history)
+    out: list[Message] = list(system)
+    for turn in turns:
+        out.extend(_well_formed_turn(turn))
+    return out
+
+
+def _well_formed_turn(turn: list[Message]) -> list[Message]:
+    answered: set[str] = set()
+    for msg in turn:
+        if msg.role == Role.TOOL:
+            answered.update(r.tool_call_id for r in msg.tool_results or [])
+    open_calls: set[str] = set()
+    out: list[Message] = []
+    for msg in turn:
+        if msg.role == Role.MODEL and msg.tool_calls:
+            calls = [c for c in msg.tool_calls if c.id in answered and c.id not in open_calls]
+            open_calls.update(c.id for c in calls)
+            if len(calls) != len(msg.tool_calls):
+                if not calls and not msg.content:
+                    continue
+                msg = msg.model_copy(update={"tool_calls": calls or None})
+        elif msg.role == Role.TOOL:
+            results = [r for r in msg.tool_results or [] if r.tool_call_id in open_calls]
+            open_calls.difference_update(r.tool_call_id for r in results)
+            if not results:
+                continue
+            if len(results) != len(msg.tool_results or []):
+                msg = msg.model_copy(update={"tool_results": results})
+        out.append(msg)
+    return out

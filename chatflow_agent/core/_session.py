@@ -1,0 +1,465 @@
+"""SessionContext, the store contract (BaseSessionStore) and the in-memory SessionStore."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import TYPE_CHECKING, Any
+
+from chatflow_agent.core._locks import BoundLock, SessionLocks
+from chatflow_agent.core._pruning import group_turns, prune_history
+from chatflow_agent.exceptions import SessionBusyError, SessionDeletedError
+from chatflow_agent.types import Message
+
+if TYPE_CHECKING:
+    from chatflow_agent.core.agent import Agent
+
+logger = logging.getLogger("chatflow_agent.memory")
+
+#: Webhook de-duplication window: 8 days, past WhatsApp's 7-day redelivery window (seed).
+DEFAULT_DEDUP_TTL_HOURS: int = 192
+DEFAULT_DEDUP_TTL_SECONDS: float = float(DEFAULT_DEDUP_TTL_HOURS * 3600)
+
+
+def _positive_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return value
+
+
+def _positive_number(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ValueError(f"{name} must be a positive number, got {value!r}")
+    return float(value)
+
+
+class _Snapshot:
+    __slots__ = ("history", "rows", "stale", "agent", "metadata")
+
+    def __init__(self, s: SessionContext) -> None:
+        self.history = list(s._history)
+        self.rows = dict(s._rows)
+        self.stale = set(s._stale_ids)
+        self.agent = s._active_agent
+        self.metadata = dict(s._metadata)
+
+
+class SessionContext:
+    """One conversation: its history, active agent, metadata and turn lock.
+
+    ``history`` holds ``Message`` objects pruned by whole turns (see ``_pruning``);
+    ``max_turns`` must be a positive int (``ValueError`` otherwise, chatflow-agent 0.4.0rc1).
+    A session obtained from a store persists every change: the plain methods write at once
+    (sync), the ``a``-prefixed twins without blocking the event loop; inside a turn
+    (``store.turn``) changes are kept until the turn commits, all at once, or are undone.
+    Reads and writes through a session whose session was deleted raise ``SessionDeletedError``.
+    """
+
+    def __init__(
+        self,
+        session_id: str,
+        initial_agent: Agent,
+        max_turns: int = 40,
+        metadata: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.max_turns = _positive_int("max_turns", max_turns)
+        self._active_agent = initial_agent
+        self._metadata: dict[str, Any] = metadata if metadata is not None else {}
+        self._history: list[Message] = []
+        self._store: BaseSessionStore | None = None
+        self._deleted = False
+        self._turn: _Snapshot | None = None
+        self._own_lock: asyncio.Lock | None = None
+        # Persistence bookkeeping (used by persistent stores): id(message) -> (message, row id)
+        # for messages of ``history`` that have a row, and rows on disk not in ``history``.
+        self._rows: dict[int, tuple[Message, int]] = {}
+        self._stale_ids: set[int] = set()
+        self._token: Any = None  # the store's incarnation token for this session's row
+
+    # -- state -------------------------------------------------------------------------------
+    def _check(self) -> None:
+        if self._deleted:
+            raise SessionDeletedError(self.session_id)
+
+    @property
+    def history(self) -> list[Message]:
+        self._check()
+        return self._history
+
+    @history.setter
+    def history(self, value: list[Message]) -> None:
+        self._check()
+        self._history = list(value)
+
+    @property
+    def active_agent(self) -> Agent:
+        self._check()
+        return self._active_agent
+
+    @active_agent.setter
+    def active_agent(self, agent: Agent) -> None:
+        self._check()
+        self._active_agent = agent
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        self._check()
+        return self._metadata
+
+    @metadata.setter
+    def metadata(self, value: dict[str, Any]) -> None:
+        self._check()
+        self._metadata = dict(value)
+
+    @property
+    def deleted(self) -> bool:
+        """True once the session was deleted through its store."""
+        return self._deleted
+
+    @property
+    def in_turn(self) -> bool:
+        return self._turn is not None
+
+    @property
+    def lock(self) -> Any:
+        """The session's turn lock (``async with session.lock``): the store's lock for this id."""
+        if self._store is not None:
+            return BoundLock(self._store._locks, self.session_id)
+        if self._own_lock is None:
+            self._own_lock = asyncio.Lock()
+        return self._own_lock
+
+    @property
+    def turns(self) -> tuple[tuple[Message, ...], ...]:
+        """Read-only view of the history grouped into turns (each starting with a USER message)."""
+        _system, turns, _ = group_turns(self.history)
+        return tuple(tuple(t) for t in turns)
+
+    @property
+    def system_messages(self) -> tuple[Message, ...]:
+        return tuple(group_turns(self.history)[0])
+
+    # -- mutations ---------------------------------------------------------------------------
+    def add_message(self, message: Message) -> None:
+        """Append ``message`` and prune by whole turns; persisted at once outside a turn."""
+        self._apply_add(message)
+        self._flush()
+
+    async def aadd_message(self, message: Message) -> None:
+        """Awaitable twin of :meth:`add_message`."""
+        self._apply_add(message)
+        await self._aflush()
+
+    def _apply_add(self, message: Message) -> None:
+        self._check()
+        self._history.append(message)
+        self._prune_history()
+
+    def set_active_agent(self, agent: Agent) -> None:
+        """Make ``agent`` the active agent (persisted at once outside a turn)."""
+        self.active_agent = agent
+        self._flush()
+
+    async def aset_active_agent(self, agent: Agent) -> None:
+        self.active_agent = agent
+        await self._aflush()
+
+    def clear_history(self) -> None:
+        """Remove every message (persisted at once outside a turn)."""
+        self._check()
+        self._history = []
+        self._flush()
+
+    async def aclear_history(self) -> None:
+        self._check()
+        self._history = []
+        await self._aflush()
+
+    def rollback_to(self, checkpoint_len: int) -> None:
+        """Keep the first ``checkpoint_len`` messages; the removed ones are deleted by identity.
+
+        Rollback does not undo side effects of tools that already ran.
+        """
+        self._check()
+        self._history = self._history[: max(0, checkpoint_len)]
+        self._flush()
+
+    async def arollback_to(self, checkpoint_len: int) -> None:
+        self._check()
+        self._history = self._history[: max(0, checkpoint_len)]
+        await self._aflush()
+
+    def _prune_history(self) -> None:
+        """Apply turn-based pruning in place (see ``chatflow_agent.core._pruning``)."""
+        self._history = prune_history(self._history, self.max_turns)
+
+    # -- persistence hooks -------------------------------------------------------------------
+    def _flush(self) -> None:
+        if self._store is not None and self._turn is None:
+            self._store._flush_sync(self)
+
+    async def _aflush(self) -> None:
+        if self._store is not None and self._turn is None:
+            await self._store._flush_async(self)
+
+    def _begin_turn(self) -> None:
+        self._check()
+        self._turn = _Snapshot(self)
+
+    def _restore_turn(self) -> None:
+        snap = self._turn
+        self._turn = None
+        if snap is not None:
+            self._history, self._rows, self._stale_ids = snap.history, snap.rows, snap.stale
+            self._active_agent, self._metadata = snap.agent, snap.metadata
+
+    def _end_turn(self) -> None:
+        self._turn = None
+
+    def __repr__(self) -> str:
+        return (
+            f"<{type(self).__name__} id={self.session_id!r} active_agent={self._active_agent.name!r} "
+            f"messages={len(self._history)}>"
+        )
+
+
+AgentResolver = Callable[[str], "Agent | None"]
+
+
+class BaseSessionStore(ABC):
+    """The store contract: sessions, their turn locks, and webhook de-duplication.
+
+    Subclasses implement the five abstract sync methods (0.3.4's interface). Every operation
+    has an awaitable twin (``aget_or_create``, ``aget``, ``adelete``, ``alist_sessions``,
+    ``aclear``, ``ais_message_processed``, ``amark_message_processed``,
+    ``arecord_processed_message``); :meth:`turn` runs a turn atomically under the session's lock.
+    """
+
+    default_max_turns: int = 40
+
+    _agent_resolver: AgentResolver | None = None
+
+    def __init__(self) -> None:
+        self.__dict__["_locks"] = SessionLocks()
+
+    @property
+    def _locks(self) -> SessionLocks:
+        # Subclasses written for 0.3.4 may not call super().__init__(): create the locks lazily.
+        locks = self.__dict__.get("_locks")
+        if locks is None:
+            locks = self.__dict__.setdefault("_locks", SessionLocks())
+        return locks
+
+    # 0.3.4's abstract interface
+    @abstractmethod
+    def get_or_create(self, session_id: str, default_agent: Agent, metadata: dict[str, Any] | None = None) -> SessionContext: ...  # noqa: E501
+
+    @abstractmethod
+    def get(self, session_id: str) -> SessionContext | None: ...
+
+    @abstractmethod
+    def delete(self, session_id: str) -> bool: ...
+
+    @abstractmethod
+    def list_sessions(self) -> list[str]: ...
+
+    @abstractmethod
+    def clear(self) -> None: ...
+
+    def set_agent_resolver(self, resolver: AgentResolver) -> None:
+        """Map stored agent names back to ``Agent`` objects (the Runner installs one)."""
+        self._agent_resolver = resolver
+
+    def is_message_processed(self, message_id: str) -> bool:
+        return False
+
+    def mark_message_processed(self, message_id: str) -> None:
+        self.record_processed_message(message_id)
+
+    def record_processed_message(self, message_id: str) -> bool:
+        """Claim ``message_id`` atomically: True only for the first caller within the TTL."""
+        return True
+
+    # awaitable twins: blocking work off the event loop (stores may run it inline if cheap)
+    async def _run_blocking(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return await asyncio.to_thread(fn, *args)
+
+    async def aget_or_create(self, session_id: str, default_agent: Agent, metadata: dict[str, Any] | None = None) -> SessionContext:  # noqa: E501
+        return await self._run_blocking(self.get_or_create, session_id, default_agent, metadata)
+
+    async def aget(self, session_id: str) -> SessionContext | None:
+        return await self._run_blocking(self.get, session_id)
+
+    async def adelete(self, session_id: str) -> bool:
+        return await self._run_blocking(self.delete, session_id)
+
+    async def alist_sessions(self) -> list[str]:
+        return await self._run_blocking(self.list_sessions)
+
+    async def aclear(self) -> None:
+        await self._run_blocking(self.clear)
+
+    async def ais_message_processed(self, message_id: str) -> bool:
+        return await self._run_blocking(self.is_message_processed, message_id)
+
+    async def amark_message_processed(self, message_id: str) -> None:
+        await self._run_blocking(self.mark_message_processed, message_id)
+
+    async def arecord_processed_message(self, message_id: str) -> bool:
+        return await self._run_blocking(self.record_processed_message, message_id)
+
+    # persistence hooks called by SessionContext (no-ops for stores that keep objects in memory)
+    def _flush_sync(self, session: SessionContext) -> None:
+        session._check()
+
+    async def _flush_async(self, session: SessionContext) -> None:
+        session._check()
+
+    def is_turn_running(self, session_id: str) -> bool:
+        """True while a turn (or an operator action) holds the session's lock in this process."""
+        return self._locks.locked(session_id)
+
+    @asynccontextmanager
+    async def turn(
+        self, session_id: str, default_agent: Agent, metadata: dict[str, Any] | None = None, *, wait: bool = True
+    ) -> AsyncIterator[SessionContext]:
+        """Run a turn atomically: ``async with store.turn(id, agent) as session: ...``.
+
+        Waits (FIFO) for the session's lock — or raises ``SessionBusyError`` at once when
+        ``wait`` is false and a turn is running. Changes made through ``session`` inside the
+        block are committed together on exit; on any exception (cancellation and timeouts
+        included) they are undone and nothing is written. ``SessionDeletedError`` if the session
+        is deleted meanwhile.
+        """
+        if wait:
+            await self._locks.acquire(session_id)
+        elif not self._locks.try_acquire(session_id):
+            raise SessionBusyError(session_id)
+        try:
+            session = await self.aget_or_create(session_id, default_agent, metadata)
+            session._begin_turn()
+            try:
+                yield session
+                await self._commit_turn_async(session)
+            except BaseException:
+                session._restore_turn()
+                raise
+            session._end_turn()
+        finally:
+            self._locks.release(session_id)
+
+    @contextmanager
+    def sync_turn(
+        self, session_id: str, default_agent: Agent, metadata: dict[str, Any] | None = None, *, wait: bool = True
+    ) -> Iterator[SessionContext]:
+        """Blocking twin of :meth:`turn` for code without an event loop (e.g. Django views)."""
+        if wait:
+            self._locks.acquire_sync(session_id)
+        elif not self._locks.try_acquire(session_id):
+            raise SessionBusyError(session_id)
+        try:
+            session = self.get_or_create(session_id, default_agent, metadata)
+            session._begin_turn()
+            try:
+                yield session
+                self._commit_turn_sync(session)
+            except BaseException:
+                session._restore_turn()
+                raise
+            session._end_turn()
+        finally:
+            self._locks.release(session_id)
+
+    async def _commit_turn_async(self, session: SessionContext) -> None:
+        session._check()
+
+    def _commit_turn_sync(self, session: SessionContext) -> None:
+        session._check()
+
+
+class SessionStore(BaseSessionStore):
+    """Thread-safe in-memory store: ``get_or_create`` returns the same object every time.
+
+    De-duplication remembers at most 10,000 ids (the oldest evicted in O(1)) for
+    ``dedup_ttl_hours`` from their first claim; a repeat inside the window does not extend it.
+    """
+
+    _DEDUP_MAX_ENTRIES: int = 10_000
+
+    def __init__(self, default_max_turns: int = 40, dedup_ttl_hours: float = DEFAULT_DEDUP_TTL_HOURS) -> None:
+        super().__init__()
+        self.default_max_turns = _positive_int("default_max_turns", default_max_turns)
+        self.dedup_ttl_hours = _positive_number("dedup_ttl_hours", dedup_ttl_hours)
+        self._dedup_ttl_seconds = self.dedup_ttl_hours * 3600.0
+        self._sessions: dict[str, SessionContext] = {}
+        self._mutex = threading.RLock()
+        self._processed: OrderedDict[str, float] = OrderedDict()  # id -> monotonic first claim
+        self._clock: Callable[[], float] = time.monotonic
+
+    async def _run_blocking(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return fn(*args)  # in-memory work never blocks: run inline
+
+    def get_or_create(self, session_id: str, default_agent: Agent, metadata: dict[str, Any] | None = None) -> SessionContext:  # noqa: E501
+        with self._mutex:
+            session = self._sessions.get(session_id)
+            if session is None:
+                session = SessionContext(session_id, default_agent, self.default_max_turns, dict(metadata or {}))
+                session._store = self
+                self._sessions[session_id] = session
+            return session
+
+    def get(self, session_id: str) -> SessionContext | None:
+        with self._mutex:
+            return self._sessions.get(session_id)
+
+    def delete(self, session_id: str) -> bool:
+        with self._mutex:
+            session = self._sessions.pop(session_id, None)
+        if session is None:
+            return False
+        session._deleted = True
+        return True
+
+    def list_sessions(self) -> list[str]:
+        with self._mutex:
+            return list(self._sessions)
+
+    def clear(self) -> None:
+        with self._mutex:
+            sessions = list(self._sessions.values())
+            self._sessions.clear()
+        for s in sessions:
+            s._deleted = True
+
+    def _expired(self, first_seen: float, now: float) -> bool:
+        return now - first_seen > self._dedup_ttl_seconds
+
+    def is_message_processed(self, message_id: str) -> bool:
+        with self._mutex:
+            first = self._processed.get(message_id)
+            return first is not None and not self._expired(first, self._clock())
+
+    def record_processed_message(self, message_id: str) -> bool:
+        with self._mutex:
+            now = self._clock()
+            while self._processed:  # ids are in claim order: purge expired ones from the front
+                oldest_id, first = next(iter(self._processed.items()))
+                if not self._expired(first, now):
+                    break
+                del self._processed[oldest_id]
+            if message_id in self._processed:
+                return False
+            if len(self._processed) >= self._DEDUP_MAX_ENTRIES:
+                self._processed.popitem(last=False)
+            self._processed[message_id] = now
+            return True
+
+    def mark_message_processed(self, message_id: str) -> None:
+        self.record_processed_message(message_id)

@@ -1,0 +1,348 @@
+"""SQLiteSessionStore: sessions in a SQLite file on chatflow-agent's three-table schema.
+
+The file stays exchangeable with chatflow-agent 0.3.4 (same tables and columns); what is new
+lives in ``chatflow_session_leases``. Schema version: ``PRAGMA user_version`` = 2 (0.3.4 writes
+1; an older file is upgraded in place, a newer one is refused with ``StoreSchemaError``).
+File databases do their blocking work on a private pool of ``_BLOCKING_IO_WORKERS`` threads,
+with one long-lived connection per thread (WAL, ``synchronous=NORMAL``, foreign keys on, a busy
+timeout). ``:memory:`` and in-memory URIs (``file::memory:?cache=shared``,
+``file:NAME?mode=memory&cache=shared``) use one connection and run inline (0.4.0rc1).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from chatflow_agent.core._persistent import (
+    Changes,
+    CommitResult,
+    PersistentSessionStore,
+    StoredRow,
+    StoredSession,
+)
+from chatflow_agent.core._session import DEFAULT_DEDUP_TTL_HOURS, SessionContext
+from chatflow_agent.exceptions import SessionDeletedError, StoreSchemaError
+
+__all__ = ["SQLiteSessionStore", "SQLiteSessionContext", "SCHEMA_VERSION", "is_memory_database", "utc_stamp"]
+
+SCHEMA_VERSION = 2
+_BLOCKING_IO_WORKERS = PersistentSessionStore._BLOCKING_IO_WORKERS
+BUSY_TIMEOUT_MS = 30_000
+
+# A 0.3.4 session object type; ours are plain SessionContext objects bound to a store.
+SQLiteSessionContext = SessionContext
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS chatflow_sessions (
+    session_id TEXT PRIMARY KEY,
+    active_agent_name TEXT NOT NULL,
+    metadata_json TEXT NOT NULL DEFAULT '{}',
+    created_at TIMESTAMP DEFAULT CURRENT_TIMESTAMP,
+    updated_at TIMESTAMP DEFAULT CURRENT_TIMESTAMP
+);
+CREATE TABLE IF NOT EXISTS chatflow_messages (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    session_id TEXT NOT NULL,
+    role TEXT NOT NULL,
+    content TEXT,
+    message_json TEXT NOT NULL,
+    created_at TIMESTAMP DEFAULT CURRENT_TIMESTAMP,
+    FOREIGN KEY(session_id) REFERENCES chatflow_sessions(session_id) ON DELETE CASCADE
+);
+CREATE TABLE IF NOT EXISTS chatflow_processed_messages (
+    message_id TEXT PRIMARY KEY,
+    processed_at TIMESTAMP DEFAULT CURRENT_TIMESTAMP
+);
+CREATE INDEX IF NOT EXISTS idx_chatflow_messages_session ON chatflow_messages(session_id, id);
+CREATE INDEX IF NOT EXISTS idx_chatflow_processed_at ON chatflow_processed_messages(processed_at);
+CREATE TABLE IF NOT EXISTS chatflow_session_leases (
+    session_id TEXT PRIMARY KEY,
+    owner TEXT NOT NULL,
+    expires_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS idx_chatflow_sessions_updated ON chatflow_sessions(updated_at, session_id);
+"""
+
+_HEAD = """
+SELECT s.active_agent_name, s.metadata_json, COALESCE(s.created_at, ''), s.updated_at,
+       (SELECT COALESCE(MAX(id), 0) FROM chatflow_messages m WHERE m.session_id = s.session_id),
+       (SELECT COUNT(*) FROM chatflow_messages m WHERE m.session_id = s.session_id)
+FROM chatflow_sessions s WHERE s.session_id = ?
+"""
+
+
+def utc_stamp(at: float | None = None) -> str:
+    """UTC time as ``YYYY-MM-DD HH:MM:SS.ffffff`` — sorts with 0.3.4's ``CURRENT_TIMESTAMP`` text."""
+    moment = datetime.fromtimestamp(time.time() if at is None else at, timezone.utc)
+    return moment.strftime("%Y-%m-%d %H:%M:%S.%f")
+
+
+def is_memory_database(db_path: str) -> bool:
+    """True for ``:memory:`` and SQLite in-memory URIs (``file::memory:…``, ``…?mode=memory``)."""
+    if db_path in (":memory:", ""):
+        return True
+    if db_path.startswith("file:"):
+        parts = urlsplit(db_path)
+        return parts.path.startswith(":memory:") or parse_qs(parts.query).get("mode") == ["memory"]
+    return False
+
+
+def _loads_metadata(text: str | None) -> dict[str, Any]:
+    import json
+
+    try:
+        value = json.loads(text) if text else {}
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+class SQLiteSessionStore(PersistentSessionStore):
+    """Persistent store on a SQLite file (or an in-memory database); see the module docstring.
+
+    ``SQLiteSessionStore(db_path="chatflow.db", default_max_turns=40, dedup_ttl_hours=192)``;
+    any other keyword → ``TypeError``; non-positive numbers → ``ValueError``.
+    """
+
+    def __init__(
+        self,
+        db_path: str | Path = "chatflow.db",
+        default_max_turns: int = 40,
+        dedup_ttl_hours: float = DEFAULT_DEDUP_TTL_HOURS,
+    ) -> None:
+        super().__init__(default_max_turns=default_max_turns, dedup_ttl_hours=dedup_ttl_hours)
+        self.db_path = str(db_path)
+        self._inline = is_memory_database(self.db_path)
+        self._local = threading.local()
+        self._connections: list[sqlite3.Connection] = []
+        self._conn_mutex = threading.Lock()
+        self._shared: sqlite3.Connection | None = None
+        self._shared_mutex = threading.RLock()
+        self._last_purge = 0.0
+        if not self._inline:
+            parent = Path(self.db_path.removeprefix("file:").split("?")[0]).parent
+            if str(parent) not in ("", "."):
+                parent.mkdir(parents=True, exist_ok=True)
+        self._init_schema()
+
+    # ---- connections ----------------------------------------------------------------------
+    def _open(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(
+            self.db_path, uri=self.db_path.startswith("file:"), isolation_level=None,
+            check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000,
+        )
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        conn.execute("PRAGMA foreign_keys = ON")
+        if not self._inline:
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = NORMAL")
+        with self._conn_mutex:
+            self._connections.append(conn)
+        return conn
+
+    def _conn(self) -> sqlite3.Connection:
+        if self._inline:
+            if self._shared is None:
+                self._shared = self._open()
+            return self._shared
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._local.conn = self._open()
+        return conn
+
+    def _read(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        with self._shared_mutex if self._inline else _NULL:
+            return self._conn().execute(sql, params).fetchall()
+
+    def _write(self, fn: Any) -> Any:
+        """Run ``fn(conn)`` in one ``BEGIN IMMEDIATE`` transaction."""
+        with self._shared_mutex if self._inline else _NULL:
+            conn = self._conn()
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                result = fn(conn)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+            return result
+
+    def close(self) -> None:
+        """Close every connection and the thread pool."""
+        super().close()
+        with self._conn_mutex:
+            conns, self._connections = self._connections, []
+        for conn in conns:
+            conn.close()
+        self._shared = None
+        self._local = threading.local()
+
+    def _init_schema(self) -> None:
+        def init(conn: sqlite3.Connection) -> None:
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise StoreSchemaError(
+                    f"{self.db_path} has schema version {version}; this chatflow_agent understands up to "
+                    f"{SCHEMA_VERSION}. Upgrade chatflow_agent to open it."
+                )
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+        self._write(init)
+
+    # ---- primitives -----------------------------------------------------------------------
+    def _db_head(self, session_id: str) -> StoredSession | None:
+        rows = self._read(_HEAD, (session_id,))
+        if not rows:
+            return None
+        agent, meta, created, updated, max_id, count = rows[0]
+        return StoredSession(session_id, agent, _loads_metadata(meta), created, (updated, max_id, count))
+
+    def _db_load(self, session_id: str) -> StoredSession | None:
+        with self._shared_mutex if self._inline else _NULL:
+            conn = self._conn()
+            conn.execute("BEGIN")
+            try:
+                head = self._db_head(session_id)
+                if head is not None:
+                    head.rows = [
+                        StoredRow(*r)
+                        for r in conn.execute(
+                            "SELECT id, role, content, message_json FROM chatflow_messages "
+                            "WHERE session_id = ? ORDER BY id",
+                            (session_id,),
+                        )
+                    ]
+            finally:
+                conn.execute("COMMIT")
+        return head
+
+    def _db_create(self, session_id: str, agent_name: str, metadata_json: str) -> None:
+        now = utc_stamp()
+        self._write(lambda c: c.execute(
+            "INSERT INTO chatflow_sessions (session_id, active_agent_name, metadata_json, created_at, updated_at) "
+            "VALUES (?, ?, ?, ?, ?) ON CONFLICT(session_id) DO NOTHING",
+            (session_id, agent_name, metadata_json, now, now),
+        ))
+
+    def _db_commit(self, changes: Changes) -> CommitResult:
+        def commit(conn: sqlite3.Connection) -> CommitResult:
+            now = utc_stamp()
+            sid = changes.session_id
+            if changes.token is None:
+                conn.execute(
+                    "INSERT INTO chatflow_sessions (session_id, active_agent_name, metadata_json, created_at, "
+                    "updated_at) VALUES (?, ?, ?, ?, ?) ON CONFLICT(session_id) DO NOTHING",
+                    (sid, changes.agent_name, changes.metadata_json, now, now),
+                )
+            elif conn.execute(
+                "SELECT 1 FROM chatflow_sessions WHERE session_id = ? AND COALESCE(created_at, '') = ?",
+                (sid, changes.token),
+            ).fetchone() is None:
+                raise SessionDeletedError(sid)
+            if changes.delete_ids:
+                conn.executemany(
+                    "DELETE FROM chatflow_messages WHERE id = ? AND session_id = ?",
+                    [(i, sid) for i in changes.delete_ids],
+                )
+            new_ids = []
+            for msg in changes.inserts:
+                cur = conn.execute(
+                    "INSERT INTO chatflow_messages (session_id, role, content, message_json, created_at) "
+                    "VALUES (?, ?, ?, ?, ?)",
+                    (sid, msg.role.value, msg.content, msg.model_dump_json(), now),
+                )
+                new_ids.append(cur.lastrowid)
+            conn.execute(
+                "UPDATE chatflow_sessions SET active_agent_name = ?, metadata_json = ?, updated_at = ? "
+                "WHERE session_id = ?",
+                (changes.agent_name, changes.metadata_json, now, sid),
+            )
+            if changes.release_owner:
+                conn.execute(
+                    "DELETE FROM chatflow_session_leases WHERE session_id = ? AND owner = ?",
+                    (sid, changes.release_owner),
+                )
+            head = self._db_head(sid)
+            assert head is not None
+            return CommitResult(new_ids, head.token, head.version)
+
+        return self._write(commit)
+
+    def _db_delete(self, session_id: str) -> bool:
+        def delete(conn: sqlite3.Connection) -> bool:
+            conn.execute("DELETE FROM chatflow_messages WHERE session_id = ?", (session_id,))
+            return conn.execute("DELETE FROM chatflow_sessions WHERE session_id = ?", (session_id,)).rowcount > 0
+
+        return self._write(delete)
+
+    def _db_list(self) -> list[str]:
+        return [r[0] for r in self._read("SELECT session_id FROM chatflow_sessions ORDER BY updated_at DESC")]
+
+    def _db_clear(self) -> None:
+        self._write(lambda c: (c.execute("DELETE FROM chatflow_messages"), c.execute("DELETE FROM chatflow_sessions")))
+
+    def _db_claim(self, message_id: str, ttl_seconds: float) -> bool:
+        now = time.time()
+        if now - self._last_purge > 300:
+            self._last_purge = now
+            self._db_purge_processed(ttl_seconds)
+        cur = self._write(lambda c: c.execute(
+            "INSERT INTO chatflow_processed_messages (message_id, processed_at) VALUES (?, ?) "
+            "ON CONFLICT(message_id) DO UPDATE SET processed_at = excluded.processed_at "
+            "WHERE chatflow_processed_messages.processed_at < ?",
+            (message_id, utc_stamp(now), utc_stamp(now - ttl_seconds)),
+        ))
+        return cur.rowcount == 1
+
+    def _db_is_processed(self, message_id: str, ttl_seconds: float) -> bool:
+        return bool(self._read(
+            "SELECT 1 FROM chatflow_processed_messages WHERE message_id = ? AND processed_at >= ?",
+            (message_id, utc_stamp(time.time() - ttl_seconds)),
+        ))
+
+    def _db_purge_processed(self, ttl_seconds: float) -> int:
+        cutoff = utc_stamp(time.time() - ttl_seconds)
+        return self._write(
+            lambda c: c.execute("DELETE FROM chatflow_processed_messages WHERE processed_at < ?", (cutoff,))
+        ).rowcount
+
+    def _db_acquire_lease(self, session_id: str, owner: str, ttl: float) -> bool:
+        now = time.time()
+        cur = self._write(lambda c: c.execute(
+            "INSERT INTO chatflow_session_leases (session_id, owner, expires_at) VALUES (?, ?, ?) "
+            "ON CONFLICT(session_id) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at "
+            "WHERE chatflow_session_leases.expires_at < ?",
+            (session_id, owner, now + ttl, now),
+        ))
+        return cur.rowcount == 1
+
+    def _db_renew_lease(self, session_id: str, owner: str, ttl: float) -> bool:
+        return self._write(lambda c: c.execute(
+            "UPDATE chatflow_session_leases SET expires_at = ? WHERE session_id = ? AND owner = ?",
+            (time.time() + ttl, session_id, owner),
+        )).rowcount == 1
+
+    def _db_release_lease(self, session_id: str, owner: str) -> None:
+        self._write(lambda c: c.execute(
+            "DELETE FROM chatflow_session_leases WHERE session_id = ? AND owner = ?", (session_id, owner)
+        ))
+
+
+class _Null:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+_NULL = _Null()

@@ -1,0 +1,32 @@
+"""Sessions and their stores (chatflow-agent's ``chatflow_agent.core.memory``).
+
+``SessionContext`` holds one conversation; ``SessionStore`` keeps sessions in memory;
+``SQLiteSessionStore`` persists them on the chatflow schema; ``BaseSessionStore`` is the contract
+that every store — these two and the Django site's — implements.
+"""
+
+from chatflow_agent.core._persistent import PersistentSessionStore
+from chatflow_agent.core._pruning import engine_view, group_turns, prune_history
+from chatflow_agent.core._session import (
+    DEFAULT_DEDUP_TTL_HOURS,
+    DEFAULT_DEDUP_TTL_SECONDS,
+    BaseSessionStore,
+    SessionContext,
+    SessionStore,
+)
+from chatflow_agent.core._sqlite import _BLOCKING_IO_WORKERS, SQLiteSessionContext, SQLiteSessionStore
+
+__all__ = [
+    "DEFAULT_DEDUP_TTL_HOURS",
+    "DEFAULT_DEDUP_TTL_SECONDS",
+    "BaseSessionStore",
+    "PersistentSessionStore",
+    "SessionContext",
+    "SessionStore",
+    "SQLiteSessionContext",
+    "SQLiteSessionStore",
+    "_BLOCKING_IO_WORKERS",
+    "engine_view",
+    "group_turns",
+    "prune_history",
+]

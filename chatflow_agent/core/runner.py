@@ -1,0 +1,300 @@
+"""Runner: plays turns (user message → model → tool calls → results → … → answer).
+
+Each turn runs inside ``store.turn``: serialised FIFO per session id (across processes for the
+persistent stores) and atomic — on an error, a cancellation or a timeout, the session is exactly
+as before the turn (history, active agent, rows), even when the user message had pruned an older
+turn. The visible tool-loop behaviour is chatflow-agent 0.3.4's: an unknown tool gets an error
+result; a tool that raises gives the model a generic message with a trace id, and the full error
+is logged with that trace id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from chatflow_agent.core._pruning import engine_view
+from chatflow_agent.core._session import BaseSessionStore, SessionContext, SessionStore
+from chatflow_agent.core.agent import Agent
+from chatflow_agent.core.engines import BaseEngine, resolve_engine
+from chatflow_agent.core.events import (
+    HandoffOccurred,
+    MessageAppended,
+    RunEvent,
+    TextDelta,
+    ToolCallFinished,
+    ToolCallStarted,
+    TurnCompleted,
+    TurnFailed,
+    TurnStarted,
+)
+from chatflow_agent.exceptions import AgentHandoffError
+from chatflow_agent.types import AgentResponse, Handoff, Message, Role, ToolCall, ToolResult
+
+logger = logging.getLogger("chatflow_agent.runner")
+
+__all__ = ["Runner", "Subscriber"]
+
+Subscriber = Callable[[RunEvent], Awaitable[None] | None]
+_Emit = Callable[[RunEvent], Awaitable[None]]
+
+
+class _Turn:
+    """The state of one running turn."""
+
+    def __init__(self, runner: Runner, session: SessionContext, turn_id: str, emit: _Emit) -> None:
+        self.runner = runner
+        self.session = session
+        self.turn_id = turn_id
+        self.emit = emit
+        self.count = 0
+        self.tools_executed: list[str] = []
+        self.last_handoff: Handoff | None = None
+        self.handoffs = 0
+
+    async def append(self, message: Message) -> None:
+        self.session.add_message(message)
+        await self.emit(MessageAppended(
+            session_id=self.session.session_id, turn_id=self.turn_id, message=message,
+            agent_name=self.session.active_agent.name, index=self.count,
+        ))
+        self.count += 1
+
+
+class Runner:
+    """Runs turns for ``starting_agent`` and every agent reachable through its handoffs.
+
+    ``session_store`` defaults to an in-memory ``SessionStore``; ``engine`` is the default for
+    agents that name no engine, provider or base URL of their own (see ``resolve_engine``).
+    """
+
+    def __init__(
+        self,
+        starting_agent: Agent,
+        session_store: BaseSessionStore | None = None,
+        engine: BaseEngine | None = None,
+        api_key: str | None = None,
+        max_handoffs_per_turn: int = 5,
+        max_tool_iterations: int = 10,
+    ) -> None:
+        self.starting_agent = starting_agent
+        self.session_store: BaseSessionStore = session_store if session_store is not None else SessionStore()
+        if engine is None and api_key is not None:
+            from chatflow_agent.core.engines import GeminiEngine
+
+            engine = GeminiEngine(api_key=api_key)
+        self.engine = engine
+        self.max_handoffs_per_turn = max_handoffs_per_turn
+        self.max_tool_iterations = max_tool_iterations
+        self._agents_registry: dict[str, Agent] = {}
+        self._subscribers: list[Subscriber] = []
+        self._background: set[asyncio.Task[Any]] = set()
+        self._register_agent_tree(starting_agent)
+        if hasattr(self.session_store, "set_agent_resolver"):
+            self.session_store.set_agent_resolver(self._agents_registry.get)
+
+    # ---- agents ---------------------------------------------------------------------------
+    def _register_agent_tree(self, root: Agent) -> None:
+        pending = [root]
+        while pending:
+            agent = pending.pop()
+            if agent.name in self._agents_registry:
+                continue
+            self._agents_registry[agent.name] = agent
+            pending.extend(agent.handoffs)
+
+    def register_agent(self, agent: Agent) -> None:
+        """Register ``agent`` (and the agents it hands off to) with this Runner."""
+        self._register_agent_tree(agent)
+
+    @property
+    def agents(self) -> dict[str, Agent]:
+        """Registered agents by name (a copy)."""
+        return dict(self._agents_registry)
+
+    def get_session(self, session_id: str) -> SessionContext | None:
+        return self.session_store.get(session_id)
+
+    # ---- events ---------------------------------------------------------------------------
+    def subscribe(self, subscriber: Subscriber) -> Callable[[], None]:
+        """Call ``subscriber(event)`` (sync or async) for every event of every run; returns an
+        unsubscribe function. A subscriber that raises is logged and does not fail the turn."""
+        self._subscribers.append(subscriber)
+        return lambda: self._subscribers.remove(subscriber) if subscriber in self._subscribers else None
+
+    async def _publish(self, event: RunEvent) -> None:
+        for subscriber in list(self._subscribers):
+            try:
+                result = subscriber(event)
+                if inspect.isawaitable(result):
+                    await result
+            except Exception:
+                logger.exception("Run event subscriber %r failed on %s", subscriber, event.type)
+
+    # ---- running --------------------------------------------------------------------------
+    async def run_async(self, session_id: str, user_message: str, metadata: dict[str, Any] | None = None) -> AgentResponse:  # noqa: E501
+        """Play one turn and return the answer. Raises what the engine or store raised (the turn
+        is then rolled back), ``SessionDeletedError`` if the session is deleted meanwhile."""
+        return await self._execute(session_id, user_message, metadata, self._publish)
+
+    async def run_streamed(
+        self, session_id: str, user_message: str, metadata: dict[str, Any] | None = None
+    ) -> AsyncIterator[RunEvent]:
+        """Play one turn, yielding its run events as they happen (ending with ``TurnCompleted``
+        or ``TurnFailed``; the error is then re-raised). Subscribers get the events too. If the
+        consumer stops early, the turn still runs to its end."""
+        queue: asyncio.Queue[RunEvent | None] = asyncio.Queue()
+
+        async def emit(event: RunEvent) -> None:
+            queue.put_nowait(event)
+            await self._publish(event)
+
+        task = asyncio.ensure_future(self._execute(session_id, user_message, metadata, emit))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        task.add_done_callback(lambda _t: queue.put_nowait(None))
+        while (event := await queue.get()) is not None:
+            yield event
+        task.result()
+
+    def run(self, session_id: str, user_message: str, metadata: dict[str, Any] | None = None) -> AgentResponse:
+        """Blocking form of :meth:`run_async` for code without a running event loop."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(self.run_async(session_id, user_message, metadata))
+        raise RuntimeError(
+            "Runner.run() cannot be called from a running event loop; use 'await runner.run_async(...)' instead."
+        )
+
+    async def _execute(self, session_id: str, user_message: str, metadata: dict[str, Any] | None, emit: _Emit) -> AgentResponse:  # noqa: E501
+        turn_id = uuid.uuid4().hex
+        started = time.perf_counter()
+        try:
+            async with self.session_store.turn(session_id, self.starting_agent, metadata) as session:
+                turn = _Turn(self, session, turn_id, emit)
+                response = await self._play(turn, user_message)
+        except BaseException as err:
+            await emit(TurnFailed(session_id=session_id, turn_id=turn_id, error_type=type(err).__name__,
+                                  error=str(err) or type(err).__name__))
+            raise
+        ids = tuple(rid for m in session.history[-turn.count:] if (rid := _row_id(session, m)) is not None)
+        await emit(TurnCompleted(session_id=session_id, turn_id=turn_id, response=response,
+                                 duration_ms=(time.perf_counter() - started) * 1000, message_ids=ids))
+        return response
+
+    async def _play(self, turn: _Turn, user_message: str) -> AgentResponse:
+        session = turn.session
+        agent = session.active_agent
+        if getattr(agent, "_placeholder", False) or agent.name not in self._agents_registry:
+            logger.warning("Session %r names unknown agent %r; continuing with %r",
+                           session.session_id, agent.name, self.starting_agent.name)
+            session.active_agent = self.starting_agent
+        await turn.emit(TurnStarted(session_id=session.session_id, turn_id=turn.turn_id,
+                                    agent_name=session.active_agent.name, user_message=user_message))
+        await turn.append(Message(role=Role.USER, content=user_message))
+        for _ in range(self.max_tool_iterations):
+            agent = session.active_agent
+            result = await self._generate(turn, agent)
+            if not result.has_tool_calls:
+                text = result.text or ""
+                await turn.append(Message(role=Role.MODEL, content=text))
+                return self._response(turn, text)
+            await turn.append(Message(role=Role.MODEL, content=result.text, tool_calls=result.tool_calls))
+            results = await self._run_tools(turn, agent, result.tool_calls)
+            await turn.append(Message(role=Role.TOOL, tool_results=results))
+        text = f"Execution iteration limit reached by agent '{session.active_agent.name}'."
+        await turn.append(Message(role=Role.MODEL, content=text))
+        return self._response(turn, text)
+
+    def _response(self, turn: _Turn, text: str) -> AgentResponse:
+        return AgentResponse(content=text, active_agent_name=turn.session.active_agent.name,
+                             tool_calls_executed=turn.tools_executed, handoff=turn.last_handoff)
+
+    async def _generate(self, turn: _Turn, agent: Agent) -> Any:
+        engine = resolve_engine(agent, default_engine=self.engine)
+        history = engine_view(turn.session.history)
+        stream = getattr(engine, "stream_turn_async", None)
+        if stream is None:
+            return await engine.generate_turn_async(agent=agent, history=history)
+
+        async def on_delta(text: str) -> None:
+            await turn.emit(TextDelta(session_id=turn.session.session_id, turn_id=turn.turn_id,
+                                      text=text, agent_name=agent.name))
+
+        return await stream(agent, history, on_delta)
+
+    async def _run_tools(self, turn: _Turn, agent: Agent, calls: list[ToolCall]) -> list[ToolResult]:
+        available = {t.name: t for t in agent.get_all_tools()}
+        results: list[ToolResult] = []
+        limit_hit = False
+        for call in calls:
+            await turn.emit(ToolCallStarted(session_id=turn.session.session_id, turn_id=turn.turn_id,
+                                            call=call, agent_name=agent.name))
+            started = time.perf_counter()
+            if limit_hit:
+                result = ToolResult(tool_call_id=call.id, name=call.name, is_error=True,
+                                    content="Skipped: maximum agent transfers exceeded for a single turn.")
+            else:
+                turn.tools_executed.append(call.name)
+                result = await self._run_tool(turn, agent, available, call)
+                limit_hit = result.is_error and result.content == _HANDOFF_LIMIT
+            results.append(result)
+            await turn.emit(ToolCallFinished(session_id=turn.session.session_id, turn_id=turn.turn_id, result=result,
+                                             agent_name=agent.name,
+                                             duration_ms=(time.perf_counter() - started) * 1000))
+        return results
+
+    async def _run_tool(self, turn: _Turn, agent: Agent, available: dict[str, Any], call: ToolCall) -> ToolResult:
+        tool = available.get(call.name)
+        if tool is None:
+            return ToolResult(tool_call_id=call.id, name=call.name, is_error=True,
+                              content=f"Error: Tool '{call.name}' not found on agent '{agent.name}'.")
+        try:
+            output = await tool.execute_async(**call.args)
+        except Exception as err:
+            trace_id = str(uuid.uuid4())
+            logger.error("Tool execution failed [trace_id: %s] - Tool: '%s' on agent '%s': %s",
+                         trace_id, call.name, agent.name, err, exc_info=True)
+            return ToolResult(tool_call_id=call.id, name=call.name, is_error=True,
+                              content=f"Tool execution failed [trace_id: {trace_id}]. "
+                                      "Please try a different approach or inform the user.")
+        if not isinstance(output, Handoff):
+            return ToolResult(tool_call_id=call.id, name=call.name, content=output)
+        return await self._handoff(turn, call, output)
+
+    async def _handoff(self, turn: _Turn, call: ToolCall, handoff: Handoff) -> ToolResult:
+        target = self._agents_registry.get(handoff.target_agent_name)
+        if target is None:
+            raise AgentHandoffError(f"Handoff target agent '{handoff.target_agent_name}' is not registered in Runner.")
+        if turn.handoffs >= self.max_handoffs_per_turn:
+            return ToolResult(tool_call_id=call.id, name=call.name, is_error=True, content=_HANDOFF_LIMIT)
+        session = turn.session
+        previous = session.active_agent
+        session.active_agent = target
+        if handoff.context_updates:
+            session.metadata.update(handoff.context_updates)
+        turn.handoffs += 1
+        turn.last_handoff = handoff
+        await turn.emit(HandoffOccurred(session_id=session.session_id, turn_id=turn.turn_id,
+                                        from_agent=previous.name, to_agent=target.name, handoff=handoff))
+        return ToolResult(tool_call_id=call.id, name=call.name, content={
+            "status": "HANDOFF_SUCCESS", "transferred_from": previous.name, "transferred_to": target.name,
+            "reason": handoff.reason or "Specialist routing",
+        })
+
+    def __repr__(self) -> str:
+        return f"<Runner starting_agent={self.starting_agent.name!r} registered_agents={list(self._agents_registry)}>"
+
+
+_HANDOFF_LIMIT = "Maximum agent transfers exceeded for a single turn."
+
+
+def _row_id(session: SessionContext, message: Message) -> int | None:
+    entry = session._rows.get(id(message))
+    return entry[1] if entry is not None and entry[0] is message else None

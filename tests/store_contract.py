@@ -1,0 +1,366 @@
+"""The store contract: one suite that defines what a session store is.
+
+Modules under tests/ import these tests and provide a ``kit`` fixture (a ``StoreKit``) for
+their store: memory, SQLite file, SQLite in-memory URIs, Django on SQLite and on PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, time as dtime, timezone
+from decimal import Decimal
+from typing import Any, Callable
+
+import pytest
+from pydantic import BaseModel
+
+from chatflow_agent import Agent, Message, Role, Runner, SessionDeletedError, ToolCall, ToolResult
+from chatflow_agent.core.engines.base import BaseEngine, EngineTurnResult
+from chatflow_agent.exceptions import ProviderError
+
+
+@dataclass
+class StoreKit:
+    """How the contract suite makes stores of one kind."""
+
+    make: Callable[..., Any]  # make(default_max_turns=40, dedup_ttl_hours=192) -> store
+    reopen: Callable[[Any], Any] | None  # a fresh store on the same database (None: not persistent)
+
+
+class EchoEngine(BaseEngine):
+    """Answers "A<n>" to "U<n>" after yielding to the loop; records what it was shown."""
+
+    def __init__(self, pause: float = 0.0) -> None:
+        self.pause = pause
+        self.seen: list[list[str]] = []
+
+    async def generate_turn_async(self, agent: Agent, history: list[Message]) -> EngineTurnResult:
+        self.seen.append([m.content or "" for m in history])
+        await asyncio.sleep(self.pause)
+        last = history[-1].content or ""
+        return EngineTurnResult(text="A" + last[1:] if last.startswith("U") else "ok")
+
+
+class FailingEngine(BaseEngine):
+    async def generate_turn_async(self, agent: Agent, history: list[Message]) -> EngineTurnResult:
+        raise ProviderError("provider down")
+
+
+class StepsEngine(BaseEngine):
+    """Plays the given steps in order (EngineTurnResult, exception, or callable(history))."""
+
+    def __init__(self, *steps: Any) -> None:
+        self.steps = list(steps)
+        self.seen: list[list[Message]] = []
+
+    async def generate_turn_async(self, agent: Agent, history: list[Message]) -> EngineTurnResult:
+        self.seen.append(list(history))
+        step = self.steps.pop(0)
+        if isinstance(step, BaseException):
+            raise step
+        if callable(step):
+            step = step(history)
+            if asyncio.iscoroutine(step):
+                step = await step
+        return step if isinstance(step, EngineTurnResult) else EngineTurnResult(text=step)
+
+
+def contents(history: list[Message]) -> list[str | None]:
+    return [m.content for m in history]
+
+
+def dumped(history: list[Message]) -> list[str]:
+    return [m.model_dump_json() for m in history]
+
+
+def assert_reload_equals(kit: StoreKit, store: Any, session_id: str, live: Any) -> None:
+    """Invariant 4: what a fresh store loads equals what the live session holds."""
+    if kit.reopen is None:
+        return
+    fresh = kit.reopen(store).get(session_id)
+    assert fresh is not None
+    assert dumped(fresh.history) == dumped(live.history)
+    assert fresh.active_agent.name == live.active_agent.name
+    assert fresh.metadata == live.metadata
+
+
+def team() -> tuple[Agent, Agent]:
+    billing = Agent(name="Billing", instructions="Billing specialist")
+    support = Agent(name="Support", instructions="Support", handoffs=[billing])
+    return support, billing
+
+
+def test_it_returns_the_same_session_and_keeps_metadata(kit: StoreKit) -> None:
+    store = kit.make()
+    agent = Agent(name="Bot", instructions="x")
+    s1 = store.get_or_create("s-1", default_agent=agent, metadata={"channel": "whatsapp"})
+    s1.add_message(Message(role=Role.USER, content="Ping"))
+    s2 = store.get_or_create("s-1", default_agent=agent)
+    assert [m.content for m in s2.history] == ["Ping"]
+    assert s2.metadata == {"channel": "whatsapp"}
+    assert "s-1" in store.list_sessions()
+    assert store.get("missing") is None
+    assert store.delete("s-1") is True
+    assert store.delete("s-1") is False
+    assert store.get("s-1") is None
+    assert "s-1" not in store.list_sessions()
+
+
+def test_it_prunes_whole_turns_keeping_tool_pairs(kit: StoreKit) -> None:
+    store = kit.make(default_max_turns=2)
+    agent = Agent(name="Bot", instructions="x")
+    s = store.get_or_create("prune", default_agent=agent)
+    calls2 = [ToolCall(id="c1", name="a", args={}), ToolCall(id="c2", name="b", args={})]
+    msgs = [
+        Message(role=Role.SYSTEM, content="sys"),
+        Message(role=Role.USER, content="u1"),
+        Message(role=Role.MODEL, tool_calls=calls2),
+        Message(role=Role.TOOL, tool_results=[ToolResult(tool_call_id="c1", name="a", content=1),
+                                              ToolResult(tool_call_id="c2", name="b", content=2)]),
+        Message(role=Role.MODEL, content="a1"),
+        Message(role=Role.USER, content="u2"),
+        Message(role=Role.MODEL, tool_calls=[ToolCall(id="c3", name="a", args={})]),
+        Message(role=Role.TOOL, tool_results=[ToolResult(tool_call_id="c3", name="a", content=3)]),
+        Message(role=Role.MODEL, content="a2"),
+        Message(role=Role.USER, content="u3"),
+        Message(role=Role.MODEL, content="a3"),
+    ]
+    for m in msgs:
+        s.add_message(m)
+    assert [m.role.value for m in s.history] == ["system", "user", "model", "tool", "model", "user", "model"]
+    assert contents(s.history) == ["sys", "u2", None, None, "a2", "u3", "a3"]
+    assert_reload_equals(kit, store, "prune", s)
+
+
+@pytest.mark.asyncio
+async def test_a_failed_turn_at_max_turns_leaves_the_session_as_it_was(kit: StoreKit) -> None:
+    store = kit.make(default_max_turns=1)
+    engine = StepsEngine("A1", ProviderError("boom"))
+    runner = Runner(Agent(name="Bot", instructions="x"), session_store=store, engine=engine)
+    await runner.run_async("full", "U1")
+    with pytest.raises(ProviderError):
+        await runner.run_async("full", "U2")
+    live = store.get("full")
+    assert contents(live.history) == ["U1", "A1"]
+    assert_reload_equals(kit, store, "full", live)
+
+
+@pytest.mark.asyncio
+async def test_a_cancelled_or_timed_out_turn_is_rolled_back(kit: StoreKit) -> None:
+    store = kit.make()
+    engine = EchoEngine()
+    runner = Runner(Agent(name="Bot", instructions="x"), session_store=store, engine=engine)
+    await runner.run_async("cancel", "U1")
+    engine.pause = 5
+    task = asyncio.ensure_future(runner.run_async("cancel", "U2"))
+    await asyncio.sleep(0.1)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    with pytest.raises(asyncio.TimeoutError):
+        await asyncio.wait_for(runner.run_async("cancel", "U3"), timeout=0.1)
+    engine.pause = 0
+    await runner.run_async("cancel", "U4")
+    live = store.get("cancel")
+    assert contents(live.history) == ["U1", "A1", "U4", "A4"]
+    assert_reload_equals(kit, store, "cancel", live)
+
+
+@pytest.mark.asyncio
+async def test_a_turn_that_hands_off_then_fails_keeps_the_previous_agent(kit: StoreKit) -> None:
+    store = kit.make()
+    support, _billing = team()
+    engine = StepsEngine(
+        "hello",
+        EngineTurnResult(tool_calls=[ToolCall(id="h1", name="transfer_to_billing", args={"reason": "refund"})]),
+        ProviderError("down after handoff"),
+    )
+    runner = Runner(support, session_store=store, engine=engine)
+    await runner.run_async("ho", "hi")
+    with pytest.raises(ProviderError):
+        await runner.run_async("ho", "I want a refund")
+    live = store.get("ho")
+    assert live.active_agent.name == "Support"
+    assert contents(live.history) == ["hi", "hello"]
+    assert_reload_equals(kit, store, "ho", live)
+
+
+@pytest.mark.asyncio
+async def test_exceeding_max_handoffs_keeps_every_tool_call_answered(kit: StoreKit) -> None:
+    store = kit.make()
+    support, billing = team()
+    billing.add_handoff(support)
+    calls = [ToolCall(id="h1", name="transfer_to_billing", args={}), ToolCall(id="h2", name="transfer_to_billing", args={}),
+             ToolCall(id="x3", name="transfer_to_billing", args={})]
+    engine = StepsEngine(EngineTurnResult(tool_calls=calls), "done")
+    runner = Runner(support, session_store=store, engine=engine, max_handoffs_per_turn=1)
+    response = await runner.run_async("limit", "go")
+    live = store.get("limit")
+    tool_msg = live.history[2]
+    assert [r.tool_call_id for r in tool_msg.tool_results] == ["h1", "h2", "x3"]
+    assert [r.is_error for r in tool_msg.tool_results] == [False, True, True]
+    assert response.active_agent_name == "Billing"  # the first handoff happened, the second did not
+    assert_reload_equals(kit, store, "limit", live)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("n", [3, 50])
+async def test_concurrent_turns_on_one_session_are_serialised_in_order(kit: StoreKit, n: int) -> None:
+    store = kit.make(default_max_turns=100)
+    engine = EchoEngine(pause=0.001)
+    runner = Runner(Agent(name="Bot", instructions="x"), session_store=store, engine=engine)
+    tasks = []
+    for i in range(1, n + 1):
+        tasks.append(asyncio.ensure_future(runner.run_async("conc", f"U{i}")))
+        await asyncio.sleep(0)  # start them in order
+    await asyncio.gather(*tasks)
+    expected = [x for i in range(1, n + 1) for x in (f"U{i}", f"A{i}")]
+    live = store.get("conc")
+    assert contents(live.history) == expected
+    for i, seen in enumerate(engine.seen):
+        assert seen == expected[: 2 * i] + [f"U{i + 1}"]
+    assert_reload_equals(kit, store, "conc", live)
+
+
+@pytest.mark.asyncio
+async def test_deleting_during_a_turn_raises_and_resurrects_nothing(kit: StoreKit) -> None:
+    store = kit.make()
+    engine = EchoEngine()
+    runner = Runner(Agent(name="Bot", instructions="x"), session_store=store, engine=engine)
+    await runner.run_async("del", "U1")
+    engine.pause = 0.3
+    task = asyncio.ensure_future(runner.run_async("del", "U2"))
+    await asyncio.sleep(0.1)
+    assert await store.adelete("del") is True
+    with pytest.raises(SessionDeletedError):
+        await task
+    assert "del" not in store.list_sessions()
+    assert store.get("del") is None
+    fresh = store.get_or_create("del", default_agent=Agent(name="Bot", instructions="x"))
+    assert fresh.history == []
+
+
+def test_a_stale_session_object_raises_after_delete(kit: StoreKit) -> None:
+    store = kit.make()
+    s = store.get_or_create("stale", default_agent=Agent(name="Bot", instructions="x"))
+    store.delete("stale")
+    with pytest.raises(SessionDeletedError):
+        s.add_message(Message(role=Role.USER, content="ghost"))
+    with pytest.raises(SessionDeletedError):
+        _ = s.history
+    assert "stale" not in store.list_sessions()
+
+
+def test_a_webhook_id_is_claimed_exactly_once_across_threads(kit: StoreKit) -> None:
+    store = kit.make()
+    for trial in range(200):
+        wins: list[bool] = []
+        barrier = threading.Barrier(4)
+
+        def claim(mid: str = f"wamid.{trial}") -> None:
+            barrier.wait()
+            wins.append(store.record_processed_message(mid))
+
+        threads = [threading.Thread(target=claim) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert sorted(wins) == [False, False, False, True], trial
+    assert store.is_message_processed("wamid.0") is True
+    assert store.is_message_processed("never") is False
+
+
+def test_the_dedup_ttl_runs_from_the_first_claim(kit: StoreKit) -> None:
+    store = kit.make(dedup_ttl_hours=0.6 / 3600)
+    assert store.record_processed_message("m") is True
+    time.sleep(0.35)
+    assert store.record_processed_message("m") is False  # a repeat inside the window...
+    time.sleep(0.35)
+    assert store.is_message_processed("m") is False  # ...did not extend it
+    results = [store.record_processed_message("m") for _ in range(3)]
+    assert results == [True, False, False]
+
+
+class Receipt(BaseModel):
+    total: Decimal
+    at: datetime
+
+
+@dataclass
+class Parcel:
+    weight: float
+    tags: set[str]
+
+
+@pytest.mark.asyncio
+async def test_tool_results_are_stored_json_safe_and_the_next_turn_works(kit: StoreKit) -> None:
+    store = kit.make()
+    agent = Agent(name="Bot", instructions="x")
+
+    @agent.tool
+    def odd() -> dict:
+        """Returns values JSON cannot encode directly."""
+        return {"at": datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc), "amount": Decimal("1.10"),
+                "id": uuid.UUID(int=7), "t": dtime(14, 5), "raw": b"\x00", "receipt": Receipt(total=Decimal("2.5"),
+                at=datetime(2026, 1, 1, tzinfo=timezone.utc)), "parcel": Parcel(1.5, {"b", "a"}), "set": {3, 1}}
+
+    engine = StepsEngine(EngineTurnResult(tool_calls=[ToolCall(id="o1", name="odd", args={})]), "stored", "again")
+    runner = Runner(agent, session_store=store, engine=engine)
+    await runner.run_async("json", "go")
+    await runner.run_async("json", "next")
+    live = store.get("json")
+    content = live.history[2].tool_results[0].content
+    assert content["amount"] == "1.10" and content["t"] == "14:05:00" and content["set"] == [1, 3]
+    assert content["at"] == "2026-01-02T03:04:05+00:00" and content["parcel"]["tags"] == ["a", "b"]
+    assert contents(live.history)[-2:] == ["next", "again"]
+    assert_reload_equals(kit, store, "json", live)
+
+
+@pytest.mark.asyncio
+async def test_the_engine_never_sees_an_orphan_tool_result(kit: StoreKit) -> None:
+    store = kit.make()
+    agent = Agent(name="Bot", instructions="x")
+    s = store.get_or_create("orphan", default_agent=agent)
+    orphan = Message(role=Role.TOOL, tool_results=[ToolResult(tool_call_id="gone", name="x", content="?")])
+    for m in [Message(role=Role.USER, content="u1"), orphan, Message(role=Role.MODEL, content="a1")]:
+        s.add_message(m)
+    engine = StepsEngine("a2")
+    runner = Runner(agent, session_store=store, engine=engine)
+    await runner.run_async("orphan", "u2")
+    assert [m.role for m in engine.seen[0]] == [Role.USER, Role.MODEL, Role.USER]
+    live = store.get("orphan")
+    assert [m.role for m in live.history] == [Role.USER, Role.TOOL, Role.MODEL, Role.USER, Role.MODEL]
+    assert_reload_equals(kit, store, "orphan", live)
+
+
+def test_memory_and_storage_agree_on_greetings_and_late_system_messages(kit: StoreKit) -> None:
+    store = kit.make(default_max_turns=2)
+    s = store.get_or_create("agree", default_agent=Agent(name="Bot", instructions="x"))
+    s.add_message(Message(role=Role.MODEL, content="greeting"))  # before any user message: pruned
+    s.add_message(Message(role=Role.USER, content="u1"))
+    s.add_message(Message(role=Role.SYSTEM, content="late system"))
+    s.add_message(Message(role=Role.MODEL, content="a1"))
+    assert contents(s.history) == ["late system", "u1", "a1"]
+    assert_reload_equals(kit, store, "agree", s)
+    s.rollback_to(2)
+    assert contents(s.history) == ["late system", "u1"]
+    assert_reload_equals(kit, store, "agree", s)
+
+
+@pytest.mark.asyncio
+async def test_the_runner_resolves_stored_agent_names(kit: StoreKit) -> None:
+    store = kit.make()
+    support, _ = team()
+    engine = StepsEngine(EngineTurnResult(tool_calls=[ToolCall(id="h", name="transfer_to_billing", args={})]), "billing here")
+    await Runner(support, session_store=store, engine=engine).run_async("resolve", "refund please")
+    if kit.reopen is None:
+        return
+    store2 = kit.reopen(store)
+    support2, billing2 = team()
+    Runner(support2, session_store=store2, engine=EchoEngine())
+    assert store2.get("resolve").active_agent is billing2
