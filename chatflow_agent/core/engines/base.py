@@ -43,7 +43,13 @@ class BaseEngine(ABC):
     ``history`` is what the Runner hands over: well-formed (SYSTEM messages first, then a USER
     message, every tool call followed by its result). Engines that can stream override
     :meth:`stream_turn_async` and call ``on_text_delta`` with each piece of text as it arrives.
+
+    ``provider`` names the model vendor an engine talks to (``"openai"``, ``"gemini"`` …) or is
+    ``None`` for provider-agnostic engines (scripted, demo, gateways); ``resolve_engine`` uses it
+    so a Runner default never receives another vendor's model name.
     """
+
+    provider: str | None = None
 
     @abstractmethod
     async def generate_turn_async(self, agent: Agent, history: list[Message]) -> EngineTurnResult:
