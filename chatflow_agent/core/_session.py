@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from chatflow_agent.core._locks import BoundLock, SessionLocks
 from chatflow_agent.core._pruning import group_turns, prune_history
 from chatflow_agent.exceptions import SessionBusyError, SessionDeletedError
-from chatflow_agent.types import Message
+from chatflow_agent.types import Message, Role
 
 if TYPE_CHECKING:
     from chatflow_agent.core.agent import Agent
@@ -159,8 +159,13 @@ class SessionContext:
 
     def _apply_add(self, message: Message) -> None:
         self._check()
-        self._history.append(message)
-        self._prune_history()
+        history = self._history
+        # Appending a MODEL/TOOL message to a pruned history that ends inside a turn leaves it
+        # pruned: skip the O(n) pass. Otherwise (USER, SYSTEM, no turn yet) prune.
+        fast = message.role in (Role.MODEL, Role.TOOL) and history and history[-1].role != Role.SYSTEM
+        history.append(message)
+        if not fast:
+            self._prune_history()
 
     def set_active_agent(self, agent: Agent) -> None:
         """Make ``agent`` the active agent (persisted at once outside a turn)."""

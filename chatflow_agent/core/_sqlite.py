@@ -173,6 +173,11 @@ class SQLiteSessionStore(PersistentSessionStore):
             conn.execute("COMMIT")
             return result
 
+    def _write1(self, sql: str, params: tuple[Any, ...]) -> sqlite3.Cursor:
+        """One write statement in autocommit mode (atomic on its own)."""
+        with self._shared_mutex if self._inline else _NULL:
+            return self._conn().execute(sql, params)
+
     def close(self) -> None:
         """Close every connection and the thread pool."""
         super().close()
@@ -240,32 +245,30 @@ class SQLiteSessionStore(PersistentSessionStore):
             if changes.token is None:
                 conn.execute(
                     "INSERT INTO chatflow_sessions (session_id, active_agent_name, metadata_json, created_at, "
-                    "updated_at) VALUES (?, ?, ?, ?, ?) ON CONFLICT(session_id) DO NOTHING",
+                    "updated_at) VALUES (?, ?, ?, ?, ?) ON CONFLICT(session_id) DO UPDATE SET "
+                    "active_agent_name = excluded.active_agent_name, metadata_json = excluded.metadata_json, "
+                    "updated_at = excluded.updated_at",
                     (sid, changes.agent_name, changes.metadata_json, now, now),
                 )
             elif conn.execute(
-                "SELECT 1 FROM chatflow_sessions WHERE session_id = ? AND COALESCE(created_at, '') = ?",
-                (sid, changes.token),
-            ).fetchone() is None:
-                raise SessionDeletedError(sid)
+                "UPDATE chatflow_sessions SET active_agent_name = ?, metadata_json = ?, updated_at = ? "
+                "WHERE session_id = ? AND COALESCE(created_at, '') = ?",
+                (changes.agent_name, changes.metadata_json, now, sid, changes.token),
+            ).rowcount == 0:
+                raise SessionDeletedError(sid)  # deleted (maybe re-created) since it was loaded
             if changes.delete_ids:
                 conn.executemany(
                     "DELETE FROM chatflow_messages WHERE id = ? AND session_id = ?",
                     [(i, sid) for i in changes.delete_ids],
                 )
-            new_ids = []
-            for msg in changes.inserts:
-                cur = conn.execute(
+            new_ids = [
+                conn.execute(
                     "INSERT INTO chatflow_messages (session_id, role, content, message_json, created_at) "
                     "VALUES (?, ?, ?, ?, ?)",
                     (sid, msg.role.value, msg.content, msg.model_dump_json(), now),
-                )
-                new_ids.append(cur.lastrowid)
-            conn.execute(
-                "UPDATE chatflow_sessions SET active_agent_name = ?, metadata_json = ?, updated_at = ? "
-                "WHERE session_id = ?",
-                (changes.agent_name, changes.metadata_json, now, sid),
-            )
+                ).lastrowid
+                for msg in changes.inserts
+            ]
             if changes.release_owner:
                 conn.execute(
                     "DELETE FROM chatflow_session_leases WHERE session_id = ? AND owner = ?",
@@ -295,12 +298,12 @@ class SQLiteSessionStore(PersistentSessionStore):
         if now - self._last_purge > 300:
             self._last_purge = now
             self._db_purge_processed(ttl_seconds)
-        cur = self._write(lambda c: c.execute(
+        cur = self._write1((
             "INSERT INTO chatflow_processed_messages (message_id, processed_at) VALUES (?, ?) "
             "ON CONFLICT(message_id) DO UPDATE SET processed_at = excluded.processed_at "
-            "WHERE chatflow_processed_messages.processed_at < ?",
+            "WHERE chatflow_processed_messages.processed_at < ?"),
             (message_id, utc_stamp(now), utc_stamp(now - ttl_seconds)),
-        ))
+        )
         return cur.rowcount == 1
 
     def _db_is_processed(self, message_id: str, ttl_seconds: float) -> bool:
@@ -317,24 +320,22 @@ class SQLiteSessionStore(PersistentSessionStore):
 
     def _db_acquire_lease(self, session_id: str, owner: str, ttl: float) -> bool:
         now = time.time()
-        cur = self._write(lambda c: c.execute(
+        cur = self._write1((
             "INSERT INTO chatflow_session_leases (session_id, owner, expires_at) VALUES (?, ?, ?) "
             "ON CONFLICT(session_id) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at "
-            "WHERE chatflow_session_leases.expires_at < ?",
+            "WHERE chatflow_session_leases.expires_at < ?"),
             (session_id, owner, now + ttl, now),
-        ))
-        return cur.rowcount == 1
+        )
+        return True
 
     def _db_renew_lease(self, session_id: str, owner: str, ttl: float) -> bool:
-        return self._write(lambda c: c.execute(
+        return self._write1(
             "UPDATE chatflow_session_leases SET expires_at = ? WHERE session_id = ? AND owner = ?",
             (time.time() + ttl, session_id, owner),
-        )).rowcount == 1
+        ).rowcount == 1
 
     def _db_release_lease(self, session_id: str, owner: str) -> None:
-        self._write(lambda c: c.execute(
-            "DELETE FROM chatflow_session_leases WHERE session_id = ? AND owner = ?", (session_id, owner)
-        ))
+        self._write1("DELETE FROM chatflow_session_leases WHERE session_id = ? AND owner = ?", (session_id, owner))
 
 
 class _Null:

@@ -1,0 +1,121 @@
+"""Turn throughput of the Runner: in-memory store, SQLite file, the raw-sqlite3 floor, and
+(optionally) chatflow-agent 0.3.4 on the identical workload.
+
+    python bench/turns.py                                  # 2,000 turns per workload
+    python bench/turns.py --upstream-python /tmp/venv034/bin/python   # adds 0.3.4 side by side
+
+Workload: an instant engine (answers text after ``await asyncio.sleep(0)``); "sequential" is
+N turns on one session; "concurrent" splits N turns over 20 sessions under asyncio.gather. The
+memory-store figure is the Runner's own overhead (the store costs ~nothing); the SQLite figure
+minus it is the store's cost. The floor is N transactions through raw ``sqlite3`` that each
+insert a user and a model row and update the session row (WAL, synchronous=NORMAL).
+Prints a table and a JSON line; numbers go in the README's performance section.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from chatflow_agent import Agent, Message, Role, Runner, SessionStore, SQLiteSessionStore  # noqa: E402
+from chatflow_agent.core.engines.base import BaseEngine, EngineTurnResult  # noqa: E402
+
+
+class InstantEngine(BaseEngine):
+    async def generate_turn_async(self, agent, history):  # type: ignore[override]
+        await asyncio.sleep(0)
+        return EngineTurnResult(text="ok")
+
+
+async def run_turns(store, turns: int, sessions: int) -> float:
+    runner = Runner(Agent(name="Bench", instructions="bench"), session_store=store, engine=InstantEngine())
+    per = [turns // sessions + (1 if i < turns % sessions else 0) for i in range(sessions)]
+
+    async def one(i: int, n: int) -> None:
+        for t in range(n):
+            await runner.run_async(f"bench-{i}", f"message {t}")
+
+    await runner.run_async("warm-up", "hello")
+    t0 = time.perf_counter()
+    await asyncio.gather(*(one(i, n) for i, n in enumerate(per)))
+    return time.perf_counter() - t0
+
+
+def raw_floor(path: Path, turns: int) -> float:
+    SQLiteSessionStore(path).close()  # same schema
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    conn.execute("INSERT INTO chatflow_sessions (session_id, active_agent_name) VALUES ('raw', 'Bench')")
+    user = Message(role=Role.USER, content="message").model_dump_json()
+    model = Message(role=Role.MODEL, content="ok").model_dump_json()
+    t0 = time.perf_counter()
+    for _ in range(turns):
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("INSERT INTO chatflow_messages (session_id, role, content, message_json) VALUES "
+                     "('raw', 'user', 'message', ?)", (user,))
+        conn.execute("INSERT INTO chatflow_messages (session_id, role, content, message_json) VALUES "
+                     "('raw', 'model', 'ok', ?)", (model,))
+        conn.execute("UPDATE chatflow_sessions SET updated_at = CURRENT_TIMESTAMP WHERE session_id = 'raw'")
+        conn.execute("COMMIT")
+    elapsed = time.perf_counter() - t0
+    conn.close()
+    return elapsed
+
+
+def upstream(python: str, turns: int, concurrent: int) -> float:
+    cmd = [python, str(REPO / "bench" / "upstream_034_turns.py"), "--turns", str(turns)]
+    if concurrent:
+        cmd += ["--concurrent", str(concurrent)]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, cwd=tempfile.gettempdir())
+    return json.loads(out.stdout.strip().splitlines()[-1])["seconds"]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--turns", "-n", type=int, default=2000)
+    ap.add_argument("--upstream-python", metavar="PATH", help="a Python with chatflow-agent==0.3.4 installed")
+    args = ap.parse_args()
+    n = args.turns
+    results: dict[str, float] = {}
+    with tempfile.TemporaryDirectory() as d:
+        results["memory_sequential"] = asyncio.run(run_turns(SessionStore(), n, 1))
+        results["memory_concurrent20"] = asyncio.run(run_turns(SessionStore(), n, 20))
+        for label, sessions in (("sqlite_sequential", 1), ("sqlite_concurrent20", 20)):
+            store = SQLiteSessionStore(Path(d) / f"{label}.db")
+            results[label] = asyncio.run(run_turns(store, n, sessions))
+            store.close()
+        results["raw_sqlite3_floor"] = raw_floor(Path(d) / "raw.db", n)
+        if args.upstream_python:
+            results["upstream_034_sequential"] = upstream(args.upstream_python, n, 0)
+            results["upstream_034_concurrent20"] = upstream(args.upstream_python, n, 20)
+    rows = {k: {"turns_per_s": round(n / v), "ms_per_turn": round(v * 1000 / n, 3)} for k, v in results.items()}
+    mem, sql = rows["memory_sequential"]["ms_per_turn"], rows["sqlite_sequential"]["ms_per_turn"]
+    summary = {
+        "turns": n,
+        "results": rows,
+        "runner_overhead_ms_per_turn": mem,
+        "sqlite_store_cost_ms_per_turn": round(sql - mem, 3),
+        "sqlite_vs_raw_floor": round(sql / rows["raw_sqlite3_floor"]["ms_per_turn"], 2),
+    }
+    if "upstream_034_sequential" in rows:
+        summary["speedup_vs_034_sequential"] = round(
+            rows["sqlite_sequential"]["turns_per_s"] / rows["upstream_034_sequential"]["turns_per_s"], 1)
+    print(f"{'workload':28} {'turns/s':>10} {'ms/turn':>9}")
+    for k, v in rows.items():
+        print(f"{k:28} {v['turns_per_s']:>10} {v['ms_per_turn']:>9}")
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()
