@@ -10,8 +10,6 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-import httpx
-
 from chatflow_agent.core.engines._endpoints import (
     is_official_endpoint,
     redact_url,
@@ -22,6 +20,8 @@ from chatflow_agent.exceptions import DependencyError, ProviderError
 from chatflow_agent.types import Message, Role, ToolCall
 
 if TYPE_CHECKING:
+    import httpx
+
     from chatflow_agent.core.agent import Agent
 
 __all__ = ["ANTHROPIC_BASE_URL", "AnthropicEngine"]
@@ -97,21 +97,22 @@ class AnthropicEngine(BaseEngine):
         except ImportError as err:
             raise DependencyError("AnthropicEngine", "anthropic", "pip install anthropic") from err
         key = resolve_api_key(self.api_key, self.base_url, official_base_url=ANTHROPIC_BASE_URL, env_key=_ENV_KEY)
-        omit = anthropic.Omit()
-        headers: dict[str, Any] = {"anthropic-version": self.anthropic_version, "Authorization": omit}
-        if not key:
-            headers["X-Api-Key"] = omit
+        headers: dict[str, Any] = {"anthropic-version": self.anthropic_version}
+        if not key:  # api_key="": send no credential at all
+            headers.update({"X-Api-Key": anthropic.Omit(), "Authorization": anthropic.Omit()})
         # The SDK appends /v1/messages itself.
         sdk_base = self.base_url[: -len("/v1")] if self.base_url.endswith("/v1") else self.base_url
-        return anthropic.AsyncAnthropic(
-            api_key=key,  # never None: the SDK would read ANTHROPIC_API_KEY for any host
+        client = anthropic.AsyncAnthropic(
+            api_key=key or "no-credential",  # never None: the SDK would read ANTHROPIC_API_KEY for any host
             base_url=sdk_base,
             timeout=self.timeout,
             max_retries=self.max_retries,
             default_headers=headers,
             http_client=self._external_client
             or anthropic.DefaultAsyncHttpxClient(timeout=self.timeout, follow_redirects=False),
-        ), anthropic
+        )
+        client.auth_token = None  # the SDK reads ANTHROPIC_AUTH_TOKEN too; it is never sent
+        return client, anthropic
 
     async def generate_turn_async(self, agent: Agent, history: list[Message]) -> EngineTurnResult:
         """One ``messages.create`` call; ``raw_response`` is the message as a dict."""
