@@ -326,7 +326,7 @@ class SQLiteSessionStore(PersistentSessionStore):
             "WHERE chatflow_session_leases.expires_at < ?"),
             (session_id, owner, now + ttl, now),
         )
-        return True
+        return cur.rowcount == 1
 
     def _db_renew_lease(self, session_id: str, owner: str, ttl: float) -> bool:
         return self._write1(
