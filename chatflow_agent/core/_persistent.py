@@ -133,6 +133,9 @@ class PersistentSessionStore(BaseSessionStore):
         self._cache_mutex = threading.RLock()
         self._pool: _BlockingPool | None = None
         self._executor_mutex = threading.Lock()
+        self._kept_leases: set[tuple[str, str]] = set()  # leases of running sync turns
+        self._keeper: threading.Thread | None = None
+        self._keeper_stop = threading.Event()
         self._warned_agents: set[str] = set()
         self._inline = False  # True: blocking work runs on the calling thread (ephemeral DBs)
 
@@ -179,6 +182,11 @@ class PersistentSessionStore(BaseSessionStore):
         """Stop the pool's threads (connections are closed by subclasses)."""
         with self._executor_mutex:
             pool, self._pool = self._pool, None
+            keeper, self._keeper = self._keeper, None
+        if keeper is not None:
+            self._keeper_stop.set()
+            keeper.join()
+            self._keeper_stop = threading.Event()
         if pool is not None:
             pool.shutdown()
 
@@ -469,6 +477,7 @@ class PersistentSessionStore(BaseSessionStore):
                 time.sleep(delay)
                 delay = min(delay * 2, 0.05)
             committed = False
+            self._keep_lease(session_id, owner)  # no event loop here: a thread renews the lease
             try:
                 session = self._materialise(session_id, stored, default_agent, metadata)
                 session._begin_turn()
@@ -481,10 +490,38 @@ class PersistentSessionStore(BaseSessionStore):
                     raise
                 session._end_turn()
             finally:
+                self._release_kept_lease(session_id, owner)
                 if not committed:
                     self._db_release_lease(session_id, owner)
         finally:
             self._locks.release(session_id)
+
+    def _keep_lease(self, session_id: str, owner: str) -> None:
+        """Renew this lease every third of its TTL from the store's keeper thread (sync turns)."""
+        with self._executor_mutex:
+            self._kept_leases.add((session_id, owner))
+            if self._keeper is None:
+                self._keeper = threading.Thread(target=self._keeper_loop, name="chatflow-lease-keeper", daemon=True)
+                self._keeper.start()
+
+    def _release_kept_lease(self, session_id: str, owner: str) -> None:
+        with self._executor_mutex:
+            self._kept_leases.discard((session_id, owner))
+
+    def _keeper_loop(self) -> None:
+        while not self._keeper_stop.wait(self.lease_ttl_seconds / 3):
+            with self._executor_mutex:
+                kept = list(self._kept_leases)
+            for session_id, owner in kept:
+                try:
+                    renewed = self._db_renew_lease(session_id, owner, self.lease_ttl_seconds)
+                except Exception:  # noqa: BLE001 - retried on the next tick
+                    logger.exception("Renewing the lease of session %r failed", session_id)
+                    continue
+                with self._executor_mutex:
+                    lost = not renewed and (session_id, owner) in self._kept_leases
+                if lost:
+                    logger.warning("Lost the lease of session %r while a turn was running", session_id)
 
     def _commit_turn_sync(self, session: SessionContext) -> None:  # pragma: no cover - turns override
         self._commit_blocking(session)

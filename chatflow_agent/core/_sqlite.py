@@ -27,7 +27,7 @@ from chatflow_agent.core._persistent import (
     StoredSession,
 )
 from chatflow_agent.core._session import DEFAULT_DEDUP_TTL_HOURS, SessionContext
-from chatflow_agent.exceptions import SessionDeletedError, StoreSchemaError
+from chatflow_agent.exceptions import SessionBusyError, SessionDeletedError, StoreSchemaError
 
 __all__ = ["SQLiteSessionStore", "SQLiteSessionContext", "SCHEMA_VERSION", "is_memory_database", "utc_stamp"]
 
@@ -269,11 +269,13 @@ class SQLiteSessionStore(PersistentSessionStore):
                 ).lastrowid
                 for msg in changes.inserts
             ]
-            if changes.release_owner:
-                conn.execute(
-                    "DELETE FROM chatflow_session_leases WHERE session_id = ? AND owner = ?",
-                    (sid, changes.release_owner),
-                )
+            if changes.release_owner and conn.execute(
+                "DELETE FROM chatflow_session_leases WHERE session_id = ? AND owner = ?",
+                (sid, changes.release_owner),
+            ).rowcount == 0:
+                # The lease expired (its renewals stalled) and may have gone to another turn:
+                # committing now could interleave with it, so this turn fails and writes nothing.
+                raise SessionBusyError(sid)
             head = self._db_head(sid)
             assert head is not None
             return CommitResult(new_ids, head.token, head.version)

@@ -9,7 +9,8 @@ Run as ``python -m tests.chatflow_agent._procs COMMAND ARGS...`` from the reposi
 - ``hold-lock DB SECONDS READY DONE``: hold SQLite's write lock (BEGIN IMMEDIATE) for SECONDS, then
   COMMIT and write the release time to DONE. READY is written once the lock is held.
 - ``hang DB SESSION READY``: start a turn (lease TTL 1 s) whose engine writes READY and never answers.
-- ``delete DB SESSION``: delete SESSION through a fresh store; prints the result.
+- ``delete DB SESSION [TEXT]``: delete SESSION through a fresh store and print the result; with TEXT,
+  create it again holding one user message TEXT.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from chatflow_agent import Agent, Message, Runner, SQLiteSessionStore
+from chatflow_agent import Agent, Message, Role, Runner, SQLiteSessionStore
 from chatflow_agent.core.engines.base import BaseEngine, EngineTurnResult
 
 
@@ -103,9 +104,13 @@ def hang(db: str, session_id: str, ready: str) -> None:
     asyncio.run(runner.run_async(session_id, "U:killed"))
 
 
-def delete(db: str, session_id: str) -> None:
+def delete(db: str, session_id: str, recreate: str = "") -> None:
     store = SQLiteSessionStore(db)
     print(json.dumps(store.delete(session_id)))
+    if recreate:
+        time.sleep(0.002)  # a new incarnation: another created_at
+        session = store.get_or_create(session_id, default_agent=Agent(name="Bot", instructions="x"))
+        session.add_message(Message(role=Role.USER, content=recreate))
     store.close()
 
 

@@ -422,6 +422,75 @@ async def test_a_delete_from_another_process_during_a_turn_raises_and_leaves_not
     assert [m.content for m in store_factory(db).get("doomed").history] == ["again", "re: again"]
 
 
+@pytest.mark.slow
+@pytest.mark.asyncio
+async def test_a_delete_and_recreate_from_another_process_fails_the_turn_and_keeps_the_new_session(
+    tmp_path, store_factory
+) -> None:
+    db = str(tmp_path / "recreate.db")
+    store = store_factory(db)
+    engine = Recorder()
+    runner = Runner(Agent(name="Bot", instructions="x"), session_store=store, engine=engine)
+    await runner.run_async("s", "U1")
+    engine.gate = asyncio.Event()
+    turn = asyncio.ensure_future(runner.run_async("s", "U2"))
+    while len(engine.calls) < 2:
+        await asyncio.sleep(0.01)
+    await asyncio.to_thread(finish, child("delete", db, "s", "new life"))
+    engine.gate.set()
+    with pytest.raises(SessionDeletedError):  # the incarnation token changed
+        await turn
+    assert [r[2] for r in raw_rows(Path(db), "s")] == ["new life"]
+    assert [m.content for m in store.get("s").history] == ["new life"]
+
+
+# ---- leases within one file, without subprocesses ---------------------------------------------
+
+def test_a_sync_turn_longer_than_the_lease_ttl_keeps_its_lease(tmp_path, store_factory) -> None:
+    db = str(tmp_path / "sync.db")
+    first, second = store_factory(db), store_factory(db)  # two stores: no shared in-process lock
+    first.lease_ttl_seconds = second.lease_ttl_seconds = 0.3
+    agent = Agent(name="Bot", instructions="x")
+    order: list[str] = []
+    inside = threading.Event()
+
+    def long_turn() -> None:
+        with first.sync_turn("s", agent) as session:
+            inside.set()
+            session.add_message(Message(role=Role.USER, content="first"))
+            time.sleep(1.0)  # more than three lease lifetimes
+            order.append("first done")
+
+    worker = threading.Thread(target=long_turn)
+    worker.start()
+    assert inside.wait(5)
+    with second.sync_turn("s", agent) as session:
+        order.append("second in")
+        session.add_message(Message(role=Role.USER, content="second"))
+    worker.join()
+    assert order == ["first done", "second in"]
+    assert [r[2] for r in raw_rows(Path(db), "s")] == ["first", "second"]
+
+
+@pytest.mark.asyncio
+async def test_a_turn_that_lost_its_lease_fails_and_writes_nothing(tmp_path, store_factory) -> None:
+    db = str(tmp_path / "lost.db")
+    store = store_factory(db)
+    runner = Runner(Agent(name="Bot", instructions="x"), session_store=store, engine=Recorder())
+    await runner.run_async("s", "U1")
+
+    def steal(_event) -> None:  # as if our renewals stalled past expiry and another turn took it
+        conn = sqlite3.connect(db, isolation_level=None)
+        conn.execute("UPDATE chatflow_session_leases SET owner = 'someone-else', expires_at = ?", (time.time() + 60,))
+        conn.close()
+
+    runner.subscribe(lambda e: steal(e) if e.type == "turn_started" else None)
+    with pytest.raises(SessionBusyError):
+        await runner.run_async("s", "U2")
+    assert [r[2] for r in raw_rows(Path(db), "s")] == ["U1", "re: U1"]
+    assert [m.content for m in store.get("s").history] == ["U1", "re: U1"]
+
+
 # ---- agents without a resolver --------------------------------------------------------------
 
 def test_without_a_resolver_get_returns_a_placeholder_agent_and_warns_once(tmp_path, store_factory, caplog) -> None:
