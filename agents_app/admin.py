@@ -1,0 +1,1 @@
+"""Nothing to administer yet: agents are code (see agents_app.registry)."""

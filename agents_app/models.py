@@ -1,0 +1,1 @@
+"""agents_app has no tables yet: agents are code, registered through CHATFLOW_AGENTS."""

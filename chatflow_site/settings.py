@@ -1,0 +1,250 @@
+"""Settings for Chatflow Console, read from the environment through django-environ only.
+
+Defaults just work for a developer (DEBUG on, a SQLite file under ``var/``, the in-memory channel
+layer, the offline demo engine); malformed values stop start-up with an ``ImproperlyConfigured``
+naming the variable. Every variable is listed in ``.env.example``.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import environ
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = BASE_DIR / "var"
+
+env = environ.Env()
+
+# An env file (default: .env in the repository) fills variables not already in the environment.
+# CHATFLOW_ENV_FILE="" reads none (the test runner does this so a developer's .env cannot leak in).
+_env_file = env.str("CHATFLOW_ENV_FILE", default=str(BASE_DIR / ".env"))
+if _env_file and Path(_env_file).is_file():
+    environ.Env.read_env(_env_file)
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def _bool(name: str, default: bool) -> bool:
+    """Strict boolean: 1/0, true/false, yes/no, on/off (any case); anything else is an error."""
+    raw = env.str(name, default="").strip().lower()
+    if raw == "":
+        return default
+    if raw in _TRUE:
+        return True
+    if raw in _FALSE:
+        return False
+    raise ImproperlyConfigured(f"{name} must be one of 1/0, true/false, yes/no, on/off; got {raw!r}")
+
+
+def _positive_int(name: str, default: int) -> int:
+    raw = env.str(name, default="").strip()
+    if raw == "":
+        return default
+    if not re.fullmatch(r"\+?[0-9]+", raw) or int(raw) <= 0:
+        raise ImproperlyConfigured(f"{name} must be a positive integer; got {raw!r}")
+    return int(raw)
+
+
+def _non_negative_int(name: str, default: int) -> int:
+    raw = env.str(name, default="").strip()
+    if raw == "":
+        return default
+    if not re.fullmatch(r"[0-9]+", raw):
+        raise ImproperlyConfigured(f"{name} must be a whole number of seconds (0 or more); got {raw!r}")
+    return int(raw)
+
+
+def _choice(name: str, default: str, choices: tuple[str, ...]) -> str:
+    raw = env.str(name, default="").strip().lower() or default
+    if raw not in choices:
+        raise ImproperlyConfigured(f"{name} must be one of {', '.join(choices)}; got {raw!r}")
+    return raw
+
+
+def _list(name: str, default: list[str]) -> list[str]:
+    raw = env.str(name, default="")
+    if not raw.strip():
+        return default
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def _redact(url: str) -> str:
+    """The URL without its password, for error messages."""
+    return re.sub(r"(://[^:/@]*):[^@]*@", r"\1:***@", url)
+
+
+def _database(url: str) -> dict:
+    """A DATABASES entry from DATABASE_URL (sqlite or postgres only: the migrations speak those two)."""
+    scheme = urlsplit(url).scheme if "://" in url else ""
+    if scheme not in {"sqlite", "postgres", "postgresql", "pgsql", "psql"}:
+        raise ImproperlyConfigured(
+            "DATABASE_URL must be a sqlite:///path or postgres://user@host:port/name URL; "
+            f"got {_redact(url)!r}"
+        )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        config = env.db_url_config(url)
+    if not config.get("NAME"):
+        raise ImproperlyConfigured(f"DATABASE_URL names no database; got {_redact(url)!r}")
+    if config["ENGINE"] == "django.db.backends.sqlite3":
+        if config["NAME"] != ":memory:" and not config["NAME"].startswith("file:"):
+            Path(config["NAME"]).parent.mkdir(parents=True, exist_ok=True)
+        config["OPTIONS"] = {
+            # WAL lets the console read while a bot process writes; IMMEDIATE takes the write lock at
+            # BEGIN so two writers queue on busy_timeout instead of failing with "database is locked".
+            "init_command": "PRAGMA journal_mode=WAL;PRAGMA synchronous=NORMAL;PRAGMA busy_timeout=20000",
+            "transaction_mode": "IMMEDIATE",
+            "timeout": 20,
+        }
+        # A file (not Django's default in-memory database) so tests see WAL, leases and other processes.
+        config["TEST"] = {"NAME": str(VAR_DIR / "test_chatflow.db")}
+    else:
+        config["CONN_HEALTH_CHECKS"] = True
+    return config
+
+
+DEBUG = _bool("DEBUG", default=True)
+
+SECRET_KEY = env.str("SECRET_KEY", default="").strip()
+if not SECRET_KEY:
+    if not DEBUG:
+        raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off (generate one: "
+                                   "python -c 'import secrets; print(secrets.token_urlsafe(50))')")
+    SECRET_KEY = "django-insecure-chatflow-console-development-key-do-not-use-in-production"
+
+ALLOWED_HOSTS = _list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"] if DEBUG else [])
+CSRF_TRUSTED_ORIGINS = _list("CSRF_TRUSTED_ORIGINS", [])
+for _origin in CSRF_TRUSTED_ORIGINS:
+    if not re.match(r"^https?://[^/]+$", _origin):
+        raise ImproperlyConfigured(f"CSRF_TRUSTED_ORIGINS entries must look like https://host[:port]; got {_origin!r}")
+
+DATABASE_URL = env.str("DATABASE_URL", default="").strip() or f"sqlite:///{VAR_DIR / 'chatflow.db'}"
+DATABASES = {"default": _database(DATABASE_URL)}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "servestatic",
+    "channels",
+    "django_htmx",
+    "template_partials",
+    "sessions_app",
+    "agents_app",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "servestatic.middleware.ServeStaticMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "chatflow_site.urls"
+WSGI_APPLICATION = "chatflow_site.wsgi.application"
+ASGI_APPLICATION = "chatflow_site.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,  # template_partials swaps this for its cached partials loader
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    }
+]
+
+# Channel layer: Redis whenever more than one process serves or runs turns, else in-process.
+REDIS_URL = env.str("REDIS_URL", default="").strip()
+if REDIS_URL:
+    if urlsplit(REDIS_URL).scheme not in {"redis", "rediss", "unix"}:
+        raise ImproperlyConfigured(f"REDIS_URL must be a redis://host:port/db URL; got {_redact(REDIS_URL)!r}")
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}}}
+else:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+# Static files: ServeStatic (WhiteNoise's ASGI-native fork) serves them under daphne with DEBUG off too.
+# WhiteNoise hands Django a synchronous file iterator, which under ASGI is buffered whole into memory
+# with a warning on every request; ServeStatic streams asynchronously. Finders are used so a checkout
+# works without collectstatic; `manage.py collectstatic` (into var/static) adds compressed copies.
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = VAR_DIR / "static"
+SERVESTATIC_USE_FINDERS = True
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "servestatic.storage.CompressedStaticFilesStorage"},
+}
+
+# Transport security: production defaults whenever DEBUG is off, each one overridable.
+SECURE_SSL_REDIRECT = _bool("SECURE_SSL_REDIRECT", default=not DEBUG)
+SESSION_COOKIE_SECURE = _bool("SESSION_COOKIE_SECURE", default=not DEBUG)
+CSRF_COOKIE_SECURE = _bool("CSRF_COOKIE_SECURE", default=not DEBUG)
+SECURE_HSTS_SECONDS = _non_negative_int("SECURE_HSTS_SECONDS", 0 if DEBUG else 31_536_000)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = _bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", default=not DEBUG)
+SECURE_HSTS_PRELOAD = _bool("SECURE_HSTS_PRELOAD", default=not DEBUG)
+if _bool("SECURE_PROXY_SSL_HEADER", default=False):
+    # Only behind a proxy that sets X-Forwarded-Proto itself (and strips it from clients).
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+X_FRAME_OPTIONS = "DENY"
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": "WARNING"},
+    "loggers": {name: {"level": "INFO"} for name in ("chatflow_agent", "sessions_app", "agents_app")},
+}
+
+# --- Chatflow runtime -------------------------------------------------------------------------
+CHATFLOW_AGENTS = env.str("CHATFLOW_AGENTS", default="").strip() or "agents_app.demo_team.build"
+if not re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+", CHATFLOW_AGENTS):
+    raise ImproperlyConfigured(
+        f"CHATFLOW_AGENTS must be the dotted path of a factory (package.module.function); got {CHATFLOW_AGENTS!r}"
+    )
+CHATFLOW_ENGINE = _choice("CHATFLOW_ENGINE", "demo", ("demo", "openai"))
+OPENAI_API_KEY = env.str("OPENAI_API_KEY", default="").strip()
+OPENAI_BASE_URL = env.str("OPENAI_BASE_URL", default="").strip()
+if OPENAI_BASE_URL and urlsplit(OPENAI_BASE_URL).scheme not in {"http", "https"}:
+    raise ImproperlyConfigured(f"OPENAI_BASE_URL must be an http(s) URL; got {OPENAI_BASE_URL!r}")
+if CHATFLOW_ENGINE == "openai" and not (OPENAI_API_KEY or OPENAI_BASE_URL):
+    raise ImproperlyConfigured("OPENAI_API_KEY must be set when CHATFLOW_ENGINE=openai "
+                               "(or OPENAI_BASE_URL for a local OpenAI-compatible server)")
+CHATFLOW_MAX_TURNS = _positive_int("CHATFLOW_MAX_TURNS", 40)
+CHATFLOW_DEDUP_TTL_HOURS = _positive_int("CHATFLOW_DEDUP_TTL_HOURS", 192)

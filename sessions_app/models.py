@@ -1,0 +1,126 @@
+"""Django models on the chatflow tables.
+
+``ChatSession``, ``ChatMessage`` and ``ProcessedMessage`` map chatflow-agent 0.3.4's three tables with
+their exact names and columns, and ``SessionLease`` the lease table the runtime's SQLiteSessionStore
+creates: other software (a bot process on SQLiteSessionStore, 0.3.4 itself) writes the same rows with
+raw SQL. The database side of these tables is therefore written by hand in the migrations
+(``CREATE TABLE IF NOT EXISTS``, per vendor) and never by Django's schema editor: a change to one of
+these models needs a ``SeparateDatabaseAndState`` migration, never a plain ``AlterField`` (on SQLite
+that rebuilds the table from Django's state and drops AUTOINCREMENT, defaults and the cascade).
+
+Timestamps: the runtime writes UTC text ``YYYY-MM-DD HH:MM:SS[.ffffff]`` on SQLite; Django reads both
+forms as aware UTC datetimes.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+
+class ChatSession(models.Model):
+    """One conversation: its active agent and free-form metadata (channel, user ids, …)."""
+
+    session_id = models.TextField(primary_key=True)
+    active_agent_name = models.TextField()
+    metadata = models.JSONField(db_column="metadata_json", default=dict, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        db_table = "chatflow_sessions"
+        verbose_name = "chat session"
+        indexes = [models.Index(fields=["updated_at", "session_id"], name="idx_chatflow_sessions_updated")]
+        permissions = [
+            ("force_handoff", "Can force a handoff to another agent"),
+            ("rollback_session", "Can roll a session back to an earlier turn"),
+            ("delete_session", "Can delete a session"),
+            ("export_transcript", "Can export transcripts"),
+        ]
+
+    def __str__(self) -> str:
+        return self.session_id
+
+
+class ChatMessage(models.Model):
+    """One message; ``message_json`` is ``chatflow_agent.types.Message.model_dump_json()``. Order is ``id``."""
+
+    id = models.BigAutoField(primary_key=True)
+    session = models.ForeignKey(
+        ChatSession,
+        on_delete=models.CASCADE,  # the table's FK also says ON DELETE CASCADE: the runtime deletes with raw SQL
+        db_column="session_id",
+        db_index=False,  # covered by idx_chatflow_messages_session (session_id, id)
+        related_name="messages",
+    )
+    role = models.TextField()
+    content = models.TextField(null=True, blank=True)
+    message_json = models.TextField()
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        db_table = "chatflow_messages"
+        ordering = ["id"]
+        indexes = [models.Index(fields=["session", "id"], name="idx_chatflow_messages_session")]
+
+    def __str__(self) -> str:
+        return f"{self.role} #{self.id}"
+
+
+class ProcessedMessage(models.Model):
+    """A claimed webhook message id (de-duplication); the TTL runs from ``processed_at``."""
+
+    message_id = models.TextField(primary_key=True)
+    processed_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        db_table = "chatflow_processed_messages"
+        indexes = [models.Index(fields=["processed_at"], name="idx_chatflow_processed_at")]
+
+    def __str__(self) -> str:
+        return self.message_id
+
+
+class SessionLease(models.Model):
+    """Cross-process turn lock on one session: held by ``owner`` until ``expires_at`` (unix epoch seconds).
+
+    No foreign key: a lease is taken before the session row may exist, and outlives its deletion.
+    """
+
+    session_id = models.TextField(primary_key=True)
+    owner = models.TextField()
+    expires_at = models.FloatField()
+
+    class Meta:
+        db_table = "chatflow_session_leases"
+
+    def __str__(self) -> str:
+        return f"{self.session_id} → {self.owner}"
+
+
+class OperatorAction(models.Model):
+    """Audit log of operator actions. ``session_id`` is plain text so the entry survives the session's deletion."""
+
+    class Kind(models.TextChoices):
+        FORCE_HANDOFF = "force_handoff", "Force handoff"
+        ROLLBACK = "rollback", "Roll back"
+        DELETE = "delete", "Delete session"
+        EXPORT = "export", "Export transcript"
+
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    actor_username = models.TextField(blank=True, default="", help_text="Kept when the user is deleted.")
+    action = models.CharField(max_length=32, choices=Kind.choices)
+    session_id = models.TextField(db_index=True)
+    before = models.JSONField(default=dict, blank=True)
+    after = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        db_table = "chatflow_operator_actions"
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.actor_username or 'system'}: {self.action} {self.session_id}"

@@ -1,0 +1,1 @@
+"""Console views (session list, detail, operator actions) — issue 5."""

@@ -1,0 +1,71 @@
+"""Helpers for tests that run the site as a separate process (manage.py, daphne, dev.py)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+# Every variable settings.py reads; a child process starts from none of them unless a test sets it.
+SITE_VARIABLES = (
+    "DEBUG", "SECRET_KEY", "ALLOWED_HOSTS", "CSRF_TRUSTED_ORIGINS", "DATABASE_URL", "REDIS_URL",
+    "SECURE_SSL_REDIRECT", "SESSION_COOKIE_SECURE", "CSRF_COOKIE_SECURE", "SECURE_HSTS_SECONDS",
+    "SECURE_HSTS_INCLUDE_SUBDOMAINS", "SECURE_HSTS_PRELOAD", "SECURE_PROXY_SSL_HEADER",
+    "CHATFLOW_AGENTS", "CHATFLOW_ENGINE", "OPENAI_API_KEY", "OPENAI_BASE_URL", "CHATFLOW_MAX_TURNS",
+    "CHATFLOW_DEDUP_TTL_HOURS", "DJANGO_SETTINGS_MODULE",
+)
+
+
+def site_env(**overrides: str) -> dict[str, str]:
+    """The current environment without the site's variables (and no .env file), plus ``overrides``."""
+    env = {k: v for k, v in os.environ.items() if k not in SITE_VARIABLES}
+    env["CHATFLOW_ENV_FILE"] = ""
+    env["PYTHONWARNINGS"] = "error"
+    env.update(overrides)
+    return env
+
+
+def run_manage(*args: str, env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """``python manage.py *args`` in the repository with this interpreter; output captured as text."""
+    return subprocess.run(
+        [sys.executable, "manage.py", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_http(url: str, timeout: float, proc: subprocess.Popen | None = None) -> bytes:
+    """GET ``url`` until it answers 200 (or ``timeout`` seconds pass, or ``proc`` exits); returns the body."""
+    deadline = time.monotonic() + timeout
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"the server exited with {proc.returncode} before answering {url}")
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                return response.read()
+        except OSError as err:
+            last = err
+            time.sleep(0.25)
+    raise AssertionError(f"{url} did not answer within {timeout}s: {last}")
+
+
+def stop(proc: subprocess.Popen, timeout: float = 15) -> None:
+    """Stop a server started with ``start_new_session=True``: SIGTERM to its process group, then SIGKILL."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, 15)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            proc.wait(timeout)
