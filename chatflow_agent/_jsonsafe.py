@@ -7,6 +7,7 @@ import dataclasses
 import datetime as dt
 import decimal
 import enum
+import re
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 from pydantic import BaseModel
 
 _MAX_DEPTH = 64
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def clean_text(text: str) -> str:
@@ -24,9 +26,10 @@ def clean_text(text: str) -> str:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        text = text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
-        # A surrogate *pair* written as two code points is valid UTF-16; surrogatepass+replace
-        # turns each half into U+FFFD, which is the documented behaviour for unpaired halves.
+        # One U+FFFD per surrogate code point (a round trip through surrogatepass + "replace"
+        # would give one per UTF-8 byte, i.e. three); two halves of a pair written as separate
+        # code points are each replaced too.
+        text = _SURROGATE.sub("\ufffd", text)
     if "\x00" in text:
         text = text.replace("\x00", "")
     return text
@@ -58,7 +61,7 @@ def json_safe(value: Any, _depth: int = 0) -> Any:
         return [json_safe(v, d) for v in sorted(value, key=repr)]
     if isinstance(value, dt.datetime):
         if value.tzinfo is None:
-            value = value.replace(tzinfo=dt.timezone.utc)
+            value = value.replace(tzinfo=dt.UTC)
         return value.isoformat()
     if isinstance(value, dt.date | dt.time):
         return value.isoformat()

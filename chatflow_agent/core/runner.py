@@ -219,7 +219,7 @@ class Runner:
     async def _generate(self, turn: _Turn, agent: Agent) -> Any:
         engine = resolve_engine(agent, default_engine=self.engine)
         history = engine_view(turn.session.history)
-        stream = getattr(engine, "stream_turn_async", None)
+        stream = _streaming_method(engine)
         if stream is None:
             return await engine.generate_turn_async(agent=agent, history=history)
 
@@ -293,6 +293,23 @@ class Runner:
 
 
 _HANDOFF_LIMIT = "Maximum agent transfers exceeded for a single turn."
+
+
+def _streaming_method(engine: Any) -> Any:
+    """``engine.stream_turn_async`` unless ``generate_turn_async`` was overridden below it.
+
+    A 0.3.4-style engine subclasses a provider engine (or patches the instance) and overrides
+    only ``generate_turn_async``; the inherited streaming method would bypass that override.
+    """
+    stream = getattr(engine, "stream_turn_async", None)
+    if stream is None or "generate_turn_async" in getattr(engine, "__dict__", {}):
+        return None
+    mro = type(engine).__mro__
+    generate_owner = next((k for k in mro if "generate_turn_async" in vars(k)), None)
+    stream_owner = next((k for k in mro if "stream_turn_async" in vars(k)), None)
+    if generate_owner is not None and stream_owner is not None and not issubclass(stream_owner, generate_owner):
+        return None
+    return stream
 
 
 def _row_id(session: SessionContext, message: Message) -> int | None:
