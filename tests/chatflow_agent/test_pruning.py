@@ -1,0 +1,93 @@
+"""Turn grouping, pruning and the engine's well-formed view, as pure functions on message lists.
+
+(The issue's max_turns=2 example with parallel tool calls runs in tests/store_contract.py on every store.)
+"""
+
+from __future__ import annotations
+
+from chatflow_agent import Message, Role, ToolCall, ToolResult
+from chatflow_agent.core.memory import engine_view, group_turns, prune_history
+
+
+def user(text: str) -> Message:
+    return Message(role=Role.USER, content=text)
+
+
+def model(text: str | None = None, *call_ids: str) -> Message:
+    calls = [ToolCall(id=c, name="lookup", args={}) for c in call_ids] or None
+    return Message(role=Role.MODEL, content=text, tool_calls=calls)
+
+
+def results(*call_ids: str) -> Message:
+    outputs = [ToolResult(tool_call_id=c, name="lookup", content="r") for c in call_ids]
+    return Message(role=Role.TOOL, tool_results=outputs)
+
+
+def system(text: str) -> Message:
+    return Message(role=Role.SYSTEM, content=text)
+
+
+def shape(history: list[Message]) -> list[str]:
+    out = []
+    for m in history:
+        ids = [c.id for c in m.tool_calls or []] + [r.tool_call_id for r in m.tool_results or []]
+        out.append(f"{m.role.value}:{m.content or ''}{'/' + ','.join(ids) if ids else ''}")
+    return out
+
+
+def test_group_turns_splits_system_turns_and_leading_messages() -> None:
+    history = [model("greeting"), system("rules"), user("u1"), model("a1"), system("late rule"), user("u2")]
+    sys_msgs, turns, leading = group_turns(history)
+    assert shape(sys_msgs) == ["system:rules", "system:late rule"]
+    assert [shape(t) for t in turns] == [["user:u1", "model:a1"], ["user:u2"]]
+    assert shape(leading) == ["model:greeting"]
+
+
+def test_pruning_moves_system_messages_to_the_front_and_drops_what_precedes_the_first_user() -> None:
+    history = [model("greeting"), results("orphan"), user("u1"), system("late rule"), model("a1")]
+    assert shape(prune_history(history, max_turns=5)) == ["system:late rule", "user:u1", "model:a1"]
+
+
+def test_pruning_returns_the_same_message_objects_in_a_new_list() -> None:
+    history = [user("u1"), model("a1"), user("u2"), model("a2")]
+    pruned = prune_history(history, max_turns=1)
+    assert pruned[0] is history[2] and pruned[1] is history[3]
+    assert len(history) == 4  # the input is not modified
+
+
+def test_pruning_under_the_limit_keeps_everything() -> None:
+    history = [system("s"), user("u1"), model("a1", "c1"), results("c1"), model("a1b")]
+    assert prune_history(history, max_turns=1) == history
+
+
+def test_engine_view_drops_a_call_without_result_and_keeps_the_text_of_its_message() -> None:
+    history = [user("u1"), model("let me check", "c1", "c2"), results("c1"), model("done")]
+    view = engine_view(history)
+    assert shape(view) == ["user:u1", "model:let me check/c1", "tool:/c1", "model:done"]
+    assert shape(history) == ["user:u1", "model:let me check/c1,c2", "tool:/c1", "model:done"]  # not rewritten
+
+
+def test_engine_view_drops_a_model_message_left_empty_by_an_unanswered_call() -> None:
+    history = [user("u1"), model(None, "c1"), user("u2")]
+    assert shape(engine_view(history)) == ["user:u1", "user:u2"]
+
+
+def test_engine_view_drops_a_result_without_its_call() -> None:
+    history = [user("u1"), results("ghost"), model("a1", "c1"), results("c1", "ghost2")]
+    assert shape(engine_view(history)) == ["user:u1", "model:a1/c1", "tool:/c1"]
+
+
+def test_engine_view_does_not_pair_a_result_with_a_call_of_an_earlier_turn() -> None:
+    history = [user("u1"), model("a", "c1"), user("u2"), results("c1"), model("b")]
+    assert shape(engine_view(history)) == ["user:u1", "model:a", "user:u2", "model:b"]
+
+
+def test_engine_view_starts_with_system_then_user() -> None:
+    history = [results("c0"), model("hello first"), system("rules"), user("u1"), model("a1")]
+    assert shape(engine_view(history)) == ["system:rules", "user:u1", "model:a1"]
+
+
+def test_engine_view_passes_well_formed_messages_through_as_they_are() -> None:
+    history = [system("s"), user("u1"), model(None, "c1", "c2"), results("c1", "c2"), model("a1")]
+    view = engine_view(history)
+    assert all(a is b for a, b in zip(view, history, strict=True))
