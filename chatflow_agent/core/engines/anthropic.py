@@ -102,6 +102,8 @@ class AnthropicEngine(BaseEngine):
             headers.update({"X-Api-Key": anthropic.Omit(), "Authorization": anthropic.Omit()})
         # The SDK appends /v1/messages itself.
         sdk_base = self.base_url[: -len("/v1")] if self.base_url.endswith("/v1") else self.base_url
+        if self._external_client is not None:
+            self._external_client.follow_redirects = False  # never replay the key to a Location
         client = anthropic.AsyncAnthropic(
             api_key=key or "no-credential",  # never None: the SDK would read ANTHROPIC_API_KEY for any host
             base_url=sdk_base,

@@ -139,6 +139,10 @@ class OpenAIEngine(BaseEngine):
         # api_key="" means "no credential": the SDK refuses an empty key, so it gets a
         # placeholder and each request drops the Authorization header it would make.
         per_request = {} if key else {"Authorization": openai.Omit()}
+        if self._external_client is not None:
+            # A redirect must never carry the key to its Location, even on an injected client
+            # configured to follow redirects: the engine owns this setting.
+            self._external_client.follow_redirects = False
         http_client = self._external_client or openai.DefaultAsyncHttpxClient(
             timeout=self.timeout,
             follow_redirects=False,  # a redirect must not carry the key elsewhere

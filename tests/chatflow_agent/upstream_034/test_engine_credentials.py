@@ -336,7 +336,6 @@ async def test_anthropic_without_any_key_still_reports_missing_configuration(
     ],
 )
 @pytest.mark.asyncio  # added: this suite runs asyncio in strict mode
-@pytest.mark.xfail(strict=True, reason="BUG in our OpenAIEngine (engines in progress, reported): an injected httpx client with follow_redirects=True is followed, so the request (and key) goes to the Location")  # added
 async def test_redirects_are_not_followed_even_by_injected_clients(
     build: Callable[[], BaseEngine], status: int, location: str
 ) -> None:
