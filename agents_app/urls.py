@@ -1,5 +1,9 @@
-"""Agents page and live chat test page — filled in by the console (issue 5)."""
+"""Agents page (issue 5)."""
 
-from django.urls import path  # noqa: F401
+from django.urls import path
 
-urlpatterns: list = []
+from agents_app import views
+
+urlpatterns = [
+    path("", views.agent_list, name="agents-list-agents"),
+]

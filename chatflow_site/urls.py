@@ -4,7 +4,6 @@ from django.contrib import admin
 from django.http import HttpRequest, HttpResponse
 from django.urls import include, path
 from django.views.decorators.http import require_GET
-from django.views.generic import RedirectView
 
 
 @require_GET
@@ -18,7 +17,6 @@ urlpatterns = [
     path("accounts/", include("django.contrib.auth.urls")),
     path("admin/", admin.site.urls),
     path("agents/", include("agents_app.urls")),
+    # The console: "/" redirects to the session list, /sessions/, /actions/…, /audit/.
     path("", include("sessions_app.urls")),
-    # Until the console's session list exists (issue 5) the front door is the admin.
-    path("", RedirectView.as_view(pattern_name="admin:index"), name="site-home"),
 ]

@@ -1,1 +1,239 @@
-"""Console views (session list, detail, operator actions) — issue 5."""
+"""Console views: session list, session detail, operator actions (handoff / rollback / delete), audit log.
+
+An htmx request gets the named partial of the screen's template (``session_list.html#session-table``);
+the same URL without htmx renders the whole page. Action POSTs return the updated session panel to
+htmx and redirect otherwise; refusals render the action-error partial with their status (400/409).
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urlencode
+
+from django.contrib import messages
+from django.db.models import Count, IntegerField, OuterRef, Subquery, Value
+from django.db.models.functions import Coalesce
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils.cache import patch_vary_headers
+from django.views.decorators.http import require_GET, require_POST
+from django_htmx.http import HttpResponseClientRedirect
+
+from agents_app import registry
+from chatflow_agent.types import Role
+from sessions_app import actions, listing
+from sessions_app.access import DELETE, FORCE_HANDOFF, ROLLBACK, console_required, may
+from sessions_app.models import ChatMessage, ChatSession, OperatorAction
+from sessions_app.timeline import build_page, pretty_json
+
+LIST = "sessions_app/session_list.html"
+DETAIL = "sessions_app/session_detail.html"
+AUDIT = "sessions_app/audit_list.html"
+AUDIT_PAGE = 100
+
+
+def _fragment_wanted(request: HttpRequest) -> bool:
+    htmx = getattr(request, "htmx", None)
+    return bool(htmx) and not htmx.history_restore_request
+
+
+def _render(request: HttpRequest, template: str, partial: str, ctx: dict, status: int = 200) -> HttpResponse:
+    name = f"{template}#{partial}" if _fragment_wanted(request) else template
+    response = render(request, name, ctx, status=status)
+    patch_vary_headers(response, ["HX-Request"])
+    return response
+
+
+def _url(name: str, params: dict, *args: str) -> str:
+    query = urlencode(params)
+    return reverse(name, args=args) + (f"?{query}" if query else "")
+
+
+@require_GET
+def home(request: HttpRequest) -> HttpResponse:
+    return redirect("sessions-list-sessions")
+
+
+# ---- list ------------------------------------------------------------------------------------
+@require_GET
+@console_required()
+def session_list(request: HttpRequest) -> HttpResponse:
+    query = listing.parse_query(request.GET)
+    rows, next_cursor = listing.fetch_page(query)
+    ctx = {
+        "query": query,
+        "rows": rows,
+        "next_url": _url("sessions-list-sessions", query.params(after=next_cursor)) if next_cursor else None,
+        "first_url": _url("sessions-list-sessions", query.params(after="")) if query.after else None,
+        "agent_names": list(registry.agents()),
+        "sorts": [("-updated", "Updated, newest first"), ("updated", "Updated, oldest first"),
+                  ("-created", "Created, newest first"), ("created", "Created, oldest first")],
+    }
+    return _render(request, LIST, "session-table", ctx)
+
+
+# ---- detail ----------------------------------------------------------------------------------
+def _session(session_id: str) -> ChatSession:
+    """The session with its message and turn counts (one query), or 404."""
+    per = ChatMessage.objects.filter(session_id=OuterRef("pk")).order_by().values("session_id")
+    qs = ChatSession.objects.annotate(
+        message_count=Coalesce(Subquery(per.annotate(c=Count("id")).values("c")), Value(0),
+                               output_field=IntegerField()),
+        turn_count=Coalesce(Subquery(per.filter(role=Role.USER.value).annotate(c=Count("id")).values("c")),
+                            Value(0), output_field=IntegerField()),
+    )
+    return get_object_or_404(qs, pk=session_id)
+
+
+def _int(value: str | None, default: int) -> int:
+    try:
+        return int(value or default)
+    except ValueError:
+        return default
+
+
+def _detail_ctx(request: HttpRequest, session: ChatSession, **extra: object) -> dict:
+    newest_first = request.GET.get("order", "newest") != "oldest"
+    page = build_page(session.session_id, _int(request.GET.get("page"), 1), newest_first)
+    user = request.user
+    order = "newest" if newest_first else "oldest"
+    sid = session.session_id
+
+    def page_url(n: int, order: str = order) -> str:
+        return _url("sessions-show-session", {"order": order, "page": n}, sid)
+
+    return {
+        "s": session,
+        "metadata": [(k, v if isinstance(v, str) else pretty_json(v)) for k, v in session.metadata.items()]
+        if isinstance(session.metadata, dict) else [],
+        "history": page,
+        "order": order,
+        "prev_url": page_url(page.page - 1) if page.has_previous else None,
+        "next_url": page_url(page.page + 1) if page.has_next else None,
+        "toggle_url": page_url(1, "oldest" if newest_first else "newest"),
+        "agent_names": list(registry.agents()),
+        "agent_registered": registry.get_agent(session.active_agent_name) is not None,
+        "can_handoff": may(user, FORCE_HANDOFF),
+        "can_rollback": may(user, ROLLBACK),
+        "can_delete": may(user, DELETE),
+        **extra,
+    }
+
+
+@require_GET
+@console_required()
+def session_detail(request: HttpRequest, session_id: str) -> HttpResponse:
+    session = _session(session_id)
+    return _render(request, DETAIL, "history", _detail_ctx(request, session))
+
+
+def _action_error(request: HttpRequest, session_id: str, err: actions.ActionError) -> HttpResponse:
+    if _fragment_wanted(request):
+        response = render(request, f"{DETAIL}#action-error", {"error": str(err)}, status=err.status)
+        response["HX-Retarget"] = "#dialog"
+        response["HX-Reswap"] = "innerHTML"
+        return response
+    session = _session(session_id)
+    return render(request, DETAIL, _detail_ctx(request, session, error=str(err)), status=err.status)
+
+
+def _after_action(request: HttpRequest, session_id: str, note: str) -> HttpResponse:
+    if _fragment_wanted(request):
+        session = _session(session_id)
+        response = render(request, f"{DETAIL}#session-panel", _detail_ctx(request, session, note=note))
+        response["HX-Retarget"] = "#session-panel"
+        response["HX-Reswap"] = "outerHTML"
+        return response
+    messages.success(request, note)
+    return redirect("sessions-show-session", session_id=session_id)
+
+
+# ---- actions ---------------------------------------------------------------------------------
+@require_POST
+@console_required(FORCE_HANDOFF)
+def session_handoff(request: HttpRequest, session_id: str) -> HttpResponse:
+    get_object_or_404(ChatSession, pk=session_id)
+    agent, reason = request.POST.get("agent", "").strip(), request.POST.get("reason", "").strip()[:500]
+    try:
+        entry = actions.force_handoff(request.user, session_id, agent, reason)
+    except actions.ActionError as err:
+        return _action_error(request, session_id, err)
+    return _after_action(request, session_id, f"Handed off from {entry.before['active_agent']} to {agent}.")
+
+
+@require_GET
+@console_required(ROLLBACK)
+def session_rollback_preview(request: HttpRequest, session_id: str) -> HttpResponse:
+    session = _session(session_id)
+    try:
+        plan = actions.plan_rollback(session_id, _int(request.GET.get("turn"), -1))
+    except actions.ActionError as err:
+        return _action_error(request, session_id, err)
+    return _render(request, DETAIL, "rollback-preview", _detail_ctx(request, session, plan=plan))
+
+
+@require_POST
+@console_required(ROLLBACK)
+def session_rollback(request: HttpRequest, session_id: str) -> HttpResponse:
+    get_object_or_404(ChatSession, pk=session_id)
+    turn = _int(request.POST.get("turn"), -1)
+    try:
+        plan, _entry = actions.rollback(request.user, session_id, turn, request.POST.get("fingerprint") or None)
+    except actions.ActionError as err:
+        return _action_error(request, session_id, err)
+    removed = len(plan.removed_ids)
+    return _after_action(request, session_id,
+                         f"Rolled back to turn {turn}: {removed} message{'s' if removed != 1 else ''} removed; "
+                         f"active agent {plan.agent_after}.")
+
+
+@require_GET
+@console_required(DELETE)
+def session_delete_confirm(request: HttpRequest, session_id: str) -> HttpResponse:
+    session = _session(session_id)
+    return _render(request, DETAIL, "delete-confirm", _detail_ctx(request, session, confirm_delete=True))
+
+
+@require_POST
+@console_required(DELETE)
+def session_delete(request: HttpRequest, session_id: str) -> HttpResponse:
+    get_object_or_404(ChatSession, pk=session_id)
+    try:
+        actions.delete_session(request.user, session_id)
+    except actions.ActionError as err:
+        return _action_error(request, session_id, err)
+    messages.success(request, f"Deleted session {session_id}.")
+    target = reverse("sessions-list-sessions")
+    if _fragment_wanted(request):
+        return HttpResponseClientRedirect(target)
+    return redirect(target)
+
+
+# ---- audit log -------------------------------------------------------------------------------
+@require_GET
+@console_required()
+def audit_list(request: HttpRequest) -> HttpResponse:
+    actor = request.GET.get("actor", "").strip()[:150]
+    action = request.GET.get("action", "").strip()
+    session_id = request.GET.get("session", "")[:1000]
+    before = _int(request.GET.get("before"), 0)
+    qs = OperatorAction.objects.order_by("-id")
+    if actor:
+        qs = qs.filter(actor_username=actor)
+    if action in OperatorAction.Kind.values:
+        qs = qs.filter(action=action)
+    if session_id:
+        qs = qs.filter(session_id=session_id)
+    if before:
+        qs = qs.filter(id__lt=before)
+    entries = list(qs[: AUDIT_PAGE + 1])
+    more = len(entries) > AUDIT_PAGE
+    entries = entries[:AUDIT_PAGE]
+    filters = {k: v for k, v in {"actor": actor, "action": action, "session": session_id}.items() if v}
+    ctx = {
+        "entries": [(e, pretty_json(e.before), pretty_json(e.after)) for e in entries],
+        "actor": actor, "action": action, "session_filter": session_id,
+        "actions": OperatorAction.Kind.choices,
+        "next_url": _url("sessions-list-actions", {**filters, "before": entries[-1].id}) if more and entries else None,
+    }
+    return _render(request, AUDIT, "audit-table", ctx)

@@ -1,0 +1,43 @@
+"""Agents page: every registered agent with its instructions, tools (parameter schemas) and handoffs,
+and the handoff graph as server-rendered SVG."""
+
+from __future__ import annotations
+
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.views.decorators.http import require_GET
+
+from agents_app import registry
+from agents_app.graph import layout
+from chatflow_agent.core.agent import handoff_tool_name
+from sessions_app.access import console_required
+from sessions_app.timeline import pretty_json
+
+
+def _instructions(agent) -> str:
+    try:
+        return agent.get_instructions()
+    except Exception as err:  # noqa: BLE001 - a dynamic instruction callable may fail; show why
+        return f"(instructions could not be computed: {type(err).__name__})"
+
+
+@require_GET
+@console_required()
+def agent_list(request: HttpRequest) -> HttpResponse:
+    agents = list(registry.agents().values())
+    ctx = {
+        "agents": [
+            {
+                "name": a.name,
+                "model": a.model,
+                "starting": i == 0,
+                "instructions": _instructions(a),
+                "tools": [{"name": t.name, "description": t.description, "schema": pretty_json(t.json_schema)}
+                          for t in a.tools],
+                "handoffs": [{"name": h.name, "tool": handoff_tool_name(h.name)} for h in a.handoffs],
+            }
+            for i, a in enumerate(agents)
+        ],
+        "graph": layout(agents),
+    }
+    return render(request, "agents_app/agent_list.html", ctx)

@@ -1,0 +1,281 @@
+"""Operator actions on a session: force a handoff, roll back to a turn (planned first), delete.
+
+Every action goes through the site's session store (the same turn lock, lease and commit a bot turn
+uses; never raw SQL), runs in one database transaction together with its audit entry, and refuses
+with :class:`SessionBusy` (HTTP 409) when a turn holds the session. Permission checks are the
+views' job; these functions take the acting user only to write the audit entry.
+
+Rollback is planned from the stored rows (:func:`plan_rollback`) and the confirmed rollback checks,
+under the turn lock, that the session is still the one the plan was made from (its *fingerprint*)
+and, after the store committed, that exactly the planned rows are gone; otherwise the transaction
+is rolled back and nothing changes. So what the preview shows is what happens.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from django.db import transaction
+from django.http import Http404
+
+from agents_app import registry
+from chatflow_agent.core._persistent import StoredRow, parse_row
+from chatflow_agent.core._pruning import group_turns
+from chatflow_agent.exceptions import SessionBusyError
+from chatflow_agent.types import Message, Role
+from sessions_app.models import ChatMessage, ChatSession, OperatorAction
+from sessions_app.timeline import handoff_of, pretty_json
+
+if TYPE_CHECKING:
+    from sessions_app.store import DjangoSessionStore
+
+__all__ = [
+    "ActionError", "InvalidAction", "SessionBusy", "StalePlan", "RollbackPlan",
+    "delete_session", "force_handoff", "plan_rollback", "rollback", "session_counts", "site_store",
+]
+
+
+class ActionError(Exception):
+    """An action refused with a message for the operator; ``status`` is the HTTP status."""
+
+    status = 400
+
+
+class InvalidAction(ActionError):
+    status = 400
+
+
+class SessionBusy(ActionError):
+    status = 409
+
+
+class StalePlan(ActionError):
+    status = 409
+
+
+@functools.cache
+def site_store() -> DjangoSessionStore:
+    """The site's DjangoSessionStore (one per process), resolving agent names through the registry."""
+    from sessions_app.store import DjangoSessionStore
+
+    store = DjangoSessionStore()
+    store.set_agent_resolver(registry.get_agent)
+    return store
+
+
+def _busy(session_id: str) -> SessionBusy:
+    return SessionBusy(f"A turn is running on session {session_id!r}; try again when it has finished.")
+
+
+def _locked_session(session_id: str) -> ChatSession:
+    """The session row inside the current transaction, or 404."""
+    row = ChatSession.objects.filter(pk=session_id).first()
+    if row is None:
+        raise Http404("No such session.")
+    return row
+
+
+def _audit(user: Any, action: str, session_id: str, before: dict, after: dict) -> OperatorAction:
+    return OperatorAction.objects.create(
+        actor=user if getattr(user, "pk", None) else None,
+        actor_username=getattr(user, "username", "") or "",
+        action=action,
+        session_id=session_id,
+        before=before,
+        after=after,
+    )
+
+
+def session_counts(session_id: str) -> dict[str, int]:
+    """Messages and turns (USER rows) stored for the session."""
+    messages = ChatMessage.objects.filter(session_id=session_id)
+    return {"messages": messages.count(), "turns": messages.filter(role=Role.USER.value).count()}
+
+
+# ---- force handoff ---------------------------------------------------------------------------
+def force_handoff(user: Any, session_id: str, agent_name: str, reason: str = "") -> OperatorAction:
+    """Make ``agent_name`` (a registered agent) the session's active agent. No chat message is written."""
+    agent = registry.get_agent(agent_name)
+    if agent is None:
+        known = ", ".join(registry.agents())
+        raise InvalidAction(f"Unknown agent {agent_name!r}; registered agents: {known}.")
+    store = site_store()
+    with transaction.atomic():
+        _locked_session(session_id)
+        try:
+            with store.sync_turn(session_id, registry.starting_agent(), wait=False) as session:
+                before = session.active_agent.name
+                session.set_active_agent(agent)
+        except SessionBusyError:
+            raise _busy(session_id) from None
+        return _audit(user, OperatorAction.Kind.FORCE_HANDOFF, session_id,
+                      {"active_agent": before}, {"active_agent": agent.name, "reason": reason})
+
+
+# ---- rollback --------------------------------------------------------------------------------
+@dataclass
+class RemovedCall:
+    turn: int
+    name: str
+    args: str
+    outcome: str  # "ok", "error", "no result"
+
+
+@dataclass
+class RollbackPlan:
+    """What rolling ``session_id`` back to ``turn`` does (turn 0: remove every turn)."""
+
+    session_id: str
+    turn: int
+    turn_count: int
+    fingerprint: str
+    agent_before: str
+    agent_after: str
+    agent_after_registered: bool
+    removed_turns: list[int]
+    removed_ids: list[int]
+    kept_ids: list[int]
+    pruned_turns: list[int] = field(default_factory=list)
+    leading_ids: list[int] = field(default_factory=list)
+    side_effects: list[RemovedCall] = field(default_factory=list)
+    handoffs_undone: list[dict[str, Any]] = field(default_factory=list)
+    window: int = 0
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-safe description (for the audit log)."""
+        return {
+            "turn": self.turn,
+            "removed_turns": self.removed_turns,
+            "removed_message_ids": self.removed_ids,
+            "pruned_turns": self.pruned_turns,
+            "agent_after": self.agent_after,
+            "tool_calls_not_undone": [c.__dict__ for c in self.side_effects],
+            "handoffs_undone": self.handoffs_undone,
+        }
+
+
+def _stored(session_id: str) -> tuple[list[tuple[int, Message | None]], str]:
+    rows = list(
+        ChatMessage.objects.filter(session_id=session_id).order_by("id")
+        .values_list("id", "role", "content", "message_json")
+    )
+    parsed = [(r[0], parse_row(StoredRow(*r))) for r in rows]
+    fingerprint = f"{rows[-1][0] if rows else 0}-{len(rows)}"
+    return parsed, fingerprint
+
+
+def _agent_after(turns: list[list[Message]], n: int, current: str) -> str:
+    """The agent that ended turn ``n``, from the handoff results in the history."""
+    handoffs = [[h for m in t if m.role == Role.TOOL for r in m.tool_results or [] if (h := handoff_of(r))]
+                for t in turns]
+    for hs in reversed(handoffs[:n]):
+        if hs:
+            return hs[-1]["to"]
+    for hs in handoffs[n:]:
+        if hs:
+            # The agent active before the first later handoff; 0.3.4 did not record it, and then
+            # no earlier handoff happened, so it is the agent the session started with.
+            return hs[0]["from"] or registry.starting_agent().name
+    return current
+
+
+def plan_rollback(session_id: str, turn: int) -> RollbackPlan:
+    """The plan for rolling back to ``turn``; :class:`InvalidAction` for a turn it cannot go to.
+
+    The store keeps the newest ``default_max_turns`` turns in memory and removes older rows with
+    its next commit, so those ("pruned") turns are removed too and cannot be a rollback target.
+    """
+    row = ChatSession.objects.filter(pk=session_id).first()
+    if row is None:
+        raise Http404("No such session.")
+    parsed, fingerprint = _stored(session_id)
+    ids_of = {id(m): rid for rid, m in parsed if m is not None}
+    _system, turns, leading = group_turns([m for _rid, m in parsed if m is not None])
+    total, window = len(turns), site_store().default_max_turns
+    offset = max(0, total - window)
+    if not (offset <= turn < total):
+        low = "0" if offset == 0 else str(offset)
+        raise InvalidAction(f"Cannot roll back to turn {turn}: choose a turn from {low} to {total - 1} "
+                            f"(the session has {total} turns).")
+    removed_turns = list(range(1, offset + 1)) + list(range(turn + 1, total + 1))
+    removed_ids = sorted([ids_of[id(m)] for n in removed_turns for m in turns[n - 1]]
+                         + [ids_of[id(m)] for m in leading])
+    gone = set(removed_ids)
+    agent_after = _agent_after(turns, turn, row.active_agent_name)
+    plan = RollbackPlan(
+        session_id=session_id, turn=turn, turn_count=total, fingerprint=fingerprint,
+        agent_before=row.active_agent_name, agent_after=agent_after,
+        agent_after_registered=registry.get_agent(agent_after) is not None,
+        removed_turns=removed_turns, removed_ids=removed_ids,
+        kept_ids=[rid for rid, _m in parsed if rid not in gone],
+        pruned_turns=list(range(1, offset + 1)), leading_ids=[ids_of[id(m)] for m in leading], window=window,
+    )
+    for n in range(turn + 1, total + 1):
+        results = {r.tool_call_id: r for m in turns[n - 1] if m.role == Role.TOOL for r in m.tool_results or []}
+        for m in turns[n - 1]:
+            for call in m.tool_calls or []:
+                result = results.get(call.id)
+                handoff = handoff_of(result) if result is not None else None
+                if handoff:
+                    plan.handoffs_undone.append({"turn": n, **handoff})
+                    continue
+                outcome = "no result" if result is None else ("error" if result.is_error else "ok")
+                plan.side_effects.append(RemovedCall(n, call.name, pretty_json(call.args), outcome))
+    return plan
+
+
+def rollback(user: Any, session_id: str, turn: int, fingerprint: str | None = None) -> tuple[RollbackPlan, OperatorAction]:  # noqa: E501
+    """Roll back to ``turn`` as :func:`plan_rollback` describes; ``fingerprint`` (from the preview) must match."""
+    store = site_store()
+    with transaction.atomic():
+        _locked_session(session_id)
+        plan = plan_rollback(session_id, turn)
+        if fingerprint and fingerprint != plan.fingerprint:
+            raise StalePlan("The session changed since the preview was shown; review the new preview.")
+        try:
+            with store.sync_turn(session_id, registry.starting_agent(), wait=False) as session:
+                agent_now = _apply_plan(session, plan)
+        except SessionBusyError:
+            raise _busy(session_id) from None
+        left = list(ChatMessage.objects.filter(session_id=session_id).order_by("id").values_list("id", flat=True))
+        if left != plan.kept_ids:
+            transaction.set_rollback(True)
+            raise StalePlan("The store's result differed from the preview; nothing was changed.")
+        before = {"turn_count": plan.turn_count, "active_agent": plan.agent_before, "fingerprint": plan.fingerprint}
+        after = {**plan.summary(), "turn_count": plan.turn, "active_agent": agent_now}
+        return plan, _audit(user, OperatorAction.Kind.ROLLBACK, session_id, before, after)
+
+
+def _apply_plan(session: Any, plan: RollbackPlan) -> str:
+    """Inside the turn: keep SYSTEM messages and turns up to ``plan.turn``; set the agent that ended it."""
+    history = session.history
+    _system, mem_turns, _ = group_turns(history)
+    offset = len(plan.pruned_turns)
+    if len(mem_turns) != plan.turn_count - offset:
+        raise StalePlan("The session's history in the store differs from the stored rows; reload and retry.")
+    keep_turns = plan.turn - offset
+    if keep_turns < len(mem_turns):
+        first_removed = mem_turns[keep_turns][0]
+        keep = next(i for i, m in enumerate(history) if m is first_removed)
+    else:
+        keep = len(history)
+    session.rollback_to(keep)
+    agent = registry.get_agent(plan.agent_after)
+    if agent is not None and agent.name != session.active_agent.name:
+        session.set_active_agent(agent)
+    return session.active_agent.name
+
+
+# ---- delete ----------------------------------------------------------------------------------
+def delete_session(user: Any, session_id: str) -> OperatorAction:
+    """Delete the session through the store (a running turn then gets SessionDeletedError)."""
+    store = site_store()
+    with transaction.atomic():
+        row = _locked_session(session_id)
+        before = {"active_agent": row.active_agent_name, "metadata": row.metadata,
+                  "created_at": row.created_at.isoformat(), "updated_at": row.updated_at.isoformat(),
+                  **session_counts(session_id)}
+        store.delete(session_id)
+        return _audit(user, OperatorAction.Kind.DELETE, session_id, before, {"deleted": True})

@@ -1,0 +1,148 @@
+"""The session list query: search, filters, sort and keyset pagination, without loading any history.
+
+Each page is one query with ``LIMIT per_page + 1`` (the extra row says whether there is a next page):
+no COUNT, no OFFSET. The cursor is the last row's (sort timestamp, session_id), so a deep page costs
+what the first one costs on the ``(updated_at, session_id)`` index. Per-row numbers (messages, turns,
+last message preview, whether a turn holds the lease) are correlated subqueries the database evaluates
+only for the rows of the page.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from datetime import time as dtime
+from typing import Any
+
+from django.db.models import Count, Exists, IntegerField, OuterRef, Q, Subquery, TextField, Value
+from django.db.models.functions import Cast, Coalesce
+from django.utils import timezone
+from django.utils.dateparse import parse_date, parse_datetime
+
+from chatflow_agent.types import Role
+from sessions_app.models import ChatMessage, ChatSession, SessionLease
+
+__all__ = ["ListQuery", "SORTS", "fetch_page", "parse_query"]
+
+SORTS = {
+    "-updated": ("updated_at", True),
+    "updated": ("updated_at", False),
+    "-created": ("created_at", True),
+    "created": ("created_at", False),
+}
+PER_PAGE = 50
+
+
+@dataclass
+class ListQuery:
+    q: str = ""
+    agent: str = ""
+    channel: str = ""
+    updated_from: str = ""
+    updated_to: str = ""
+    sort: str = "-updated"
+    after: str = ""
+
+    def params(self, **override: str) -> dict[str, str]:
+        """Non-empty query parameters (for links), with ``override`` applied."""
+        values = {**self.__dict__, **override}
+        return {k: v for k, v in values.items() if v and not (k == "sort" and v == "-updated")}
+
+
+def parse_query(get: Any) -> ListQuery:
+    sort = get.get("sort", "-updated")
+    return ListQuery(
+        q=get.get("q", "").strip()[:200],
+        agent=get.get("agent", "").strip()[:200],
+        channel=get.get("channel", "").strip()[:200],
+        updated_from=get.get("updated_from", "").strip()[:32],
+        updated_to=get.get("updated_to", "").strip()[:32],
+        sort=sort if sort in SORTS else "-updated",
+        after=get.get("after", "").strip()[:2000],
+    )
+
+
+def encode_cursor(stamp: datetime, session_id: str) -> str:
+    raw = json.dumps([stamp.isoformat(), session_id], ensure_ascii=False).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, str] | None:
+    """The (timestamp, session_id) of a cursor, or None when it is malformed (then page 1 is shown)."""
+    try:
+        stamp, session_id = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        moment = parse_datetime(stamp)
+    except (ValueError, TypeError):
+        return None
+    if moment is None or not isinstance(session_id, str):
+        return None
+    return moment, session_id
+
+
+def _bound(day: str, end: bool) -> datetime | None:
+    parsed = parse_date(day) if day else None
+    if parsed is None:
+        return None
+    moment = datetime.combine(parsed, dtime.max if end else dtime.min)
+    return timezone.make_aware(moment, timezone.get_current_timezone())
+
+
+def _filtered(query: ListQuery):
+    qs = ChatSession.objects.all()
+    if query.q:
+        text = ChatMessage.objects.filter(session_id=OuterRef("pk"), content__icontains=query.q)
+        qs = qs.annotate(_meta=Cast("metadata", TextField())).filter(
+            Q(session_id__icontains=query.q) | Q(_meta__icontains=query.q) | Exists(text)
+        )
+    if query.agent:
+        qs = qs.filter(active_agent_name=query.agent)
+    if query.channel:
+        qs = qs.filter(metadata__channel=query.channel)
+    start, end = _bound(query.updated_from, False), _bound(query.updated_to, True)
+    if start:
+        qs = qs.filter(updated_at__gte=start)
+    if end:
+        qs = qs.filter(updated_at__lte=end)
+    return qs
+
+
+def _annotated(qs):
+    per_session = ChatMessage.objects.filter(session_id=OuterRef("pk")).order_by().values("session_id")
+    last = (
+        ChatMessage.objects.filter(session_id=OuterRef("pk"), role__in=[Role.USER.value, Role.MODEL.value])
+        .exclude(content__isnull=True).exclude(content="")
+        .order_by("-id")
+    )
+    return qs.annotate(
+        message_count=Coalesce(Subquery(per_session.annotate(c=Count("id")).values("c")), Value(0),
+                               output_field=IntegerField()),
+        turn_count=Coalesce(
+            Subquery(per_session.filter(role=Role.USER.value).annotate(c=Count("id")).values("c")),
+            Value(0), output_field=IntegerField(),
+        ),
+        last_role=Subquery(last.values("role")[:1]),
+        last_text=Subquery(last.values("content")[:1]),
+        running=Exists(SessionLease.objects.filter(session_id=OuterRef("pk"), expires_at__gt=time.time())),
+    )
+
+
+def fetch_page(query: ListQuery, per_page: int = PER_PAGE) -> tuple[list[ChatSession], str | None]:
+    """The page after ``query.after`` and the cursor of the next page (None on the last page)."""
+    column, desc = SORTS[query.sort]
+    qs = _filtered(query)
+    cursor = decode_cursor(query.after) if query.after else None
+    if cursor is not None:
+        stamp, sid = cursor
+        if desc:
+            qs = qs.filter(Q(**{f"{column}__lt": stamp}) | Q(**{column: stamp, "session_id__lt": sid}))
+        else:
+            qs = qs.filter(Q(**{f"{column}__gt": stamp}) | Q(**{column: stamp, "session_id__gt": sid}))
+    order = [f"-{column}", "-session_id"] if desc else [column, "session_id"]
+    rows = list(_annotated(qs.order_by(*order))[: per_page + 1])
+    more = len(rows) > per_page
+    rows = rows[:per_page]
+    nxt = encode_cursor(getattr(rows[-1], column), rows[-1].session_id) if more and rows else None
+    return rows, nxt
