@@ -195,10 +195,10 @@ def plan_rollback(session_id: str, turn: int) -> RollbackPlan:
     _system, turns, leading = group_turns([m for _rid, m in parsed if m is not None])
     total, window = len(turns), site_store().default_max_turns
     offset = max(0, total - window)
-    if not (offset <= turn < total):
-        low = "0" if offset == 0 else str(offset)
+    low = 0 if offset == 0 else offset + 1
+    if not (low <= turn < total):
         raise InvalidAction(f"Cannot roll back to turn {turn}: choose a turn from {low} to {total - 1} "
-                            f"(the session has {total} turns).")
+                            f"(the session has {total} turns, the runtime keeps the newest {window}).")
     removed_turns = list(range(1, offset + 1)) + list(range(turn + 1, total + 1))
     removed_ids = sorted([ids_of[id(m)] for n in removed_turns for m in turns[n - 1]]
                          + [ids_of[id(m)] for m in leading])

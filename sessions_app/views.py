@@ -112,6 +112,7 @@ def _detail_ctx(request: HttpRequest, session: ChatSession, **extra: object) -> 
         "next_url": page_url(page.page + 1) if page.has_next else None,
         "toggle_url": page_url(1, "oldest" if newest_first else "newest"),
         "agent_names": list(registry.agents()),
+        "window_start": page.turn_count - actions.site_store().default_max_turns,
         "agent_registered": registry.get_agent(session.active_agent_name) is not None,
         "can_handoff": may(user, FORCE_HANDOFF),
         "can_rollback": may(user, ROLLBACK),

@@ -1,0 +1,333 @@
+"""Operator actions through the console: force handoff, roll back to a turn (preview first), delete —
+each in one transaction with its audit entry, refused with 409 while a turn holds the session."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+from django.db import connection
+from django.urls import reverse
+
+from agents_app import registry
+from sessions_app import actions
+from sessions_app.models import ChatMessage, ChatSession, OperatorAction, SessionLease
+from tests.sessions_app import conversations as cv
+from tests.sessions_app import personas
+
+pytestmark = pytest.mark.django_db
+
+FIXTURE_DB = Path(__file__).resolve().parents[1] / "fixtures" / "chatflow_034.db"
+WEIRD_IDS = ["+15550100", "tg:998877", "a/b", "olá 👋", "x" * 255]
+
+
+@pytest.fixture
+def olga():
+    return personas.operator()
+
+
+@pytest.fixture
+def op_client(olga):
+    return personas.client_for(olga)
+
+
+def url(name: str, session_id: str) -> str:
+    return reverse(name, args=[session_id])
+
+
+def snapshot(session_id: str) -> tuple:
+    row = ChatSession.objects.filter(pk=session_id).values_list("active_agent_name", "metadata").first()
+    ids = list(ChatMessage.objects.filter(session_id=session_id).values_list("id", "message_json"))
+    return row, ids
+
+
+def foreign_lease(session_id: str) -> None:
+    """A turn running in another process: it holds the session's lease."""
+    SessionLease.objects.create(session_id=session_id, owner="bot-host:4242:turn", expires_at=time.time() + 60)
+
+
+# ---- force handoff ---------------------------------------------------------------------------
+def test_force_handoff_sets_the_active_agent_and_is_audited(op_client, olga):
+    cv.store("tg:998877", cv.support_story())
+
+    response = op_client.post(url("sessions-handoff-session", "tg:998877"), {"agent": "Tech", "reason": "screen"})
+
+    assert response.status_code == 302 and response["Location"] == url("sessions-show-session", "tg:998877")
+    assert ChatSession.objects.get(pk="tg:998877").active_agent_name == "Tech"
+    entry = OperatorAction.objects.get()
+    assert (entry.actor, entry.actor_username, entry.action, entry.session_id) == (
+        olga, "olga.operator", "force_handoff", "tg:998877")
+    assert entry.before == {"active_agent": "Support"}
+    assert entry.after == {"active_agent": "Tech", "reason": "screen"}
+    assert actions.site_store().get("tg:998877").active_agent is registry.get_agent("Tech")
+
+
+def test_force_handoff_over_htmx_returns_the_updated_session_panel(op_client):
+    cv.store("s", cv.support_story())
+
+    response = op_client.post("/actions/handoff/s/", {"agent": "Billing"}, HTTP_HX_REQUEST="true")
+
+    assert response.status_code == 200 and response["HX-Retarget"] == "#session-panel"
+    body = response.content.decode()
+    assert body.lstrip().startswith('<div id="session-panel">') and "<html" not in body
+    assert "Handed off from Support to Billing." in body
+    assert "<dt>Active agent</dt><dd><strong>Billing</strong>" in body
+
+
+def test_an_unknown_agent_is_refused_with_400_and_changes_nothing(op_client):
+    cv.store("s", cv.support_story())
+    before = snapshot("s")
+
+    full = op_client.post("/actions/handoff/s/", {"agent": "Nobody"})
+    fragment = op_client.post("/actions/handoff/s/", {"agent": "<b>x</b>"}, HTTP_HX_REQUEST="true")
+
+    assert full.status_code == fragment.status_code == 400
+    assert "Unknown agent &#x27;Nobody&#x27;; registered agents: Support, Billing, Tech." in full.content.decode()
+    assert b"<html" in full.content
+    assert fragment["HX-Retarget"] == "#dialog" and b'role="alert"' in fragment.content
+    assert b"&lt;b&gt;x&lt;/b&gt;" in fragment.content
+    assert snapshot("s") == before and not OperatorAction.objects.exists()
+
+
+# ---- busy sessions ---------------------------------------------------------------------------
+@pytest.mark.parametrize("post", [
+    ("sessions-handoff-session", {"agent": "Tech"}),
+    ("sessions-rollback-session", {"turn": "1"}),
+], ids=["handoff", "rollback"])
+@pytest.mark.parametrize("htmx", [False, True], ids=["page", "htmx"])
+def test_actions_on_a_session_whose_turn_runs_in_another_process_are_409_and_change_nothing(op_client, post, htmx):
+    cv.store("+15550100", cv.support_story())
+    foreign_lease("+15550100")
+    before = snapshot("+15550100")
+    extra = {"HTTP_HX_REQUEST": "true"} if htmx else {}
+
+    response = op_client.post(url(post[0], "+15550100"), post[1], **extra)
+
+    assert response.status_code == 409
+    assert "A turn is running on session &#x27;+15550100&#x27;" in response.content.decode()
+    assert snapshot("+15550100") == before and not OperatorAction.objects.exists()
+    assert SessionLease.objects.get().owner == "bot-host:4242:turn"  # the running turn keeps its lease
+
+
+def test_a_rollback_while_a_turn_runs_in_this_process_is_409_and_changes_nothing(op_client):
+    cv.store("s", cv.support_story())
+    before = snapshot("s")
+    store = actions.site_store()
+
+    with store.sync_turn("s", registry.starting_agent()) as session:
+        response = op_client.post("/actions/rollback/s/", {"turn": "1"})
+        assert len(session.history) == 15
+
+    assert response.status_code == 409 and b"A turn is running" in response.content
+    assert snapshot("s") == before and not OperatorAction.objects.exists()
+
+
+def test_an_expired_lease_does_not_block_an_action(op_client):
+    cv.store("s", cv.support_story())
+    SessionLease.objects.create(session_id="s", owner="dead-process", expires_at=time.time() - 1)
+
+    assert op_client.post("/actions/handoff/s/", {"agent": "Tech"}).status_code == 302
+    assert not SessionLease.objects.exists()
+
+
+# ---- rollback --------------------------------------------------------------------------------
+def test_the_rollback_preview_lists_what_goes_and_what_is_not_undone(op_client):
+    cv.store("s", cv.support_story(), agent="Billing")
+
+    full = op_client.get("/actions/rollback-preview/s/?turn=1")
+    fragment = op_client.get("/actions/rollback-preview/s/?turn=1", HTTP_HX_REQUEST="true")
+
+    assert full.status_code == fragment.status_code == 200
+    assert b"<html" in full.content and b'id="rollback-preview"' in full.content
+    assert fragment.content.lstrip().startswith(b'<div class="card preview" id="rollback-preview">')
+    body = fragment.content.decode()
+    assert "Turns removed: <strong>2</strong> (turn 2–3)" in body
+    assert "Messages removed: <strong>10</strong>" in body
+    assert "Active agent afterwards: <strong>Support</strong> (now Billing)" in body
+    effects = body[body.index("<em>not</em> undone"):body.index("Handoffs undone")]
+    assert "refund_order" in effects and "get_invoice" in effects and ">error<" in effects
+    assert "transfer_to_billing" not in effects
+    assert "Turn 2: Support → Billing · refund" in body
+    assert 'name="fingerprint"' in body and "Roll back: remove 10 messages" in body
+
+
+def test_rollback_preview_and_result_agree(op_client, olga):
+    cv.store("s", cv.support_story(), agent="Billing")
+    plan = actions.plan_rollback("s", 2)
+    all_ids = list(ChatMessage.objects.filter(session_id="s").order_by("id").values_list("id", flat=True))
+
+    response = op_client.post("/actions/rollback/s/", {"turn": "2", "fingerprint": plan.fingerprint},
+                              HTTP_HX_REQUEST="true")
+
+    assert response.status_code == 200 and response["HX-Retarget"] == "#session-panel"
+    assert "Rolled back to turn 2: 4 messages removed; active agent Billing." in response.content.decode()
+    left = list(ChatMessage.objects.filter(session_id="s").order_by("id").values_list("id", flat=True))
+    assert left == plan.kept_ids and sorted(set(all_ids) - set(left)) == plan.removed_ids
+    assert ChatSession.objects.get(pk="s").active_agent_name == plan.agent_after == "Billing"
+    entry = OperatorAction.objects.get()
+    assert entry.action == "rollback" and entry.actor == olga
+    assert entry.before == {"turn_count": 3, "active_agent": "Billing", "fingerprint": plan.fingerprint}
+    assert entry.after["removed_message_ids"] == plan.removed_ids and entry.after["turn_count"] == 2
+    assert [c["name"] for c in entry.after["tool_calls_not_undone"]] == ["get_invoice"]
+    fresh = actions.site_store().get("s")
+    assert len(fresh.turns) == 2 and fresh.active_agent.name == "Billing"
+
+
+def test_rollback_to_a_turn_before_a_handoff_restores_the_agent_that_ended_it(op_client):
+    cv.store("s", cv.support_story(), agent="Billing")
+
+    op_client.post("/actions/rollback/s/", {"turn": "1"})
+
+    assert ChatSession.objects.get(pk="s").active_agent_name == "Support"
+    assert ChatMessage.objects.filter(session_id="s").count() == 5  # system + turn 1
+
+
+def test_rollback_to_turn_zero_keeps_only_system_messages(op_client):
+    cv.store("s", cv.support_story())
+    op_client.post("/actions/rollback/s/", {"turn": "0"})
+    assert list(ChatMessage.objects.filter(session_id="s").values_list("role", flat=True)) == ["system"]
+
+
+@pytest.mark.parametrize("turn", ["3", "-1", "99", "x", ""])
+def test_rollback_to_a_turn_that_does_not_exist_is_400(op_client, turn):
+    cv.store("s", cv.support_story())
+    before = snapshot("s")
+
+    response = op_client.post("/actions/rollback/s/", {"turn": turn})
+    preview = op_client.get("/actions/rollback-preview/s/", {"turn": turn}, HTTP_HX_REQUEST="true")
+
+    assert response.status_code == preview.status_code == 400
+    assert b"Cannot roll back to turn" in response.content and b"choose a turn from 0 to 2" in preview.content
+    assert snapshot("s") == before
+
+
+def test_a_rollback_confirmed_after_the_session_changed_is_refused(op_client):
+    cv.store("s", cv.support_story())
+    plan = actions.plan_rollback("s", 1)
+    ChatMessage.objects.create(session_id="s", role="user", content="new turn",
+                               message_json=cv.user("new turn").model_dump_json())
+    before = snapshot("s")
+
+    response = op_client.post("/actions/rollback/s/", {"turn": "1", "fingerprint": plan.fingerprint})
+
+    assert response.status_code == 409 and b"changed since the preview" in response.content
+    assert snapshot("s") == before and not OperatorAction.objects.exists()
+
+
+def test_turns_outside_the_runtime_window_are_shown_as_removed_and_cannot_be_targets(op_client, settings):
+    settings.CHATFLOW_MAX_TURNS = 3
+    cv.store("s", [m for i in range(1, 6) for m in (cv.user(f"q{i}"), cv.model(f"a{i}"))])
+
+    assert op_client.post("/actions/rollback/s/", {"turn": "1"}).status_code == 400
+    preview = op_client.get("/actions/rollback-preview/s/", {"turn": "3"}).content.decode()
+    assert "turns 1–2, outside the runtime's window of 3 turns" in preview
+    detail = op_client.get("/sessions/s/").content.decode()
+    assert detail.count("outside the window") == 2
+    assert "end of turn 3" in detail and "end of turn 2" not in detail
+    plan = actions.plan_rollback("s", 3)
+
+    assert op_client.post("/actions/rollback/s/", {"turn": "3"}).status_code == 302
+
+    contents = list(ChatMessage.objects.filter(session_id="s").order_by("id").values_list("content", flat=True))
+    assert contents == ["q3", "a3"]
+    assert plan.removed_turns == [1, 2, 4, 5]
+
+
+def load_034_session(session_id: str) -> None:
+    """Copy one session of the 0.3.4 fixture database into the test database, rows and ids as written."""
+    source = sqlite3.connect(f"file:{FIXTURE_DB}?mode=ro", uri=True)
+    try:
+        session = source.execute("SELECT session_id, active_agent_name, metadata_json, created_at, updated_at "
+                                 "FROM chatflow_sessions WHERE session_id = ?", (session_id,)).fetchone()
+        messages = source.execute("SELECT id, session_id, role, content, message_json, created_at "
+                                  "FROM chatflow_messages WHERE session_id = ? ORDER BY id", (session_id,)).fetchall()
+    finally:
+        source.close()
+    with connection.cursor() as cursor:
+        cursor.execute("INSERT INTO chatflow_sessions VALUES (%s, %s, %s, %s, %s)", list(session))
+        for row in messages:
+            cursor.execute("INSERT INTO chatflow_messages (id, session_id, role, content, message_json, created_at) "
+                           "VALUES (%s, %s, %s, %s, %s, %s)", list(row))
+
+
+def test_a_session_written_by_chatflow_agent_034_rolls_back(op_client):
+    if connection.vendor != "sqlite":
+        pytest.skip("copies the SQLite fixture's text timestamps as they are")
+    load_034_session("tg:998877")
+    plan = actions.plan_rollback("tg:998877", 1)
+    assert plan.agent_after == "Billing" and plan.removed_ids == [11, 12]
+
+    detail = op_client.get(url("sessions-show-session", "tg:998877")).content.decode()
+    assert "Handoff <strong>?</strong> → <strong>Billing</strong> · Duplicate subscription charge" in detail
+
+    response = op_client.post(url("sessions-rollback-session", "tg:998877"),
+                              {"turn": "1", "fingerprint": plan.fingerprint})
+
+    assert response.status_code == 302
+    assert list(ChatMessage.objects.filter(session_id="tg:998877").values_list("id", flat=True)) == [7, 8, 9, 10]
+    assert ChatSession.objects.get(pk="tg:998877").active_agent_name == "Billing"
+
+
+def test_rolling_back_to_turn_zero_before_a_034_handoff_gives_the_starting_agent(op_client):
+    if connection.vendor != "sqlite":
+        pytest.skip("copies the SQLite fixture's text timestamps as they are")
+    load_034_session("tg:998877")
+    assert actions.plan_rollback("tg:998877", 0).agent_after == "Support"
+
+
+# ---- delete ----------------------------------------------------------------------------------
+def test_the_delete_confirmation_shows_counts_as_a_page_and_a_fragment(op_client):
+    cv.store("s", cv.support_story())
+
+    full = op_client.get("/actions/delete-confirm/s/")
+    fragment = op_client.get("/actions/delete-confirm/s/", HTTP_HX_REQUEST="true")
+
+    assert b"<html" in full.content
+    assert fragment.content.lstrip().startswith(b'<div class="card preview" id="delete-confirm">')
+    assert b"its <strong>15</strong> messages in <strong>3</strong> turns" in fragment.content
+    assert ChatSession.objects.filter(pk="s").exists()
+
+
+@pytest.mark.parametrize("htmx", [False, True], ids=["page", "htmx"])
+def test_delete_removes_the_session_through_the_store_and_is_audited(op_client, olga, htmx):
+    cv.store("s", cv.support_story(), metadata={"channel": "web"})
+    live = actions.site_store().get("s")
+    extra = {"HTTP_HX_REQUEST": "true"} if htmx else {}
+
+    response = op_client.post("/actions/delete/s/", **extra)
+
+    if htmx:
+        assert response.status_code == 200 and response["HX-Redirect"] == "/sessions/"
+    else:
+        assert response.status_code == 302 and response["Location"] == "/sessions/"
+    assert not ChatSession.objects.filter(pk="s").exists()
+    assert not ChatMessage.objects.filter(session_id="s").exists()
+    assert live.deleted  # a live session object (a turn holding it) gets SessionDeletedError
+    entry = OperatorAction.objects.get()
+    assert (entry.action, entry.actor, entry.session_id) == ("delete", olga, "s")
+    assert entry.before["messages"] == 15 and entry.before["turns"] == 3
+    assert entry.before["metadata"] == {"channel": "web"} and entry.after == {"deleted": True}
+    assert op_client.get("/sessions/s/").status_code == 404
+    assert op_client.post("/actions/delete/s/").status_code == 404
+
+
+# ---- weird ids -------------------------------------------------------------------------------
+@pytest.mark.parametrize("session_id", WEIRD_IDS)
+def test_weird_session_ids_open_hand_off_roll_back_and_delete(op_client, session_id):
+    cv.store(session_id, cv.support_story())
+    cv.store(session_id + "-other", cv.support_story())
+
+    assert op_client.get(url("sessions-show-session", session_id)).status_code == 200
+    assert op_client.get(url("sessions-preview-rollback", session_id), {"turn": 1}).status_code == 200
+    assert op_client.post(url("sessions-handoff-session", session_id), {"agent": "Tech"}).status_code == 302
+    assert op_client.post(url("sessions-rollback-session", session_id), {"turn": "1"}).status_code == 302
+    assert ChatMessage.objects.filter(session_id=session_id).count() == 5
+    assert op_client.get(url("sessions-confirm-delete", session_id)).status_code == 200
+    assert op_client.post(url("sessions-delete-session", session_id)).status_code == 302
+
+    assert not ChatSession.objects.filter(pk=session_id).exists()
+    assert ChatMessage.objects.filter(session_id=session_id + "-other").count() == 15  # the neighbour is intact
+    assert list(OperatorAction.objects.order_by("id").values_list("action", "session_id")) == [
+        ("force_handoff", session_id), ("rollback", session_id), ("delete", session_id)]
