@@ -154,7 +154,9 @@ class PersistentSessionStore(BaseSessionStore):
     def _db_claim(self, message_id: str, ttl_seconds: float) -> bool: raise NotImplementedError
     def _db_is_processed(self, message_id: str, ttl_seconds: float) -> bool: raise NotImplementedError
     def _db_purge_processed(self, ttl_seconds: float) -> int: raise NotImplementedError
-    def _db_acquire_lease(self, session_id: str, owner: str, ttl: float) -> bool: raise NotImplementedError
+    def _db_acquire_lease(self, session_id: str, owner: str, ttl: float, queue: bool = True) -> bool:
+        raise NotImplementedError
+    def _db_leave_queue(self, session_id: str, owner: str) -> None: return None
     def _db_renew_lease(self, session_id: str, owner: str, ttl: float) -> bool: raise NotImplementedError
     def _db_release_lease(self, session_id: str, owner: str) -> None: raise NotImplementedError
 
@@ -390,8 +392,8 @@ class PersistentSessionStore(BaseSessionStore):
         await self._run_blocking(self._commit_blocking, session)
 
     # ---- turns ----------------------------------------------------------------------------
-    def _begin_blocking(self, session_id: str, owner: str) -> tuple[bool, StoredSession | None]:
-        if not self._db_acquire_lease(session_id, owner, self.lease_ttl_seconds):
+    def _begin_blocking(self, session_id: str, owner: str, queue: bool = True) -> tuple[bool, StoredSession | None]:
+        if not self._db_acquire_lease(session_id, owner, self.lease_ttl_seconds, queue):
             return False, None
         try:
             head = self._db_head(session_id)
@@ -448,14 +450,19 @@ class PersistentSessionStore(BaseSessionStore):
 
     async def _acquire_lease_async(self, session_id: str, owner: str, wait: bool) -> StoredSession | None:
         delay = 0.002
-        while True:
-            ok, stored = await self._run_blocking(self._begin_blocking, session_id, owner)
-            if ok:
-                return stored
-            if not wait:
-                raise SessionBusyError(session_id)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 0.05)
+        try:
+            while True:
+                ok, stored = await self._run_blocking(self._begin_blocking, session_id, owner, wait)
+                if ok:
+                    return stored
+                if not wait:
+                    raise SessionBusyError(session_id)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 0.05)
+        except BaseException:
+            if wait:  # leave the cross-process waiting line we may have joined
+                await asyncio.shield(self._run_blocking(self._db_leave_queue, session_id, owner))
+            raise
 
     @contextmanager
     def sync_turn(
@@ -468,14 +475,19 @@ class PersistentSessionStore(BaseSessionStore):
         try:
             owner = _lease_owner()
             delay = 0.002
-            while True:
-                ok, stored = self._begin_blocking(session_id, owner)
-                if ok:
-                    break
-                if not wait:
-                    raise SessionBusyError(session_id)
-                time.sleep(delay)
-                delay = min(delay * 2, 0.05)
+            try:
+                while True:
+                    ok, stored = self._begin_blocking(session_id, owner, wait)
+                    if ok:
+                        break
+                    if not wait:
+                        raise SessionBusyError(session_id)
+                    time.sleep(delay)
+                    delay = min(delay * 2, 0.05)
+            except BaseException:
+                if wait:
+                    self._db_leave_queue(session_id, owner)
+                raise
             committed = False
             self._keep_lease(session_id, owner)  # no event loop here: a thread renews the lease
             try:

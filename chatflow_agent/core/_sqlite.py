@@ -34,6 +34,7 @@ __all__ = ["SQLiteSessionStore", "SQLiteSessionContext", "SCHEMA_VERSION", "is_m
 SCHEMA_VERSION = 2
 _BLOCKING_IO_WORKERS = PersistentSessionStore._BLOCKING_IO_WORKERS
 BUSY_TIMEOUT_MS = 30_000
+_WAITER_TTL = 5.0  # seconds a queued waiter stays in line without polling
 
 # A 0.3.4 session object type; ours are plain SessionContext objects bound to a store.
 SQLiteSessionContext = SessionContext
@@ -66,6 +67,13 @@ CREATE TABLE IF NOT EXISTS chatflow_session_leases (
     owner TEXT NOT NULL,
     expires_at REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS chatflow_session_waiters (
+    ticket INTEGER PRIMARY KEY AUTOINCREMENT,
+    session_id TEXT NOT NULL,
+    owner TEXT NOT NULL UNIQUE,
+    expires_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS idx_chatflow_session_waiters ON chatflow_session_waiters(session_id, ticket);
 CREATE INDEX IF NOT EXISTS idx_chatflow_sessions_updated ON chatflow_sessions(updated_at, session_id);
 """
 
@@ -125,6 +133,7 @@ class SQLiteSessionStore(PersistentSessionStore):
         self._shared: sqlite3.Connection | None = None
         self._shared_mutex = threading.RLock()
         self._last_purge = 0.0
+        self._in_line: set[str] = set()  # lease owners of this store waiting in a session's line
         if not self._inline:
             parent = Path(self.db_path.removeprefix("file:").split("?")[0]).parent
             if str(parent) not in ("", "."):
@@ -320,15 +329,58 @@ class SQLiteSessionStore(PersistentSessionStore):
             lambda c: c.execute("DELETE FROM chatflow_processed_messages WHERE processed_at < ?", (cutoff,))
         ).rowcount
 
-    def _db_acquire_lease(self, session_id: str, owner: str, ttl: float) -> bool:
+    def _db_acquire_lease(self, session_id: str, owner: str, ttl: float, queue: bool = True) -> bool:
+        """Take the session's lease if it is free and no other process queued for it earlier.
+
+        Fast path (nobody waiting): one upsert. Otherwise the caller joins the session's waiting
+        line (``chatflow_session_waiters``, ordered by ticket, kept alive by each poll) and gets
+        the lease only when it is first in line — FIFO across processes (invariant 2).
+        """
         now = time.time()
-        cur = self._write1((
-            "INSERT INTO chatflow_session_leases (session_id, owner, expires_at) VALUES (?, ?, ?) "
+        if owner not in self._in_line:
+            if self._db_try_lease(self._conn(), session_id, owner, ttl, now, None):
+                return True
+            if not queue:
+                return False
+            self._in_line.add(owner)
+
+        def wait_in_line(conn: sqlite3.Connection) -> bool:
+            row = conn.execute("SELECT ticket FROM chatflow_session_waiters WHERE owner = ?", (owner,)).fetchone()
+            if row is None:
+                ticket = conn.execute(
+                    "INSERT INTO chatflow_session_waiters (session_id, owner, expires_at) VALUES (?, ?, ?)",
+                    (session_id, owner, now + _WAITER_TTL),
+                ).lastrowid
+            else:
+                ticket = row[0]
+                conn.execute("UPDATE chatflow_session_waiters SET expires_at = ? WHERE owner = ?",
+                             (now + _WAITER_TTL, owner))
+            if self._db_try_lease(conn, session_id, owner, ttl, now, ticket):
+                conn.execute("DELETE FROM chatflow_session_waiters WHERE owner = ?", (owner,))
+                return True
+            return False
+
+        if self._write(wait_in_line):
+            self._in_line.discard(owner)
+            return True
+        return False
+
+    @staticmethod
+    def _db_try_lease(conn: sqlite3.Connection, session_id: str, owner: str, ttl: float, now: float,
+                      ticket: int | None) -> bool:
+        cur = conn.execute(
+            "INSERT INTO chatflow_session_leases (session_id, owner, expires_at) SELECT ?, ?, ? "
+            "WHERE NOT EXISTS (SELECT 1 FROM chatflow_session_waiters w WHERE w.session_id = ? "
+            "AND w.expires_at >= ? AND w.owner != ? AND (? IS NULL OR w.ticket < ?)) "
             "ON CONFLICT(session_id) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at "
-            "WHERE chatflow_session_leases.expires_at < ?"),
-            (session_id, owner, now + ttl, now),
+            "WHERE chatflow_session_leases.expires_at < ?",
+            (session_id, owner, now + ttl, session_id, now, owner, ticket, ticket, now),
         )
         return cur.rowcount == 1
+
+    def _db_leave_queue(self, session_id: str, owner: str) -> None:
+        self._in_line.discard(owner)
+        self._write1("DELETE FROM chatflow_session_waiters WHERE owner = ?", (owner,))
 
     def _db_renew_lease(self, session_id: str, owner: str, ttl: float) -> bool:
         return self._write1(

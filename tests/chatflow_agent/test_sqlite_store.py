@@ -547,3 +547,32 @@ async def test_in_memory_forms_work_end_to_end(form, store_factory) -> None:
     assert again.active_agent.name == "Bot"
     await Runner(Agent(name="Bot", instructions="x"), session_store=reloaded, engine=engine).run_async(sid, "U3")
     assert [m.content for m in store.get(sid).history] == [*expected, "U3", "re: U3"]
+
+
+def test_the_lease_goes_to_waiters_in_arrival_order(tmp_path, store_factory) -> None:
+    """FIFO across processes (invariant 2): a released lease goes to the first in line, not to
+    whoever polls first. Lease owners here stand for turns of different processes."""
+    store = store_factory(str(tmp_path / "fifo.db"))
+    assert store._db_acquire_lease("s", "p1-turn1", 30) is True
+    assert store._db_acquire_lease("s", "p2-turn1", 30) is False  # p2 joins the line
+    store._db_release_lease("s", "p1-turn1")
+    assert store._db_acquire_lease("s", "p1-turn2", 30) is False  # p1 comes back: behind p2
+    assert store._db_acquire_lease("s", "p3-turn1", 30) is False  # p3 arrives: behind p1
+    assert store._db_acquire_lease("s", "p3-turn1", 30) is False
+    assert store._db_acquire_lease("s", "p2-turn1", 30) is True
+    store._db_release_lease("s", "p2-turn1")
+    assert store._db_acquire_lease("s", "p3-turn1", 30) is False
+    assert store._db_acquire_lease("s", "p1-turn2", 30) is True
+    store._db_release_lease("s", "p1-turn2")
+    assert store._db_acquire_lease("s", "p3-turn1", 30) is True
+
+
+def test_a_waiter_that_gives_up_does_not_block_the_line(tmp_path, store_factory) -> None:
+    store = store_factory(str(tmp_path / "fifo.db"))
+    assert store._db_acquire_lease("s", "a", 30) is True
+    assert store._db_acquire_lease("s", "b", 30) is False
+    store._db_leave_queue("s", "b")  # b's turn was cancelled while waiting
+    store._db_release_lease("s", "a")
+    assert store._db_acquire_lease("s", "c", 30) is True
+    assert store._db_acquire_lease("s", "d", 30, queue=False) is False  # no-wait callers never queue
+    assert not store._read("SELECT 1 FROM chatflow_session_waiters WHERE owner = 'd'")
