@@ -7,7 +7,9 @@ naming the variable. Every variable is listed in ``.env.example``.
 
 from __future__ import annotations
 
+import os
 import re
+import tempfile
 import warnings
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -102,10 +104,12 @@ def _database(url: str) -> dict:
             "transaction_mode": "IMMEDIATE",
             "timeout": 20,
         }
-        # A file (not Django's default in-memory database) so tests see WAL, leases and other processes.
-        config["TEST"] = {"NAME": str(VAR_DIR / "test_chatflow.db")}
+        # A file (not Django's default in-memory database) so tests see WAL, leases and other processes;
+        # one per test process, so test runs in the same checkout never share (and delete) a database.
+        config["TEST"] = {"NAME": str(Path(tempfile.gettempdir()) / f"chatflow-test-{os.getpid()}.db")}
     else:
         config["CONN_HEALTH_CHECKS"] = True
+        config["TEST"] = {"NAME": f"test_{config['NAME']}_{os.getpid()}"}
     return config
 
 

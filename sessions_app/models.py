@@ -99,6 +99,24 @@ class SessionLease(models.Model):
         return f"{self.session_id} → {self.owner}"
 
 
+class SessionWaiter(models.Model):
+    """A turn waiting for a session's lease: the lease goes to the lowest ``ticket`` in line (FIFO across
+    processes). A waiter whose ``expires_at`` (unix epoch seconds) passed has stopped polling and is skipped.
+    """
+
+    ticket = models.BigAutoField(primary_key=True)
+    session_id = models.TextField()
+    owner = models.TextField(unique=True)
+    expires_at = models.FloatField()
+
+    class Meta:
+        db_table = "chatflow_session_waiters"
+        indexes = [models.Index(fields=["session_id", "ticket"], name="idx_chatflow_session_waiters")]
+
+    def __str__(self) -> str:
+        return f"{self.session_id} #{self.ticket} ({self.owner})"
+
+
 class OperatorAction(models.Model):
     """Audit log of operator actions. ``session_id`` is plain text so the entry survives the session's deletion."""
 

@@ -1,7 +1,7 @@
 """Suite-wide configuration. pytest-django loads chatflow_site.settings (see pyproject.toml).
 
 Run the suite with `python3 dev.py test` (SQLite, then PostgreSQL); a bare `pytest` uses whatever
-DATABASE_URL says (default: SQLite, test database var/test_chatflow.db).
+DATABASE_URL says (default: SQLite; the test database is a per-process file in the temp dir).
 """
 
 from __future__ import annotations
