@@ -1,12 +1,14 @@
 """Admin for the chatflow tables: read-only views of what the runtime wrote.
 
-Sessions are not deleted from here until the admin can go through the session store's safe delete
-(a live turn must get SessionDeletedError rather than resurrect the session); see phase 2 of issue 4.
+The one change allowed is deleting a session, and it goes through the console's audited action
+(the session store's delete: a running turn gets SessionDeletedError and resurrects nothing), for
+users with the console's ``delete_session`` permission.
 """
 
 from django.contrib import admin
 from django.db.models import Count
 
+from sessions_app import actions
 from sessions_app.models import ChatMessage, ChatSession, OperatorAction, ProcessedMessage, SessionLease
 
 
@@ -46,6 +48,24 @@ class ChatSessionAdmin(ReadOnlyAdmin):
     readonly_fields = ["session_id", "active_agent_name", "metadata", "created_at", "updated_at"]
     inlines = [ChatMessageInline]
     show_full_result_count = False
+
+    def has_delete_permission(self, request, obj=None):
+        return request.user.has_perm("sessions_app.delete_session")
+
+    def get_deleted_objects(self, objs, request):
+        # The confirmation page lists sessions with their message counts, not every message row.
+        sessions = []
+        for obj in objs:
+            n = obj.messages.count()
+            sessions.append(f"{obj.session_id} ({n} message{'' if n == 1 else 's'})")
+        return sessions, {"chat sessions": len(sessions)}, set(), []
+
+    def delete_model(self, request, obj):
+        actions.delete_session(request.user, obj.session_id)
+
+    def delete_queryset(self, request, queryset):
+        for session_id in queryset.values_list("session_id", flat=True):
+            actions.delete_session(request.user, session_id)
 
     def get_queryset(self, request):
         return super().get_queryset(request).annotate(_message_count=Count("messages"))
