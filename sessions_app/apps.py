@@ -1,4 +1,5 @@
 from django.apps import AppConfig
+from django.db.models.signals import post_migrate
 
 
 class SessionsAppConfig(AppConfig):
@@ -7,3 +8,8 @@ class SessionsAppConfig(AppConfig):
     name = "sessions_app"
     verbose_name = "Chat sessions"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from sessions_app.groups import ensure_console_groups
+
+        post_migrate.connect(ensure_console_groups, sender=self, dispatch_uid="sessions_app.console_groups")

@@ -92,3 +92,13 @@ def test_operators_hold_every_console_permission_and_viewers_only_view():
     assert {"view_chatsession", "view_chatmessage", "view_operatoraction"} <= operators
     assert viewers and all(codename.startswith("view_") for codename in viewers)
     assert viewers < operators
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_groups_come_back_after_a_flush():
+    from django.core.management import call_command
+
+    call_command("flush", interactive=False, verbosity=0)
+
+    assert set(Group.objects.values_list("name", flat=True)) == {"Operators", "Viewers"}
+    assert Group.objects.get(name="Operators").permissions.filter(codename="delete_session").exists()
