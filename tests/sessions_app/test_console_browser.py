@@ -1,0 +1,150 @@
+"""The console in a real browser: Debian's chromium driven by Playwright against daphne serving the site.
+
+Log in, filter the list, open a session, roll back with a preview, force a handoff, delete; XSS payloads
+stored in a session do not run (no dialog, the page title is unchanged). Screenshots of the list and the
+detail are saved under test-artifacts/.
+"""
+
+from __future__ import annotations
+
+import secrets
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.processes import REPO, free_port, run_manage, site_env, stop, wait_for_http
+
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARTIFACTS = REPO / "test-artifacts"
+PASSWORD = "correct horse battery staple 42"
+
+SEED = f"""
+from django.contrib.auth.models import Group, User
+from tests.sessions_app import conversations as cv
+u = User.objects.create_user("olga.operator", password={PASSWORD!r}, is_staff=True)
+u.groups.add(Group.objects.get(name="Operators"))
+cv.store("tg:998877", cv.support_story(), agent="Billing", metadata={{"channel": "telegram"}})
+cv.store("+15550100", [cv.user("hello"), cv.model("hi")], metadata={{"channel": "whatsapp"}})
+payloads = ["<script>alert(1)</script>", "<img src=x onerror=alert(1)>", "[x](javascript:alert(1))",
+            "<iframe srcdoc=\\"<script>parent.document.title='pwned'</script>\\">"]
+story = []
+for p in payloads:
+    story += [cv.user(p), cv.model(None, [cv.call("c" + str(len(story)), "check_order_status", order_id=p)]),
+              cv.results(cv.result("c" + str(len(story)), "check_order_status", {{"note": p}})), cv.model(p)]
+cv.store("xss", story, metadata={{"channel": payloads[0], payloads[1]: payloads[3]}})
+"""
+
+
+@pytest.fixture
+def site(tmp_path):
+    if not CHROMIUM.exists():
+        pytest.skip("Debian's chromium package is not installed")
+    env = site_env(DEBUG="1", SECRET_KEY=secrets.token_urlsafe(50), ALLOWED_HOSTS="127.0.0.1",
+                   DATABASE_URL=f"sqlite:///{tmp_path / 'site.db'}")
+    for args in (("migrate", "--no-input"), ("shell", "-c", SEED)):
+        done = run_manage(*args, env=env)
+        assert done.returncode == 0, done.stderr
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "chatflow_site.asgi:application"],
+        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )
+    try:
+        base = f"http://127.0.0.1:{port}"
+        wait_for_http(f"{base}/healthz/", timeout=30, proc=proc)
+        yield base
+    finally:
+        stop(proc)
+
+
+@pytest.fixture
+def page(site):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM))
+        try:
+            page = browser.new_page(viewport={"width": 1366, "height": 900})
+            page.dialogs = []
+            page.on("dialog", lambda d: (page.dialogs.append(d.message), d.dismiss()))
+            page.set_default_timeout(10_000)
+            yield page
+        finally:
+            browser.close()
+
+
+def log_in(page, site: str) -> None:
+    page.goto(f"{site}/")
+    assert "/accounts/login/" in page.url
+    page.fill("#id_username", "olga.operator")
+    page.fill("#id_password", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{site}/sessions/")
+
+
+def test_an_operator_works_through_the_console_in_a_browser(page, site):
+    from playwright.sync_api import expect
+
+    log_in(page, site)
+    rows = page.locator("#session-table tbody tr")
+    expect(rows).to_have_count(3)
+
+    page.fill("#f-q", "998877")
+    page.press("#f-q", "Enter")
+    expect(rows).to_have_count(1)
+    assert "q=998877" in page.url  # htmx pushed the filtered URL
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "console-list.png"), full_page=True)
+
+    page.click("text=tg:998877")
+    page.wait_for_url(f"{site}/sessions/tg:998877/")
+    expect(page.locator("details.turn")).to_have_count(3)
+    page.screenshot(path=str(ARTIFACTS / "console-detail.png"), full_page=True)
+
+    page.click("text=Roll back to the end of turn 1…")
+    preview = page.locator("#rollback-preview")
+    expect(preview).to_contain_text("Messages removed: 10")
+    expect(preview).to_contain_text("Active agent afterwards: Support")
+    preview.locator("button.danger").click()
+    expect(page.locator("#session-panel .note")).to_contain_text("Rolled back to turn 1: 10 messages removed")
+    expect(page.locator("details.turn")).to_have_count(1)
+
+    page.select_option("#h-agent", "Tech")
+    page.fill("#h-reason", "screen flickers")
+    page.click("text=Force handoff")
+    expect(page.locator("#session-panel .note")).to_contain_text("Handed off from Support to Tech.")
+    expect(page.locator(".event").last).to_contain_text("screen flickers")
+
+    page.click("text=Delete session…")
+    expect(page.locator("#delete-confirm")).to_contain_text("5 messages in 1 turn")
+    page.locator("#delete-confirm button.danger").click()
+    page.wait_for_url(f"{site}/sessions/")
+    expect(page.locator(".flash")).to_contain_text("Deleted session tg:998877.")
+    expect(page.locator("#session-table >> text=tg:998877")).to_have_count(0)
+
+    page.goto(f"{site}/audit/")
+    expect(page.locator("#audit-table tbody tr")).to_have_count(3)
+    assert page.dialogs == []
+
+
+def test_stored_xss_payloads_do_not_run_in_the_browser(page, site):
+    from playwright.sync_api import expect
+
+    log_in(page, site)
+    for path in ("/sessions/", "/sessions/xss/", "/sessions/xss/?order=oldest", "/actions/rollback-preview/xss/?turn=1",
+                 "/audit/"):
+        page.goto(f"{site}{path}")
+        page.wait_for_load_state("networkidle")
+        assert "pwned" not in page.title()
+        assert page.locator("iframe, img").count() == 0
+    page.goto(f"{site}/sessions/xss/")
+    expect(page.locator("#history")).to_contain_text("<script>alert(1)</script>")
+    expect(page.locator("#history")).to_contain_text("[x](javascript:alert(1))")
+    expect(page.locator(".metadata")).to_contain_text("<img src=x onerror=alert(1)>")
+    assert page.title() == "Session xss · Chatflow Console"
+    assert page.evaluate("document.querySelectorAll('a[href^=\"javascript\"]').length") == 0
+    assert page.dialogs == []
