@@ -136,10 +136,13 @@ def fetch_page(query: ListQuery, per_page: int = PER_PAGE) -> tuple[list[ChatSes
     cursor = decode_cursor(query.after) if query.after else None
     if cursor is not None:
         stamp, sid = cursor
+        # (t, id) < (stamp, sid), written with a sargable first conjunct so the index range is used.
         if desc:
-            qs = qs.filter(Q(**{f"{column}__lt": stamp}) | Q(**{column: stamp, "session_id__lt": sid}))
+            qs = qs.filter(Q(**{f"{column}__lte": stamp}),
+                           Q(**{f"{column}__lt": stamp}) | Q(session_id__lt=sid))
         else:
-            qs = qs.filter(Q(**{f"{column}__gt": stamp}) | Q(**{column: stamp, "session_id__gt": sid}))
+            qs = qs.filter(Q(**{f"{column}__gte": stamp}),
+                           Q(**{f"{column}__gt": stamp}) | Q(session_id__gt=sid))
     order = [f"-{column}", "-session_id"] if desc else [column, "session_id"]
     rows = list(_annotated(qs.order_by(*order))[: per_page + 1])
     more = len(rows) > per_page

@@ -8,8 +8,10 @@ detail are saved under test-artifacts/.
 from __future__ import annotations
 
 import secrets
+import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -86,7 +88,7 @@ def log_in(page, site: str) -> None:
     page.wait_for_url(f"{site}/sessions/")
 
 
-def test_an_operator_works_through_the_console_in_a_browser(page, site):
+def test_an_operator_works_through_the_console_in_a_browser(page, site, tmp_path):
     from playwright.sync_api import expect
 
     log_in(page, site)
@@ -115,6 +117,13 @@ def test_an_operator_works_through_the_console_in_a_browser(page, site):
 
     page.select_option("#h-agent", "Tech")
     page.fill("#h-reason", "screen flickers")
+    with sqlite3.connect(tmp_path / "site.db") as db:  # a bot process starts a turn on the session
+        db.execute("INSERT INTO chatflow_session_leases VALUES ('tg:998877', 'bot:1:x', ?)", (time.time() + 60,))
+    page.click("text=Force handoff")
+    expect(page.locator("#dialog [role=alert]")).to_contain_text("A turn is running on session 'tg:998877'")
+    expect(page.locator("#session-panel dd strong").first).to_have_text("Support")
+    with sqlite3.connect(tmp_path / "site.db") as db:  # the turn ends
+        db.execute("DELETE FROM chatflow_session_leases")
     page.click("text=Force handoff")
     expect(page.locator("#session-panel .note")).to_contain_text("Handed off from Support to Tech.")
     expect(page.locator(".event").last).to_contain_text("screen flickers")
