@@ -53,6 +53,32 @@ print(json.dumps({"sessions": rows, "processed": processed}))
 """
 
 
+# After migrate: DjangoSessionStore lists every session and a Runner continues one of them.
+STORE_CONTINUES = """
+import asyncio, json
+from chatflow_agent import Agent, Runner
+from chatflow_agent.core.engines.base import BaseEngine, EngineTurnResult
+from sessions_app.store import DjangoSessionStore
+
+class Echo(BaseEngine):
+    async def generate_turn_async(self, agent, history):
+        return EngineTurnResult(text="seen %d" % len(history))
+
+async def main():
+    store = DjangoSessionStore(default_max_turns=40)
+    listing = {sid: [s.active_agent.name, s.metadata, len(s.history)]
+               for sid in await store.alist_sessions() for s in [await store.aget(sid)]}
+    billing = Agent(name="Billing", instructions="x")
+    support = Agent(name="Support", instructions="x", handoffs=[billing])
+    answer = await Runner(support, session_store=store, engine=Echo()).run_async("+15550100", "One more thing")
+    history = [m.content for m in (await store.aget("+15550100")).history]
+    store.close()
+    print(json.dumps({"listing": listing, "answer": answer.content, "history": history}))
+
+asyncio.run(main())
+"""
+
+
 def snapshot(db: Path) -> dict:
     """Every row of the seed tables, the AUTOINCREMENT counter and the tables' DDL (indexes may be added)."""
     with sqlite3.connect(db) as conn:
@@ -132,6 +158,25 @@ def test_the_orm_reads_every_034_session_with_its_agent_metadata_and_message_cou
         # 0.3.4's CURRENT_TIMESTAMP text ('YYYY-MM-DD HH:MM:SS') reads as an aware UTC datetime.
         assert datetime.fromisoformat(created_at).utcoffset().total_seconds() == 0
         assert datetime.fromisoformat(updated_at).utcoffset().total_seconds() == 0
+
+
+@pytest.mark.slow
+def test_the_django_store_lists_034_sessions_and_the_runner_continues_one(db_034):
+    with sqlite3.connect(db_034) as conn:
+        counts = dict(conn.execute("SELECT session_id, count(*) FROM chatflow_messages GROUP BY session_id"))
+    assert migrate(db_034).returncode == 0
+
+    result = run_manage("shell", "-c", STORE_CONTINUES, env=site_env(DATABASE_URL=f"sqlite:///{db_034}"))
+
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    assert {sid: n for sid, (_, _, n) in out["listing"].items()} == counts
+    assert out["listing"]["tg:998877"][:2] == ["Billing", {"channel": "telegram", "user_id": "998877"}]
+    assert out["history"][-2:] == ["One more thing", "seen 7"]  # the 6 stored messages + the new one
+    with sqlite3.connect(db_034) as conn:
+        stored = [c for (c,) in conn.execute(
+            "SELECT content FROM chatflow_messages WHERE session_id = '+15550100' ORDER BY id")]
+    assert stored == out["history"]
 
 
 @pytest.mark.slow
