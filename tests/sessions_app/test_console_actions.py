@@ -3,12 +3,13 @@ each in one transaction with its audit entry, refused with 409 while a turn hold
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from django.db import connection
 from django.urls import reverse
 
 from agents_app import registry
@@ -239,22 +240,26 @@ def load_034_session(session_id: str) -> None:
     """Copy one session of the 0.3.4 fixture database into the test database, rows and ids as written."""
     source = sqlite3.connect(f"file:{FIXTURE_DB}?mode=ro", uri=True)
     try:
-        session = source.execute("SELECT session_id, active_agent_name, metadata_json, created_at, updated_at "
-                                 "FROM chatflow_sessions WHERE session_id = ?", (session_id,)).fetchone()
-        messages = source.execute("SELECT id, session_id, role, content, message_json, created_at "
-                                  "FROM chatflow_messages WHERE session_id = ? ORDER BY id", (session_id,)).fetchall()
+        agent, metadata, created, updated = source.execute(
+            "SELECT active_agent_name, metadata_json, created_at, updated_at FROM chatflow_sessions "
+            "WHERE session_id = ?", (session_id,)).fetchone()
+        messages = source.execute("SELECT id, role, content, message_json, created_at FROM chatflow_messages "
+                                  "WHERE session_id = ? ORDER BY id", (session_id,)).fetchall()
     finally:
         source.close()
-    with connection.cursor() as cursor:
-        cursor.execute("INSERT INTO chatflow_sessions VALUES (%s, %s, %s, %s, %s)", list(session))
-        for row in messages:
-            cursor.execute("INSERT INTO chatflow_messages (id, session_id, role, content, message_json, created_at) "
-                           "VALUES (%s, %s, %s, %s, %s, %s)", list(row))
+
+    def utc(text: str) -> datetime:
+        return datetime.fromisoformat(text).replace(tzinfo=UTC)
+
+    ChatSession.objects.create(session_id=session_id, active_agent_name=agent, metadata=json.loads(metadata),
+                               created_at=utc(created), updated_at=utc(updated))
+    ChatMessage.objects.bulk_create([
+        ChatMessage(id=rid, session_id=session_id, role=role, content=content, message_json=raw, created_at=utc(at))
+        for rid, role, content, raw, at in messages
+    ])
 
 
 def test_a_session_written_by_chatflow_agent_034_rolls_back(op_client):
-    if connection.vendor != "sqlite":
-        pytest.skip("copies the SQLite fixture's text timestamps as they are")
     load_034_session("tg:998877")
     plan = actions.plan_rollback("tg:998877", 1)
     assert plan.agent_after == "Billing" and plan.removed_ids == [11, 12]
@@ -271,8 +276,6 @@ def test_a_session_written_by_chatflow_agent_034_rolls_back(op_client):
 
 
 def test_rolling_back_to_turn_zero_before_a_034_handoff_gives_the_starting_agent(op_client):
-    if connection.vendor != "sqlite":
-        pytest.skip("copies the SQLite fixture's text timestamps as they are")
     load_034_session("tg:998877")
     assert actions.plan_rollback("tg:998877", 0).agent_after == "Support"
 
