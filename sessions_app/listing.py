@@ -22,10 +22,12 @@ from django.db.models.functions import Cast, Coalesce
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
+from chatflow_agent._jsonsafe import clean_text
 from chatflow_agent.types import Role
 from sessions_app.models import ChatMessage, ChatSession, SessionLease
 
-__all__ = ["ListQuery", "SORTS", "fetch_page", "parse_query"]
+__all__ = ["ListQuery", "SORTS", "after_cursor", "decode_cursor", "encode_cursor", "fetch_page", "filtered",
+           "parse_query", "valid_day"]
 
 SORTS = {
     "-updated": ("updated_at", True),
@@ -53,15 +55,20 @@ class ListQuery:
 
 
 def parse_query(get: Any) -> ListQuery:
-    sort = get.get("sort", "-updated")
+    """The list query from request parameters (NUL and lone surrogates removed: PostgreSQL rejects them)."""
+
+    def text(name: str, limit: int) -> str:
+        return clean_text(str(get.get(name, "") or "")).strip()[:limit]
+
+    sort = text("sort", 20) or "-updated"
     return ListQuery(
-        q=get.get("q", "").strip()[:200],
-        agent=get.get("agent", "").strip()[:200],
-        channel=get.get("channel", "").strip()[:200],
-        updated_from=get.get("updated_from", "").strip()[:32],
-        updated_to=get.get("updated_to", "").strip()[:32],
+        q=text("q", 200),
+        agent=text("agent", 200),
+        channel=text("channel", 200),
+        updated_from=text("updated_from", 32),
+        updated_to=text("updated_to", 32),
         sort=sort if sort in SORTS else "-updated",
-        after=get.get("after", "").strip()[:2000],
+        after=text("after", 2000),
     )
 
 
@@ -77,20 +84,29 @@ def decode_cursor(cursor: str) -> tuple[datetime, str] | None:
         moment = parse_datetime(stamp)
     except (ValueError, TypeError):
         return None
-    if moment is None or not isinstance(session_id, str):
+    if moment is None or moment.tzinfo is None or not isinstance(session_id, str) or "\x00" in session_id:
         return None
     return moment, session_id
 
 
 def _bound(day: str, end: bool) -> datetime | None:
-    parsed = parse_date(day) if day else None
+    try:
+        parsed = parse_date(day) if day else None
+    except ValueError:  # well-formed but impossible, e.g. 2026-02-30
+        return None
     if parsed is None:
         return None
     moment = datetime.combine(parsed, dtime.max if end else dtime.min)
     return timezone.make_aware(moment, timezone.get_current_timezone())
 
 
-def _filtered(query: ListQuery):
+def valid_day(day: str) -> bool:
+    """True when ``day`` is a YYYY-MM-DD date the filters accept."""
+    return _bound(day, False) is not None
+
+
+def filtered(query: ListQuery):
+    """Sessions matching the query's search and filters (unordered, not paged)."""
     qs = ChatSession.objects.all()
     if query.q:
         text = ChatMessage.objects.filter(session_id=OuterRef("pk"), content__icontains=query.q)
@@ -129,11 +145,9 @@ def _annotated(qs):
     )
 
 
-def fetch_page(query: ListQuery, per_page: int = PER_PAGE) -> tuple[list[ChatSession], str | None]:
-    """The page after ``query.after`` and the cursor of the next page (None on the last page)."""
-    column, desc = SORTS[query.sort]
-    qs = _filtered(query)
-    cursor = decode_cursor(query.after) if query.after else None
+def after_cursor(qs, sort: str, cursor: tuple[datetime, str] | None):
+    """``qs`` ordered by ``sort`` (then session_id), from the row after ``cursor`` on (keyset)."""
+    column, desc = SORTS[sort]
     if cursor is not None:
         stamp, sid = cursor
         # (t, id) < (stamp, sid), written with a sargable first conjunct so the index range is used.
@@ -143,8 +157,14 @@ def fetch_page(query: ListQuery, per_page: int = PER_PAGE) -> tuple[list[ChatSes
         else:
             qs = qs.filter(Q(**{f"{column}__gte": stamp}),
                            Q(**{f"{column}__gt": stamp}) | Q(session_id__gt=sid))
-    order = [f"-{column}", "-session_id"] if desc else [column, "session_id"]
-    rows = list(_annotated(qs.order_by(*order))[: per_page + 1])
+    return qs.order_by(*([f"-{column}", "-session_id"] if desc else [column, "session_id"]))
+
+
+def fetch_page(query: ListQuery, per_page: int = PER_PAGE) -> tuple[list[ChatSession], str | None]:
+    """The page after ``query.after`` and the cursor of the next page (None on the last page)."""
+    column = SORTS[query.sort][0]
+    cursor = decode_cursor(query.after) if query.after else None
+    rows = list(_annotated(after_cursor(filtered(query), query.sort, cursor))[: per_page + 1])
     more = len(rows) > per_page
     rows = rows[:per_page]
     nxt = encode_cursor(getattr(rows[-1], column), rows[-1].session_id) if more and rows else None

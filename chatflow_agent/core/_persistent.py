@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
+from chatflow_agent._jsonsafe import json_safe
 from chatflow_agent.core._pruning import prune_history
 from chatflow_agent.core._session import (
     DEFAULT_DEDUP_TTL_HOURS,
@@ -102,18 +103,29 @@ def _lease_owner() -> str:
 def parse_row(row: StoredRow) -> Message | None:
     """A stored row as a ``Message``; falls back to the role/content columns when the JSON is bad.
 
+    JSON with lone surrogate escapes is read with them replaced by U+FFFD (invariant 8).
+
     Returns None (the row is then kept on disk but left out of memory) when neither works.
     """
     try:
         return Message.model_validate_json(row.message_json)
     except (ValidationError, ValueError):
-        try:
-            msg = Message(role=Role(row.role), content=row.content)
-        except (ValidationError, ValueError):
-            logger.warning("Ignoring unreadable message row %s (role %r)", row.id, row.role)
-            return None
-        logger.warning("Message row %s has unreadable message_json; using its role and content", row.id)
-        return msg
+        pass
+    try:
+        # Python's json accepts what pydantic's parser refuses: a lone surrogate escape ("\\ud83d"),
+        # which other software writes when it splits an emoji. json_safe turns it into U+FFFD.
+        data = json.loads(row.message_json)
+        if isinstance(data, dict):
+            return Message.model_validate(json_safe(data))
+    except (ValidationError, ValueError, TypeError, RecursionError):
+        pass
+    try:
+        msg = Message(role=Role(row.role), content=row.content)
+    except (ValidationError, ValueError):
+        logger.warning("Ignoring unreadable message row %s (role %r)", row.id, row.role)
+        return None
+    logger.warning("Message row %s has unreadable message_json; using its role and content", row.id)
+    return msg
 
 
 class PersistentSessionStore(BaseSessionStore):
