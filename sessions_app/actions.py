@@ -13,23 +13,19 @@ is rolled back and nothing changes. So what the preview shows is what happens.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.db import transaction
 from django.http import Http404
 
-from agents_app import registry
+from agents_app import registry, runtime
 from chatflow_agent.core._persistent import StoredRow, parse_row
 from chatflow_agent.core._pruning import group_turns
 from chatflow_agent.exceptions import SessionBusyError
 from chatflow_agent.types import Message, Role
 from sessions_app.models import ChatMessage, ChatSession, OperatorAction
 from sessions_app.timeline import handoff_of, pretty_json
-
-if TYPE_CHECKING:
-    from sessions_app.store import DjangoSessionStore
 
 __all__ = [
     "ActionError", "InvalidAction", "SessionBusy", "StalePlan", "RollbackPlan",
@@ -55,14 +51,9 @@ class StalePlan(ActionError):
     status = 409
 
 
-@functools.cache
-def site_store() -> DjangoSessionStore:
-    """The site's DjangoSessionStore (one per process), resolving agent names through the registry."""
-    from sessions_app.store import DjangoSessionStore
-
-    store = DjangoSessionStore()
-    store.set_agent_resolver(registry.get_agent)
-    return store
+# The site's DjangoSessionStore, one per process and shared with the site's Runner (agents_app.runtime):
+# the in-process turn lock that makes an action answer 409 belongs to that one store instance.
+site_store = runtime.site_store
 
 
 def _busy(session_id: str) -> SessionBusy:

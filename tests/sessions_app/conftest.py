@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from sessions_app import actions
+from agents_app import runtime
 
 
 @pytest.fixture(autouse=True)
 def fresh_site_store():
-    actions.site_store.cache_clear()
+    runtime.reset()
     yield
-    if actions.site_store.cache_info().currsize:
-        actions.site_store().close()
-    actions.site_store.cache_clear()
+    runtime.reset()
