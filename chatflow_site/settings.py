@@ -144,8 +144,10 @@ INSTALLED_APPS = [
     "channels",
     "django_htmx",
     "template_partials",
+    "ninja",  # its templates and vendored Swagger UI assets: the API docs page works offline
     "sessions_app",
     "agents_app",
+    "api_app",
 ]
 
 MIDDLEWARE = [

@@ -18,12 +18,13 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import resolve_url
 from django_htmx.http import HttpResponseClientRedirect
 
-__all__ = ["VIEW", "FORCE_HANDOFF", "ROLLBACK", "DELETE", "console_required", "may"]
+__all__ = ["VIEW", "FORCE_HANDOFF", "ROLLBACK", "DELETE", "EXPORT", "console_required", "may"]
 
 VIEW = "sessions_app.view_chatsession"
 FORCE_HANDOFF = "sessions_app.force_handoff"
 ROLLBACK = "sessions_app.rollback_session"
 DELETE = "sessions_app.delete_session"
+EXPORT = "sessions_app.export_transcript"
 
 
 def may(user: Any, perm: str) -> bool:

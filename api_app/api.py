@@ -1,0 +1,283 @@
+"""The REST API under ``/api/v1/``: sessions (the console's filters, search and keyset pages) and transcript exports.
+
+Auth: ``Authorization: Bearer <token>`` (``api_app.models.ApiToken``, acting as its owner) or the console's
+login session. The caller must be active staff with ``sessions_app.view_chatsession`` and
+``sessions_app.export_transcript`` (the console's :func:`sessions_app.access.may`). No credentials → 401,
+no permission → 403; every transcript or bulk export is written to the audit log (action ``export``).
+
+Errors are JSON ``{"detail": …}``: 400 for bad parameters (unknown format, malformed cursor, bad date),
+404 for an unknown session. Session ids are arbitrary strings, captured with ``{path:session_id}``
+(slashes included; the client percent-encodes the rest). An id ending in ``/transcript`` is therefore
+read as that transcript route; its metadata is also in the list (``q=<id>``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.core.handlers.asgi import ASGIRequest
+from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
+from ninja import NinjaAPI, Query, Schema
+from ninja.errors import AuthenticationError, HttpError, ValidationError
+from ninja.openapi.docs import Swagger
+from ninja.renderers import JSONRenderer
+from ninja.security.base import AuthBase
+from pydantic import Field
+
+from api_app.models import ApiToken
+from chatflow_agent._jsonsafe import clean_text, json_safe
+from sessions_app import export, listing
+from sessions_app.access import EXPORT, may
+from sessions_app.models import ChatSession, OperatorAction, SessionLease
+from sessions_app.views import _session as counted_session
+
+MAX_PAGE = 200
+DEFAULT_PAGE = 50
+REDACTIONS = ("contacts",)
+
+
+# ---- auth -------------------------------------------------------------------------------------
+@dataclass
+class Caller:
+    user: Any
+    token: ApiToken | None = None
+
+    @property
+    def via(self) -> str:
+        return f"token {self.token.name!r} ({self.token.hint}…)" if self.token else "session"
+
+
+class BearerToken(AuthBase):
+    """``Authorization: Bearer <secret>``; a missing or wrong token lets the next method try (then 401)."""
+
+    openapi_type = "http"
+    openapi_scheme = "bearer"
+
+    def __call__(self, request: HttpRequest) -> Caller | None:
+        scheme, _, secret = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not secret.strip():
+            return None
+        token = ApiToken.authenticate(secret.strip())
+        return Caller(token.owner, token) if token else None
+
+
+class ConsoleSession(AuthBase):
+    """The console's login session (GET only, so no CSRF token is involved)."""
+
+    openapi_type = "apiKey"
+    openapi_in = "cookie"
+    openapi_name = "sessionid"
+
+    def __call__(self, request: HttpRequest) -> Caller | None:
+        user = getattr(request, "user", None)
+        return Caller(user) if user is not None and user.is_authenticated else None
+
+
+class Utf8Renderer(JSONRenderer):
+    """JSON with real UTF-8 characters; text that cannot be encoded is cleaned, never a 500."""
+
+    def render(self, request: HttpRequest, data: Any, *, response_status: int) -> Any:
+        return export.utf8(super().render(request, data, response_status=response_status))
+
+    json_dumps_params = {"ensure_ascii": False}
+
+
+api = NinjaAPI(
+    title="Chatflow Console API",
+    version="1",
+    description="Sessions and transcript exports. Authenticate with `Authorization: Bearer <token>` "
+                "(`manage.py chatflow_token create NAME --user U`) or a console login.",
+    urls_namespace="api-v1",
+    auth=[BearerToken(), ConsoleSession()],
+    renderer=Utf8Renderer(),
+    docs=Swagger(settings={"validatorUrl": None}),  # Swagger UI's validator badge would call swagger.io
+    docs_url="/docs",
+)
+
+
+@api.exception_handler(AuthenticationError)
+def _unauthorized(request: HttpRequest, exc: Exception) -> HttpResponse:
+    response = api.create_response(request, {"detail": "Authentication required: send Authorization: Bearer "
+                                              "<token> or log in to the console."}, status=401)
+    response["WWW-Authenticate"] = 'Bearer realm="chatflow"'
+    return response
+
+
+@api.exception_handler(ValidationError)
+def _bad_request(request: HttpRequest, exc: ValidationError) -> HttpResponse:
+    return api.create_response(request, {"detail": "Invalid parameters.", "errors": json_safe(exc.errors)},
+                               status=400)
+
+
+def _caller(request: HttpRequest) -> Caller:
+    caller: Caller = request.auth  # type: ignore[attr-defined]
+    if not may(caller.user, EXPORT):
+        raise HttpError(403, "This needs active staff with the view_chatsession and export_transcript permissions.")
+    return caller
+
+
+def _audit(caller: Caller, session_id: str, **details: Any) -> None:
+    OperatorAction.objects.create(actor=caller.user, actor_username=caller.user.get_username(),
+                                  action=OperatorAction.Kind.EXPORT, session_id=session_id,
+                                  before={}, after={"via": caller.via, **json_safe(details)})
+
+
+def _redacted(redact: str) -> bool:
+    if redact and redact not in REDACTIONS:
+        raise HttpError(400, f"Unknown redaction {redact!r}; valid: {', '.join(REDACTIONS)}.")
+    return bool(redact)
+
+
+def _stream(request: HttpRequest, chunks: Iterator[bytes], content_type: str, disposition: str):
+    """A streamed download; under ASGI the chunks are pulled one by one on a worker thread (never buffered)."""
+    content: Iterator[bytes] | AsyncIterator[bytes] = _pull(chunks) if isinstance(request, ASGIRequest) else chunks
+    response = StreamingHttpResponse(content, content_type=content_type)
+    response["Content-Disposition"] = disposition
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+async def _pull(chunks: Iterator[bytes]) -> AsyncIterator[bytes]:
+    step = sync_to_async(next, thread_sensitive=True)
+    while (chunk := await step(chunks, None)) is not None:
+        yield chunk
+
+
+# ---- schemas ------------------------------------------------------------------------------------
+class Filters(Schema):
+    q: str = Field("", description="Search in session ids, metadata and message text.")
+    agent: str = Field("", description="Active agent name.")
+    channel: str = Field("", description="metadata.channel, e.g. whatsapp.")
+    updated_from: str = Field("", description="YYYY-MM-DD (site time zone), inclusive.")
+    updated_to: str = Field("", description="YYYY-MM-DD (site time zone), inclusive.")
+    sort: str = Field("-updated", description="One of " + ", ".join(listing.SORTS) + ".")
+    redact: str = Field("", description="`contacts`: mask e-mail addresses and phone numbers.")
+
+
+class LastMessage(Schema):
+    role: str
+    text: str
+
+
+class SessionOut(Schema):
+    session_id: str
+    active_agent: str
+    metadata: dict[str, Any]
+    created_at: datetime
+    updated_at: datetime
+    message_count: int
+    turn_count: int
+    running: bool = Field(description="A turn holds the session's lease right now.")
+    last_message: LastMessage | None = None
+
+
+class SessionPage(Schema):
+    items: list[SessionOut]
+    next_cursor: str | None = Field(description="Pass as `cursor` for the next page; null on the last page.")
+
+
+class ErrorOut(Schema):
+    detail: str
+
+
+def _query(filters: Filters, cursor: str = "") -> listing.ListQuery:
+    if clean_text(filters.sort).strip() not in listing.SORTS:
+        raise HttpError(400, f"Unknown sort {filters.sort!r}; valid: {', '.join(listing.SORTS)}.")
+    for name in ("updated_from", "updated_to"):
+        value = getattr(filters, name).strip()
+        if value and not listing.valid_day(clean_text(value)):
+            raise HttpError(400, f"{name} must be a date YYYY-MM-DD; got {value[:40]!r}.")
+    query = listing.parse_query({**filters.dict(), "after": cursor})
+    if cursor and listing.decode_cursor(query.after) is None:
+        raise HttpError(400, "Malformed cursor: pass the next_cursor of a previous page unchanged.")
+    return query
+
+
+def _session_out(s: ChatSession, redacted: bool, running: bool = False, last: tuple | None = None) -> dict:
+    out = {
+        "session_id": s.session_id, "active_agent": s.active_agent_name,
+        "metadata": json_safe(s.metadata if isinstance(s.metadata, dict) else {}),
+        "created_at": s.created_at, "updated_at": s.updated_at,
+        "message_count": s.message_count, "turn_count": s.turn_count, "running": running,
+        "last_message": {"role": last[0], "text": clean_text(last[1])} if last and last[1] else None,
+    }
+    if redacted:
+        out["metadata"] = export.redact(out["metadata"])
+        if out["last_message"]:
+            out["last_message"]["text"] = export.redact(out["last_message"]["text"])
+    return out
+
+
+def _get_session(session_id: str) -> ChatSession:
+    if "\x00" in session_id or clean_text(session_id) != session_id:
+        raise HttpError(404, "No such session.")
+    try:
+        return counted_session(session_id)
+    except Http404:
+        raise HttpError(404, f"No session {session_id!r}.") from None
+
+
+# ---- endpoints ----------------------------------------------------------------------------------
+@api.get("/sessions", response={200: SessionPage, 400: ErrorOut}, url_name="api-list-sessions",
+         summary="List sessions (newest first by default), one keyset page")
+def list_sessions(request: HttpRequest, filters: Query[Filters], cursor: str = "",
+                  limit: int = Query(DEFAULT_PAGE, description=f"Page size, 1–{MAX_PAGE} (larger is capped).")):
+    _caller(request)
+    redacted = _redacted(filters.redact)
+    query = _query(filters, cursor)
+    rows, next_cursor = listing.fetch_page(query, per_page=min(max(1, limit), MAX_PAGE))
+    items = [_session_out(s, redacted, bool(s.running), (s.last_role, s.last_text)) for s in rows]
+    return {"items": items, "next_cursor": next_cursor}
+
+
+@api.get("/sessions/{path:session_id}/transcript", url_name="api-export-transcript",
+         response={200: dict[str, Any], 400: ErrorOut, 404: ErrorOut},
+         summary="One session's transcript as json (turn-grouped), jsonl, md or csv",
+         openapi_extra={"responses": {"200": {"description": "The transcript as a download", "content": {
+             "application/json": {}, "application/x-ndjson": {}, "text/markdown": {}, "text/csv": {}}}}})
+def session_transcript(request: HttpRequest, session_id: str, format: str = "json", redact: str = ""):
+    caller = _caller(request)
+    if format not in export.FORMATS:
+        raise HttpError(400, f"Unknown format {format!r}; valid formats: {', '.join(export.FORMATS)}.")
+    redacted = _redacted(redact)
+    session = _get_session(session_id)
+    content_type, ext = export.FORMATS[format]
+    _audit(caller, session.session_id, format=format, redact=redact)
+    disposition = export.content_disposition(session.session_id, ext)
+    if format == "json":
+        body = export.utf8(export.dumps(export.transcript(session, redacted=redacted), indent=2) + "\n")
+        response = HttpResponse(body, content_type=content_type)
+        response["Content-Disposition"] = disposition
+        response["Cache-Control"] = "no-store"
+        return response
+    writer = {"jsonl": export.transcript_jsonl, "md": export.transcript_md, "csv": export.transcript_csv}[format]
+    return _stream(request, writer(session, redacted=redacted), content_type, disposition)
+
+
+@api.get("/sessions/{path:session_id}", response={200: SessionOut, 404: ErrorOut}, url_name="api-show-session",
+         summary="One session: metadata, active agent, counts, timestamps")
+def show_session(request: HttpRequest, session_id: str, redact: str = ""):
+    _caller(request)
+    redacted = _redacted(redact)
+    session = _get_session(session_id)
+    running = SessionLease.objects.filter(session_id=session.session_id, expires_at__gt=time.time()).exists()
+    return _session_out(session, redacted, running)
+
+
+@api.get("/export.jsonl", url_name="api-export-sessions", response={200: dict[str, Any], 400: ErrorOut},
+         summary="Every session matching the filters, one JSON transcript per line (streamed)",
+         openapi_extra={"responses": {"200": {"description": "JSONL download",
+                                              "content": {"application/x-ndjson": {}}}}})
+def export_sessions(request: HttpRequest, filters: Query[Filters]):
+    caller = _caller(request)
+    redacted = _redacted(filters.redact)
+    query = _query(filters)
+    _audit(caller, "*", format="jsonl", bulk=True, redact=filters.redact,
+           filters={k: v for k, v in query.params().items() if k != "after"})
+    return _stream(request, export.bulk_jsonl(query, redacted=redacted), export.FORMATS["jsonl"][0],
+                   export.content_disposition("all", "jsonl", stem="sessions"))

@@ -1,0 +1,418 @@
+"""Transcript export: one session as JSON (turn-grouped), JSONL, Markdown or CSV, and every matching session as JSONL.
+
+Rows are read in keyset batches of ``BATCH`` ids and parsed with the runtime's ``parse_row``; turns are
+grouped, tool calls paired with their results and handoffs found by the console's own functions
+(``sessions_app.timeline``), so an export says what the console shows. Streamed formats hold one
+turn (md) or one batch of rows (jsonl, csv) at a time; the bulk export one batch of sessions.
+
+Every byte written is valid UTF-8: text is cleaned where it is read (``parse_row``, ``json_safe``) and
+what is written goes through :func:`utf8` once more (lone surrogates → U+FFFD, NUL removed), so no stored
+value can make an export fail half way. Datetimes are ISO-8601 with their offset (UTC).
+
+JSON shape (``FORMAT_VERSION`` 1; ``manage.py chatflow_import_transcript`` reads it back)::
+
+    {"format": "chatflow-transcript", "version": 1,
+     "session": {session_id, active_agent, metadata, created_at, updated_at, message_count, turn_count},
+     "preamble": [message, …],             # rows before the first USER message (usually SYSTEM)
+     "turns": [{"number", "agent", "agents", "started_at", "ended_at", "messages": [message, …],
+                "tool_calls": [{id, name, args, result: {content, is_error} | null, handoff | null}],
+                "handoffs": [{from, to, reason}], "orphan_results": [tool result, …]}]}
+
+A message is ``chatflow_agent.types.Message`` as JSON (role, content, tool_calls, tool_results,
+timestamp); a row that cannot be read at all is ``{"role", "content", "unreadable": true}``.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from bisect import bisect_right
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote
+
+from chatflow_agent._jsonsafe import clean_text, json_safe
+from chatflow_agent.core._persistent import StoredRow, parse_row
+from chatflow_agent.types import Message, Role
+from sessions_app import listing
+from sessions_app.models import ChatMessage, ChatSession
+from sessions_app.timeline import agents_by_turn, handoff_of, turn_bounds, turn_items
+
+__all__ = [
+    "BATCH", "FORMATS", "FORMAT_VERSION", "bulk_jsonl", "content_disposition", "redact", "session_record",
+    "transcript", "transcript_csv", "transcript_jsonl", "transcript_md", "utf8",
+]
+
+FORMAT_VERSION = 1
+BATCH = 2000  # message rows per query
+SESSION_BATCH = 200  # sessions per query in the bulk export
+CHUNK = 64 * 1024  # bytes per streamed chunk
+#: format → (content type, file extension)
+FORMATS = {
+    "json": ("application/json; charset=utf-8", "json"),
+    "jsonl": ("application/x-ndjson; charset=utf-8", "jsonl"),
+    "md": ("text/markdown; charset=utf-8", "md"),
+    "csv": ("text/csv; charset=utf-8", "csv"),
+}
+_ROW = ("id", "role", "content", "message_json")
+
+
+# ---- text -----------------------------------------------------------------------------------
+def utf8(text: str) -> bytes:
+    """``text`` as UTF-8; lone surrogates become U+FFFD and NUL is dropped instead of failing."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return clean_text(text).encode("utf-8")
+
+
+def dumps(value: Any, indent: int | None = None) -> str:
+    """JSON with real UTF-8 characters (not \\u escapes); anything not JSON-native through json_safe."""
+    separators = (",", ": ") if indent else (",", ":")
+    try:
+        return json.dumps(value, ensure_ascii=False, indent=indent, separators=separators)
+    except (TypeError, ValueError):
+        return json.dumps(json_safe(value), ensure_ascii=False, indent=indent, separators=separators)
+
+
+_EMAIL = re.compile(r"[A-Za-z0-9._%+\-]+@[A-Za-z0-9\-]+(?:\.[A-Za-z0-9\-]+)*\.[A-Za-z]{2,}")
+_PHONE = re.compile(r"(?<![\w+])\+?\(?\d[\d \t().\-]{5,}\d(?!\w)")
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+
+
+def _mask_phone(match: re.Match[str]) -> str:
+    text = match.group(0)
+    digits = sum(c.isdigit() for c in text)
+    # International form (+ and 7+ digits) or 9+ digits; dates (2026-01-10 09:00) and amounts are kept.
+    if _DATE.search(text) or not (digits >= 9 or (text.startswith("+") and digits >= 7)):
+        return text
+    return "[phone]"
+
+
+def redact(value: Any) -> Any:
+    """``value`` with e-mail addresses → ``[email]`` and phone numbers → ``[phone]`` in every string (keys kept)."""
+    if isinstance(value, str):
+        return _PHONE.sub(_mask_phone, _EMAIL.sub("[email]", value))
+    if isinstance(value, dict):
+        return {k: redact(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [redact(v) for v in value]
+    return value
+
+
+def content_disposition(session_id: str, ext: str, stem: str = "transcript") -> str:
+    """``attachment`` with an ASCII ``filename`` and the exact name as RFC 5987 ``filename*``, for any id."""
+    name = re.sub(r"[\x00-\x1f\x7f/\\]", "_", clean_text(session_id))[:120]
+    ascii_name = re.sub(r"[^A-Za-z0-9._+\-]", "_", name).strip("._") or "session"
+    full = f"{stem}-{name}.{ext}"
+    return f'attachment; filename="{stem}-{ascii_name}.{ext}"; filename*=UTF-8\'\'{quote(full, safe="")}'
+
+
+# ---- reading --------------------------------------------------------------------------------
+Row = tuple[int, str, str | None, str]
+
+
+def iter_rows(session_id: str, batch: int = BATCH) -> Iterator[Row]:
+    """The session's message rows in id order, ``batch`` rows per query (keyset on id)."""
+    last = 0
+    while True:
+        rows = list(ChatMessage.objects.filter(session_id=session_id, id__gt=last)
+                    .order_by("id").values_list(*_ROW)[:batch])
+        yield from rows
+        if len(rows) < batch:
+            return
+        last = rows[-1][0]
+
+
+@dataclass
+class Segment:
+    """Turn ``number`` (0: the rows before the first USER message) with its rows parsed."""
+
+    number: int
+    parsed: list[tuple[Row, Message | None]] = field(default_factory=list)
+
+    def items(self):
+        return turn_items([(row[0], msg, row[2] or "") for row, msg in self.parsed])
+
+
+def segments(rows: Iterable[Row]) -> Iterator[Segment]:
+    """Rows grouped into turns as the console numbers them: a turn starts at each USER row."""
+    current = Segment(0)
+    for row in rows:
+        if row[1] == Role.USER.value:
+            if current.number or current.parsed:
+                yield current
+            current = Segment(current.number + 1)
+        current.parsed.append((row, parse_row(StoredRow(*row))))
+    if current.number or current.parsed:
+        yield current
+
+
+def message_record(row: Row, msg: Message | None) -> dict[str, Any]:
+    if msg is None:
+        return {"role": row[1], "content": row[2], "unreadable": True}
+    record = msg.model_dump(mode="json")
+    record["timestamp"] = msg.timestamp.isoformat()
+    return record
+
+
+def session_record(session: ChatSession, message_count: int, turn_count: int) -> dict[str, Any]:
+    return {
+        "session_id": session.session_id,
+        "active_agent": session.active_agent_name,
+        "metadata": json_safe(session.metadata if isinstance(session.metadata, dict) else {}),
+        "created_at": session.created_at.isoformat(),
+        "updated_at": session.updated_at.isoformat(),
+        "message_count": message_count,
+        "turn_count": turn_count,
+    }
+
+
+def _starting_agent() -> str:
+    from agents_app import registry
+
+    return registry.starting_agent().name
+
+
+def _turn_record(seg: Segment, items: list, agents: list[str]) -> dict[str, Any]:
+    stamps = [msg.timestamp.isoformat() for _row, msg in seg.parsed if msg is not None]
+    calls = [{
+        "id": i.call.id, "name": i.call.name, "args": i.call.args,
+        "result": None if i.result is None else {"content": i.result.content, "is_error": i.result.is_error},
+        "handoff": i.handoff,
+    } for i in items if i.kind == "call"]
+    return {
+        "number": seg.number,
+        "agent": agents[-1],
+        "agents": agents,
+        "started_at": stamps[0] if stamps else None,
+        "ended_at": stamps[-1] if stamps else None,
+        "messages": [message_record(row, msg) for row, msg in seg.parsed],
+        "tool_calls": calls,
+        "handoffs": [i.handoff for i in items if i.handoff],
+        "orphan_results": [i.result.model_dump(mode="json") for i in items if i.kind == "orphan-result"],
+    }
+
+
+def transcript(session: ChatSession, rows: Iterable[Row] | None = None, *, redacted: bool = False,
+               starting_agent: str | None = None) -> dict[str, Any]:
+    """The whole turn-grouped transcript (the JSON format) of ``session``, built in memory."""
+    segs = list(segments(iter_rows(session.session_id) if rows is None else rows))
+    preamble = segs[0] if segs and segs[0].number == 0 else Segment(0)
+    turns = [s for s in segs if s.number]
+    items = [t.items() for t in turns]
+    handoffs = [[i.handoff for i in its if i.handoff] for its in items]
+    if any(handoffs) and starting_agent is None:
+        starting_agent = _starting_agent()
+    agents = agents_by_turn(handoffs, session.active_agent_name, starting_agent or session.active_agent_name)
+    out = {
+        "format": "chatflow-transcript",
+        "version": FORMAT_VERSION,
+        "session": session_record(session, sum(len(s.parsed) for s in segs), len(turns)),
+        "preamble": [message_record(row, msg) for row, msg in preamble.parsed],
+        "turns": [_turn_record(t, its, a) for t, its, a in zip(turns, items, agents, strict=True)],
+    }
+    return redact(out) if redacted else out
+
+
+def _stream_agents(session: ChatSession) -> tuple[list[int], list[list[str]]]:
+    """USER row ids and each turn's agents, from one narrow query for the handoff results."""
+    starts = [rid for rid, _at in turn_bounds(session.session_id)]
+    handoffs: list[list[dict]] = [[] for _ in starts]
+    rows = (ChatMessage.objects.filter(session_id=session.session_id, role=Role.TOOL.value,
+                                       message_json__contains="HANDOFF_SUCCESS")
+            .order_by("id").values_list(*_ROW))
+    for row in rows:
+        msg = parse_row(StoredRow(*row))
+        n = bisect_right(starts, row[0])
+        if msg is None or n == 0:
+            continue
+        handoffs[n - 1].extend(h for r in msg.tool_results or [] if (h := handoff_of(r)))
+    start = _starting_agent() if any(handoffs) else session.active_agent_name
+    return starts, agents_by_turn(handoffs, session.active_agent_name, start)
+
+
+def _chunked(parts: Iterable[str]) -> Iterator[bytes]:
+    """Strings joined into UTF-8 chunks of about ``CHUNK`` bytes."""
+    buf: list[bytes] = []
+    size = 0
+    for part in parts:
+        data = utf8(part)
+        buf.append(data)
+        size += len(data)
+        if size >= CHUNK:
+            yield b"".join(buf)
+            buf, size = [], 0
+    if buf:
+        yield b"".join(buf)
+
+
+# ---- writers --------------------------------------------------------------------------------
+def transcript_jsonl(session: ChatSession, *, redacted: bool = False) -> Iterator[bytes]:
+    """One JSON object per message: session_id, turn (0 before the first), seq, agent, then the message."""
+    _starts, agents = _stream_agents(session)
+
+    def lines() -> Iterator[str]:
+        seq = 0
+        for seg in segments(iter_rows(session.session_id)):
+            agent = agents[seg.number - 1][-1] if seg.number else None
+            for row, msg in seg.parsed:
+                seq += 1
+                record = {"session_id": session.session_id, "turn": seg.number, "seq": seq, "agent": agent,
+                          **message_record(row, msg)}
+                yield dumps(redact(record) if redacted else record) + "\n"
+
+    return _chunked(lines())
+
+
+CSV_COLUMNS = ["session_id", "turn", "seq", "role", "agent", "timestamp", "content", "tool_calls", "tool_results"]
+
+
+def _cell(value: Any) -> Any:
+    """Text a spreadsheet would run as a formula (=, +, -, @, tab, CR first) is prefixed with an apostrophe."""
+    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
+        return "'" + value
+    return value
+
+
+def transcript_csv(session: ChatSession, *, redacted: bool = False) -> Iterator[bytes]:
+    """One row per message (UTF-8 with a BOM, for spreadsheets); tool calls and results as JSON cells."""
+    _starts, agents = _stream_agents(session)
+
+    def lines() -> Iterator[str]:
+        buf = io.StringIO()
+        writer = csv.writer(buf, lineterminator="\r\n")
+        writer.writerow(CSV_COLUMNS)
+        yield "\ufeff" + buf.getvalue()
+        seq = 0
+        for seg in segments(iter_rows(session.session_id)):
+            agent = agents[seg.number - 1][-1] if seg.number else ""
+            buf.seek(0)
+            buf.truncate()
+            for row, msg in seg.parsed:
+                seq += 1
+                rec = message_record(row, msg)
+                if redacted:
+                    rec = redact(rec)
+                writer.writerow([_cell(v) for v in (
+                    session.session_id, seg.number, seq, rec["role"], agent, rec.get("timestamp", ""),
+                    rec.get("content") or "",
+                    dumps(rec["tool_calls"]) if rec.get("tool_calls") else "",
+                    dumps(rec["tool_results"]) if rec.get("tool_results") else "",
+                )])
+            yield buf.getvalue()
+
+    return _chunked(lines())
+
+
+def bulk_jsonl(query: listing.ListQuery, *, redacted: bool = False, batch: int = SESSION_BATCH) -> Iterator[bytes]:
+    """Every session matching ``query`` (the console's filters and sort) as one JSON transcript per line.
+
+    Sessions come in keyset batches of ``batch`` and their rows in one query per batch, so memory
+    holds one batch, whatever the number of sessions.
+    """
+    column = listing.SORTS[query.sort][0]
+
+    def lines() -> Iterator[str]:
+        cursor, start = None, None
+        while True:
+            page = list(listing.after_cursor(listing.filtered(query), query.sort, cursor)[:batch])
+            if not page:
+                return
+            rows: dict[str, list[Row]] = {s.session_id: [] for s in page}
+            for row in (ChatMessage.objects.filter(session_id__in=list(rows)).order_by("session_id", "id")
+                        .values_list("session_id", *_ROW).iterator(chunk_size=BATCH)):
+                rows[row[0]].append(row[1:])
+            for s in page:
+                mine = rows.pop(s.session_id)
+                if start is None and any(r[1] == Role.TOOL.value and "HANDOFF_SUCCESS" in r[3] for r in mine):
+                    start = _starting_agent()
+                yield dumps(transcript(s, mine, redacted=redacted, starting_agent=start)) + "\n"
+            cursor = (getattr(page[-1], column), page[-1].session_id)
+
+    return _chunked(lines())
+
+
+# ---- Markdown -------------------------------------------------------------------------------
+def _fence(text: str, lang: str = "") -> str:
+    """``text`` in a code fence longer than any backtick run inside it."""
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}{lang}\n{text}\n{fence}\n"
+
+
+def _line(text: str) -> str:
+    """Text fit for a heading or list item: one line."""
+    return " ".join(str(text).split())
+
+
+def _quote(text: str) -> str:
+    return "\n".join("> " + line if line else ">" for line in (text or "").split("\n")) + "\n"
+
+
+def _md_items(seg: Segment, trail: list[str]) -> Iterator[str]:
+    agent = trail[0]
+    stamps = {row[0]: msg.timestamp.isoformat() for row, msg in seg.parsed if msg is not None}
+    for item in seg.items():
+        at = stamps.get(item.row_id, "")
+        if item.kind == "user":
+            yield f"**User** · {at}\n\n{_quote(item.text or '')}\n"
+        elif item.kind == "system":
+            yield f"**System** · {at}\n\n{_quote(item.text or '')}\n"
+        elif item.kind == "model":
+            yield f"**{_line(agent) or 'Agent'}** · {at}\n\n{item.text}\n\n"
+        elif item.kind == "call":
+            yield f"**Tool call** `{_line(item.call.name)}` (id `{_line(item.call.id)}`) · {at}\n\n"
+            yield _fence(dumps(item.call.args, indent=2), "json") + "\n"
+            if item.handoff:
+                h = item.handoff
+                yield f"**Handoff** {_line(h['from'] or agent)} → {_line(h['to'])}: {_line(h['reason'])}\n\n"
+                agent = h["to"]
+            elif item.result is None:
+                yield "_No result was stored for this call._\n\n"
+            else:
+                label = "Error" if item.result.is_error else "Result"
+                yield f"{label}:\n\n" + _fence(dumps(item.result.content, indent=2), "json") + "\n"
+        elif item.kind == "orphan-result":
+            yield f"**Tool result without its call** `{_line(item.result.name)}`\n\n"
+            yield _fence(dumps(item.result.content, indent=2), "json") + "\n"
+        else:
+            yield f"**Unreadable message** · row {item.row_id}\n\n{_fence(item.text or '')}\n"
+
+
+def transcript_md(session: ChatSession, *, redacted: bool = False) -> Iterator[bytes]:
+    """A transcript for people: the session's facts, then a heading per turn; tool calls as fenced JSON."""
+    _starts, agents = _stream_agents(session)
+    metadata = session.metadata if isinstance(session.metadata, dict) else {}
+
+    def parts() -> Iterator[str]:
+        yield f"# Transcript: {_line(session.session_id)}\n\n"
+        yield f"- Active agent: {_line(session.active_agent_name)}\n"
+        yield f"- Created: {session.created_at.isoformat()}\n- Updated: {session.updated_at.isoformat()}\n"
+        yield f"- Turns: {len(agents)}\n\n"
+        if metadata:
+            yield "Metadata:\n\n" + _fence(dumps(redact(metadata) if redacted else metadata, indent=2), "json") + "\n"
+        for seg in segments(iter_rows(session.session_id)):
+            if redacted:
+                seg = Segment(seg.number, [(row[:2] + (redact(row[2]),) + row[3:], _redact_message(msg))
+                                           for row, msg in seg.parsed])
+            if seg.number == 0:
+                yield "## Before the first turn\n\n"
+                trail = [session.active_agent_name]
+            else:
+                trail = agents[seg.number - 1]
+                first = next((m.timestamp.isoformat() for _r, m in seg.parsed if m is not None), "")
+                via = f" (from {' → '.join(_line(a) for a in trail[:-1])})" if len(trail) > 1 else ""
+                yield f"## Turn {seg.number} · {_line(trail[-1])}{via} · {first}\n\n"
+            yield from _md_items(seg, trail)
+
+    return _chunked(parts())
+
+
+def _redact_message(msg: Message | None) -> Message | None:
+    if msg is None:
+        return None
+    return Message.model_validate(redact(msg.model_dump(mode="json")))

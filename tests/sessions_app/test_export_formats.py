@@ -1,0 +1,322 @@
+"""Transcript formats: JSON (turn-grouped, re-importable), JSONL, Markdown, CSV; UTF-8 and JSON safety; redaction;
+the 0.3.4 fixture database; the import command's round trip."""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import decimal
+import io
+import json
+import sqlite3
+import uuid
+from datetime import UTC, datetime
+from urllib.parse import quote
+
+import pytest
+from django.core.management import call_command
+from django.db import connection
+
+from api_app.models import ApiToken
+from chatflow_agent.types import Message, Role
+from sessions_app.models import ChatMessage, ChatSession
+from tests.processes import REPO
+from tests.sessions_app import personas
+from tests.sessions_app.conversations import (
+    T0, call, model, result, results, store, support_story, user,
+)
+
+pytestmark = pytest.mark.django_db
+FORMATS = ("json", "jsonl", "md", "csv")
+FIXTURE_034 = REPO / "tests" / "fixtures" / "chatflow_034.db"
+
+
+@pytest.fixture
+def bearer():
+    token, secret = ApiToken.issue("tests", personas.operator())
+    return {"HTTP_AUTHORIZATION": f"Bearer {secret}"}
+
+
+def get(client_kwargs, session_id: str, fmt: str, **params):
+    from django.test import Client
+
+    query = "&".join(f"{k}={quote(str(v))}" for k, v in {"format": fmt, **params}.items())
+    response = Client().get(f"/api/v1/sessions/{quote(session_id, safe='/')}/transcript?{query}", **client_kwargs)
+    body = b"".join(response.streaming_content) if response.streaming else response.content
+    return response, body
+
+
+def text_of(body: bytes) -> str:
+    return body.decode("utf-8", errors="strict")  # a single invalid byte fails the test
+
+
+# ---- JSON -----------------------------------------------------------------------------------
+def test_json_groups_turns_pairs_tool_calls_and_names_the_agents(bearer):
+    store("+15550100", support_story(), agent="Billing", metadata={"channel": "whatsapp"})
+
+    response, body = get(bearer, "+15550100", "json")
+
+    assert response.status_code == 200
+    assert response["Content-Type"] == "application/json; charset=utf-8"
+    doc = json.loads(text_of(body))
+    assert doc["format"] == "chatflow-transcript" and doc["version"] == 1
+    assert doc["session"]["session_id"] == "+15550100"
+    assert doc["session"]["message_count"] == 15 and doc["session"]["turn_count"] == 3
+    assert [m["role"] for m in doc["preamble"]] == ["system"]
+    first, second, third = doc["turns"]
+    assert first["agent"] == "Support" and first["agents"] == ["Support"]
+    assert first["tool_calls"] == [{"id": "c1", "name": "check_order_status", "args": {"order_id": "42"},
+                                    "result": {"content": {"order_id": "42", "status": "shipped"},
+                                               "is_error": False}, "handoff": None}]
+    assert second["agents"] == ["Support", "Billing"] and second["agent"] == "Billing"
+    assert second["handoffs"] == [{"from": "Support", "to": "Billing", "reason": "refund"}]
+    assert third["agent"] == "Billing" and third["tool_calls"][0]["result"]["is_error"] is True
+    assert [m["content"] for m in third["messages"]][0] == "And my invoice?"
+
+
+def test_datetimes_are_iso_8601_with_a_timezone(bearer):
+    store("s1", support_story())
+
+    _response, body = get(bearer, "s1", "json")
+
+    doc = json.loads(body)
+    stamps = [doc["session"]["created_at"], doc["session"]["updated_at"]]
+    stamps += [t["started_at"] for t in doc["turns"]] + [m["timestamp"] for t in doc["turns"] for m in t["messages"]]
+    for stamp in stamps:
+        assert datetime.fromisoformat(stamp).utcoffset() == dt.timedelta(0), stamp
+
+
+def test_tool_results_stored_from_datetime_decimal_uuid_and_bytes_export_cleanly(bearer):
+    odd = {"when": datetime(2026, 1, 10, 9, 30, tzinfo=UTC), "day": dt.date(2026, 1, 10),
+           "amount": decimal.Decimal("19.90"), "id": uuid.UUID(int=7), "blob": b"\x00\xff", "tags": {"b", "a"}}
+    store("odd", [user("go"), model(None, [call("c1", "lookup", since=dt.date(2026, 1, 1))]),
+                  results(result("c1", "lookup", odd)), model("done")])
+
+    for fmt in FORMATS:
+        response, body = get(bearer, "odd", fmt)
+        assert response.status_code == 200, fmt
+        text = text_of(body)
+        assert "19.90" in text and "00000000-0000-0000-0000-000000000007" in text and "base64:AP8=" in text, fmt
+    doc = json.loads(get(bearer, "odd", "json")[1])
+    content = doc["turns"][0]["tool_calls"][0]["result"]["content"]
+    assert content == {"when": "2026-01-10T09:30:00+00:00", "day": "2026-01-10", "amount": "19.90",
+                       "id": "00000000-0000-0000-0000-000000000007", "blob": "base64:AP8=", "tags": ["a", "b"]}
+
+
+# ---- UTF-8 ----------------------------------------------------------------------------------
+EMOJI = "Olá 👋 — 你好, привет, مرحبا, 🇧🇷 👩‍👩‍👧"
+
+
+def test_emoji_and_non_latin_text_survive_as_real_utf8_in_every_format(bearer):
+    store("olá 👋", [user(EMOJI), model(None, [call("c1", "echo", text=EMOJI)]),
+                    results(result("c1", "echo", {"echo": EMOJI})), model(EMOJI)],
+          metadata={"name": "Zoë 🐙"})
+
+    for fmt in FORMATS:
+        response, body = get(bearer, "olá 👋", fmt)
+        assert response.status_code == 200, fmt
+        text = text_of(body)
+        assert EMOJI in text and "Zoë 🐙" in text or fmt in ("jsonl", "csv"), fmt
+        assert EMOJI.encode() in body, fmt  # real characters, not \\u escapes or surrogate pairs
+        assert b"\\ud83d" not in body.lower(), fmt
+
+
+def test_a_lone_surrogate_written_by_other_software_becomes_the_replacement_character(bearer):
+    session = store("split", [user("hi")])
+    # A client that cut an emoji in half wrote JSON escapes of its first half; the content column has
+    # what its driver made of it. Written with the ORM as raw text, as such software would.
+    broken_user = ('{"role":"user","content":"half \\ud83d emoji","tool_calls":null,"tool_results":null,'
+                   '"timestamp":"2026-01-10T09:01:00Z"}')
+    broken_tool = ('{"role":"tool","content":null,"tool_calls":null,"tool_results":[{"tool_call_id":"c1",'
+                   '"name":"n\\udc00","content":{"k\\ude00":"v \\ud800"},"is_error":false}],'
+                   '"timestamp":"2026-01-10T09:02:00Z"}')
+    ChatMessage.objects.create(session=session, role="user", content="half ? emoji", message_json=broken_user)
+    ChatMessage.objects.create(session=session, role="tool", content=None, message_json=broken_tool)
+
+    for fmt in FORMATS:
+        response, body = get(bearer, "split", fmt)
+        assert response.status_code == 200, fmt
+        text = text_of(body)
+        assert "half \ufffd emoji" in text, fmt
+        assert "v \ufffd" in text, fmt
+
+
+def test_a_lone_surrogate_in_stored_metadata_is_replaced_too(bearer):
+    if connection.vendor != "sqlite":
+        pytest.skip("PostgreSQL's jsonb refuses lone surrogates on input")
+    store("meta", [user("hi")])
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE chatflow_sessions SET metadata_json = %s WHERE session_id = %s",
+                       ['{"name": "Zo\\ud83d"}', "meta"])
+
+    for fmt in FORMATS:
+        response, body = get(bearer, "meta", fmt)
+        assert response.status_code == 200
+        if fmt in ("json", "md"):
+            assert "Zo\ufffd" in text_of(body), fmt
+
+
+# ---- JSONL, Markdown, CSV ---------------------------------------------------------------------
+def test_jsonl_has_one_message_per_line_with_turn_and_agent(bearer):
+    store("s1", support_story())
+
+    response, body = get(bearer, "s1", "jsonl")
+
+    assert response.streaming and response["Content-Type"] == "application/x-ndjson; charset=utf-8"
+    lines = [json.loads(line) for line in text_of(body).splitlines()]
+    assert len(lines) == 15
+    assert [(x["turn"], x["role"]) for x in lines[:3]] == [(0, "system"), (1, "user"), (1, "model")]
+    assert [x["seq"] for x in lines] == list(range(1, 16))
+    assert {x["agent"] for x in lines if x["turn"] == 3} == {"Billing"}
+
+
+def test_markdown_has_a_heading_per_turn_and_tool_calls_in_fenced_json(bearer):
+    store("s1", support_story() + [user("```evil fence``` <script>x</script>")])
+
+    response, body = get(bearer, "s1", "md")
+
+    md = text_of(body)
+    assert response["Content-Type"] == "text/markdown; charset=utf-8"
+    assert md.startswith("# Transcript: s1\n")
+    assert [line.split(" · ")[0] for line in md.splitlines() if line.startswith("## ")] == [
+        "## Before the first turn", "## Turn 1", "## Turn 2", "## Turn 3", "## Turn 4"]
+    assert '```json\n{\n  "order_id": "42"\n}\n```' in md
+    assert "**Handoff** Support → Billing: refund" in md
+    assert "Error:" in md and "backend timeout" in md
+
+
+def test_csv_has_one_row_per_message_and_defuses_formulas(bearer):
+    store("s1", support_story() + [user("=HYPERLINK(\"http://x\")")])
+
+    response, body = get(bearer, "s1", "csv")
+
+    assert response["Content-Type"] == "text/csv; charset=utf-8"
+    text = text_of(body)
+    assert text.startswith("\ufeff")
+    rows = list(csv.DictReader(io.StringIO(text[1:])))
+    assert len(rows) == 16
+    assert rows[0]["role"] == "system" and rows[0]["turn"] == "0"
+    assert json.loads(rows[2]["tool_calls"])[0]["name"] == "check_order_status"
+    assert rows[-1]["content"] == "'=HYPERLINK(\"http://x\")"
+    assert {r["session_id"] for r in rows} == {"s1"}
+
+
+# ---- redaction --------------------------------------------------------------------------------
+def test_redact_contacts_masks_phones_and_emails_in_content_metadata_and_tools(bearer):
+    store("r1", [user("Call me at +55 11 91234-5678 or ana@example.com, order 42 on 2026-01-10 09:00"),
+                 model(None, [call("c1", "notify", email="bob@example.org", phone="(555) 123-4567")]),
+                 results(result("c1", "notify", {"sent_to": "+1 555 010 0199"})), model("ok")],
+          metadata={"channel": "whatsapp", "phone": "+5511912345678", "email": "ana@example.com"})
+
+    for fmt in FORMATS:
+        _r, body = get(bearer, "r1", fmt, redact="contacts")
+        text = text_of(body)
+        for secret in ("91234-5678", "ana@example.com", "bob@example.org", "123-4567", "010 0199", "5511912345678"):
+            assert secret not in text, (fmt, secret)
+        assert "order 42 on 2026-01-10 09:00" in text, fmt
+        assert "[phone]" in text and "[email]" in text
+    _r, plain = get(bearer, "r1", "json")
+    assert "ana@example.com" in text_of(plain)
+
+
+# ---- the 0.3.4 fixture ------------------------------------------------------------------------
+def load_034() -> dict[str, int]:
+    """Copy every session and message row of chatflow_034.db into the test database as they are."""
+    if not FIXTURE_034.exists():
+        pytest.skip("tests/fixtures/chatflow_034.db is not committed")
+    with sqlite3.connect(FIXTURE_034) as src:
+        sessions = src.execute("SELECT session_id, active_agent_name, metadata_json, created_at, updated_at "
+                               "FROM chatflow_sessions").fetchall()
+        messages = src.execute("SELECT session_id, role, content, message_json, created_at FROM chatflow_messages "
+                               "ORDER BY id").fetchall()
+    with connection.cursor() as cursor:
+        for sid, agent, meta, created, updated in sessions:
+            cursor.execute("INSERT INTO chatflow_sessions (session_id, active_agent_name, metadata_json, created_at,"
+                           " updated_at) VALUES (%s, %s, %s, %s, %s)",
+                           [sid, agent, meta, created + "+00:00", updated + "+00:00"])
+        for sid, role, content, message_json, created in messages:
+            cursor.execute("INSERT INTO chatflow_messages (session_id, role, content, message_json, created_at)"
+                           " VALUES (%s, %s, %s, %s, %s)", [sid, role, content, message_json, created + "+00:00"])
+    counts: dict[str, int] = {}
+    for sid, *_ in messages:
+        counts[sid] = counts.get(sid, 0) + 1
+    return {sid: counts.get(sid, 0) for sid, *_ in sessions}
+
+
+def test_the_034_fixture_database_exports_in_every_format(bearer):
+    counts = load_034()
+    assert counts
+
+    for sid, n in counts.items():
+        for fmt in FORMATS:
+            response, body = get(bearer, sid, fmt)
+            assert response.status_code == 200, (sid, fmt)
+            text = text_of(body)
+            if fmt == "json":
+                doc = json.loads(text)
+                assert doc["session"]["message_count"] == n
+                assert sum(len(t["messages"]) for t in doc["turns"]) + len(doc["preamble"]) == n
+            elif fmt == "jsonl":
+                assert len(text.splitlines()) == n
+            elif fmt == "csv":
+                assert len(list(csv.reader(io.StringIO(text[1:])))) == n + 1
+    billing = json.loads(get(bearer, "tg:998877", "json")[1])
+    assert billing["session"]["active_agent"] == "Billing"
+    assert any(t["handoffs"] for t in billing["turns"])
+
+
+# ---- import: the round trip --------------------------------------------------------------------
+def test_export_import_into_an_empty_database_export_again_is_identical(bearer, tmp_path):
+    odd = {"when": datetime(2026, 1, 10, 9, 30, tzinfo=UTC), "amount": decimal.Decimal("1.10"), "b": b"\x01"}
+    story = support_story() + [user(EMOJI), model(None, [call("c9", "lookup", q="ü")]),
+                               results(result("c9", "lookup", odd)), model("fin 👋")]
+    store("a/b olá 👋", story, agent="Billing", metadata={"channel": "web", "n": 1, "nested": {"x": [1, "ü"]}},
+          updated=datetime(2026, 2, 1, 12, 0, 0, 123456, tzinfo=UTC))
+    _r, first = get(bearer, "a/b olá 👋", "json")
+    path = tmp_path / "backup.json"
+    path.write_bytes(first)
+    ChatSession.objects.all().delete()
+    assert not ChatMessage.objects.exists()
+
+    out = io.StringIO()
+    call_command("chatflow_import_transcript", str(path), stdout=out)
+
+    assert "a/b olá 👋" in out.getvalue()
+    _r, second = get(bearer, "a/b olá 👋", "json")
+    assert second == first
+    assert ChatMessage.objects.filter(session_id="a/b olá 👋").count() == len(story)
+
+
+def test_importing_over_an_existing_session_needs_replace(bearer, tmp_path):
+    store("s1", support_story())
+    path = tmp_path / "s1.json"
+    path.write_bytes(get(bearer, "s1", "json")[1])
+
+    with pytest.raises(Exception, match="already exists"):
+        call_command("chatflow_import_transcript", str(path), stdout=io.StringIO())
+    call_command("chatflow_import_transcript", str(path), "--replace", stdout=io.StringIO())
+
+    assert ChatMessage.objects.filter(session_id="s1").count() == 15
+
+
+def test_the_bulk_jsonl_export_imports_back_too(bearer, tmp_path):
+    from django.test import Client
+
+    store("one", support_story())
+    store("two", [user("hi"), model("hello")], agent="Support")
+    response = Client().get("/api/v1/export.jsonl", **bearer)
+    body = b"".join(response.streaming_content)
+    path = tmp_path / "all.jsonl"
+    path.write_bytes(body)
+    ChatSession.objects.all().delete()
+
+    call_command("chatflow_import_transcript", str(path), stdout=io.StringIO())
+
+    assert sorted(ChatSession.objects.values_list("session_id", flat=True)) == ["one", "two"]
+    again = b"".join(Client().get("/api/v1/export.jsonl", **bearer).streaming_content)
+    assert again == body
+
+
+def test_a_message_row_is_unchanged_by_the_round_trip():
+    msg = Message(role=Role.MODEL, content="x", timestamp=T0)
+    assert Message.model_validate(json.loads(msg.model_dump_json())) == msg
