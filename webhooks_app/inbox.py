@@ -1,0 +1,139 @@
+"""Accepting webhook messages into the inbox, and retrying failed ones.
+
+``accept`` is the webhook's whole synchronous work: in ONE transaction, for each message in payload
+order, claim its id in ``chatflow_processed_messages`` with the store's one-statement claim
+(``record_processed_message``: a unique key; the TTL runs from the first delivery; an expired id
+is claimed again) and, when the claim wins, enqueue the delivery. A redelivery inside the TTL only
+increments ``duplicates_suppressed``. Either everything of a payload is written or nothing is.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from agents_app.runtime import site_store
+from sessions_app.models import ProcessedMessage
+from webhooks_app.models import InboundDelivery
+
+__all__ = ["Inbound", "Accepted", "accept", "claim_key", "retry", "RetryRefused"]
+
+Status = InboundDelivery.Status
+
+
+@dataclass(frozen=True)
+class Inbound:
+    """One message parsed from a webhook payload."""
+
+    provider: str
+    provider_message_id: str
+    session_id: str
+    kind: str = InboundDelivery.Kind.TEXT
+    text: str = ""
+    metadata: dict[str, Any] = field(default_factory=dict)
+    payload: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Accepted:
+    """What ``accept`` did: the deliveries it queued, and how many messages were duplicates."""
+
+    queued: list[InboundDelivery] = field(default_factory=list)
+    duplicates: int = 0
+
+
+def claim_key(provider: str, provider_message_id: str) -> str:
+    """The id claimed in chatflow_processed_messages: WhatsApp's wamid as it is (what a 0.3.4 bot
+    using the seed's handler claims), ``telegram:<update_id>`` and ``generic:<message_id>`` otherwise."""
+    if provider == InboundDelivery.Provider.WHATSAPP:
+        return provider_message_id
+    return f"{provider}:{provider_message_id}"
+
+
+def accept(messages: list[Inbound]) -> Accepted:
+    """Claim and enqueue ``messages`` (in order) in one transaction; see the module docstring."""
+    result = Accepted()
+    store = site_store()
+    with transaction.atomic():
+        for msg in messages:
+            delivery = _accept_one(store, msg)
+            if delivery is None:
+                result.duplicates += 1
+            else:
+                result.queued.append(delivery)
+        if result.queued:
+            transaction.on_commit(_wake_workers)
+    return result
+
+
+def _accept_one(store: Any, msg: Inbound) -> InboundDelivery | None:
+    now = timezone.now()
+    key = claim_key(msg.provider, msg.provider_message_id)
+    same = InboundDelivery.objects.filter(provider=msg.provider, provider_message_id=msg.provider_message_id)
+    if not store.record_processed_message(key):  # one statement, in this transaction
+        same.update(duplicates_suppressed=F("duplicates_suppressed") + 1, last_seen=now)
+        return None
+    fields = {
+        "claim_key": key, "session_id": msg.session_id, "kind": msg.kind, "text": msg.text,
+        "metadata": msg.metadata, "payload": msg.payload, "status": Status.QUEUED, "attempts": 0,
+        "first_seen": now, "last_seen": now, "duplicates_suppressed": 0, "token": uuid.uuid4().hex,
+        "lease_owner": "", "lease_expires_at": None, "error": "", "answer": "", "reply_status": "",
+        "reply_error": "", "finished_at": None,
+    }
+    existing = same.select_for_update().first()
+    if existing is None:
+        return InboundDelivery.objects.create(
+            provider=msg.provider, provider_message_id=msg.provider_message_id, **fields
+        )
+    if existing.status in (Status.QUEUED, Status.RUNNING):
+        # The claim had expired (or was released) while the delivery still waits or runs: it is
+        # the same work, so this is a duplicate, not a second turn.
+        same.update(duplicates_suppressed=F("duplicates_suppressed") + 1, last_seen=now)
+        return None
+    # A new delivery of an id seen before: after the TTL, or after a failure released the claim.
+    for name, value in fields.items():
+        setattr(existing, name, value)
+    existing.save()
+    return existing
+
+
+class RetryRefused(Exception):
+    """The delivery is not failed (any more), or its id was claimed again meanwhile."""
+
+
+def retry(delivery_id: int) -> InboundDelivery:
+    """Queue a failed delivery again: re-claim its id and queue it, in one transaction."""
+    with transaction.atomic():
+        delivery = InboundDelivery.objects.select_for_update().filter(pk=delivery_id).first()
+        if delivery is None or delivery.status != Status.FAILED:
+            raise RetryRefused("Only a failed delivery can be retried.")
+        if not site_store().record_processed_message(delivery.claim_key):
+            raise RetryRefused("This message id was claimed again meanwhile (a redelivery is being processed).")
+        delivery.status = Status.QUEUED
+        delivery.token = uuid.uuid4().hex
+        delivery.error = ""
+        delivery.answer = ""
+        delivery.reply_status = ""
+        delivery.reply_error = ""
+        delivery.finished_at = None
+        delivery.lease_owner = ""
+        delivery.lease_expires_at = None
+        delivery.save()
+        transaction.on_commit(_wake_workers)
+    return delivery
+
+
+def release_claim(key: str) -> None:
+    """Release a claim (a failure before the turn committed: invariant 6); call inside the failing transaction."""
+    ProcessedMessage.objects.filter(pk=key).delete()
+
+
+def _wake_workers() -> None:
+    from webhooks_app import embedded
+
+    embedded.wake()

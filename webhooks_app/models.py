@@ -1,0 +1,86 @@
+"""The webhook inbox: one ``InboundDelivery`` per provider message id, which is also the durable queue.
+
+A delivery is accepted (``inbox.accept``) in the same transaction that claims its id in
+``chatflow_processed_messages`` (invariant 6), is claimed by a worker with a visibility timeout
+(``lease_owner`` / ``lease_expires_at``), plays one turn, and records its reply. Its life:
+
+    queued → running → done            (reply: sending → sent | failed; none when nothing is sent)
+                     ↘ failed → (console retry or provider redelivery) → queued
+"""
+
+from __future__ import annotations
+
+from django.db import models
+from django.utils import timezone
+
+
+class InboundDelivery(models.Model):
+    """A message a channel (WhatsApp, Telegram, generic) delivered to a webhook, and what became of it."""
+
+    class Provider(models.TextChoices):
+        WHATSAPP = "whatsapp", "WhatsApp"
+        TELEGRAM = "telegram", "Telegram"
+        GENERIC = "generic", "Generic"
+
+    class Kind(models.TextChoices):
+        TEXT = "text", "Text (a turn)"
+        UNSUPPORTED = "unsupported", "Unsupported type (polite reply)"
+        RESET = "reset", "Reset (clears history)"
+
+    class Status(models.TextChoices):
+        QUEUED = "queued", "Queued"
+        RUNNING = "running", "Running"
+        DONE = "done", "Done"
+        FAILED = "failed", "Failed"
+
+    class Reply(models.TextChoices):
+        PENDING = "", "Not yet"
+        NONE = "none", "Nothing to send"
+        SENDING = "sending", "Sending (or lost in a crash: never re-sent)"
+        SENT = "sent", "Sent"
+        FAILED = "failed", "Send failed"
+
+    id = models.BigAutoField(primary_key=True)
+    provider = models.CharField(max_length=16, choices=Provider.choices)
+    provider_message_id = models.TextField(help_text="wamid, Telegram update_id or the generic message_id.")
+    claim_key = models.TextField(help_text="The id claimed in chatflow_processed_messages.")
+    session_id = models.TextField()
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.TEXT)
+    text = models.TextField(blank=True, default="")
+    metadata = models.JSONField(default=dict, blank=True, help_text="Session metadata from the channel.")
+    payload = models.JSONField(default=dict, blank=True, help_text="The provider's message object.")
+    status = models.CharField(max_length=8, choices=Status.choices, default=Status.QUEUED)
+    attempts = models.PositiveIntegerField(default=0)
+    first_seen = models.DateTimeField(default=timezone.now)
+    last_seen = models.DateTimeField(default=timezone.now)
+    duplicates_suppressed = models.PositiveIntegerField(default=0)
+    token = models.CharField(max_length=32, help_text="Marks the turn of this delivery in the session's metadata.")
+    lease_owner = models.TextField(blank=True, default="")
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    error = models.TextField(blank=True, default="")
+    answer = models.TextField(blank=True, default="")
+    reply_status = models.CharField(max_length=8, choices=Reply.choices, default=Reply.PENDING, blank=True)
+    reply_error = models.TextField(blank=True, default="")
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "chatflow_inbound_deliveries"
+        verbose_name = "inbound delivery"
+        verbose_name_plural = "inbound deliveries"
+        ordering = ["-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["provider", "provider_message_id"], name="uniq_inbound_provider_message"),
+        ]
+        indexes = [
+            models.Index(fields=["status", "id"], name="idx_inbound_status"),
+            models.Index(fields=["session_id", "id"], name="idx_inbound_session"),
+        ]
+        permissions = [("retry_delivery", "Can retry a failed webhook delivery")]
+
+    def __str__(self) -> str:
+        return f"{self.provider}:{self.provider_message_id} ({self.status})"
+
+    @property
+    def marker(self) -> str:
+        """The value this delivery's turn writes to the session metadata key ``webhook_delivery``."""
+        return f"{self.pk}:{self.token}"

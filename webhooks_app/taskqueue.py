@@ -1,0 +1,139 @@
+"""The durable queue on ``InboundDelivery``: claim with a visibility timeout, renew, finish, fail, release.
+
+Blocking ORM functions (workers call them on their own threads). A claim is one short transaction:
+on PostgreSQL the candidate row is locked with ``SELECT … FOR UPDATE SKIP LOCKED``, so several
+worker processes never block on, or take, the same delivery; on SQLite the transaction is
+``BEGIN IMMEDIATE`` (settings), which serialises claims. A delivery is claimable when queued, or
+running with an expired lease (its worker died: the visibility timeout), and only when no earlier
+delivery of the same session is still queued or running, so one sender's messages are played in
+the order they arrived even with many workers. Every later write is guarded by the lease owner:
+a worker that lost its lease changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import Any
+
+from django.db import connection, transaction
+from django.db.models import Exists, F, OuterRef, Q
+from django.utils import timezone
+
+from sessions_app.models import ChatMessage, ChatSession
+from webhooks_app.inbox import release_claim
+from webhooks_app.models import InboundDelivery
+
+__all__ = ["MARKER_KEY", "claim_next", "claim", "renew", "finish", "fail", "release", "set_reply",
+           "turn_committed", "last_answer", "pending"]
+
+Status = InboundDelivery.Status
+MARKER_KEY = "webhook_delivery"  # session metadata: the marker of the last delivery whose turn committed
+
+
+def _claimable(now: Any):
+    earlier = InboundDelivery.objects.filter(
+        session_id=OuterRef("session_id"), id__lt=OuterRef("id"), status__in=[Status.QUEUED, Status.RUNNING]
+    )
+    return (
+        InboundDelivery.objects.filter(Q(status=Status.QUEUED) | Q(status=Status.RUNNING, lease_expires_at__lt=now))
+        .filter(~Exists(earlier))
+        .order_by("id")
+    )
+
+
+def _take(qs: Any, owner: str, visibility: float, now: Any) -> InboundDelivery | None:
+    if connection.vendor == "postgresql":
+        qs = qs.select_for_update(skip_locked=True, of=("self",))
+    delivery = qs.first()
+    if delivery is None:
+        return None
+    delivery.status = Status.RUNNING
+    delivery.attempts += 1
+    delivery.lease_owner = owner
+    delivery.lease_expires_at = now + timedelta(seconds=visibility)
+    delivery.save(update_fields=["status", "attempts", "lease_owner", "lease_expires_at"])
+    return delivery
+
+
+def claim_next(owner: str, visibility: float) -> InboundDelivery | None:
+    """Claim the oldest claimable delivery for ``owner`` for ``visibility`` seconds, or None."""
+    now = timezone.now()
+    with transaction.atomic():
+        return _take(_claimable(now), owner, visibility, now)
+
+
+def claim(delivery_id: int, owner: str, visibility: float) -> InboundDelivery | None:
+    """Claim this delivery if it is claimable now (``?wait=true`` plays it in the request)."""
+    now = timezone.now()
+    with transaction.atomic():
+        return _take(_claimable(now).filter(pk=delivery_id), owner, visibility, now)
+
+
+def _mine(delivery: InboundDelivery, owner: str):
+    return InboundDelivery.objects.filter(pk=delivery.pk, lease_owner=owner, status=Status.RUNNING)
+
+
+def renew(delivery: InboundDelivery, owner: str, visibility: float) -> bool:
+    """Extend the lease; False when it was lost (expired and taken by another worker)."""
+    until = timezone.now() + timedelta(seconds=visibility)
+    return _mine(delivery, owner).update(lease_expires_at=until) == 1
+
+
+def finish(delivery: InboundDelivery, owner: str, answer: str, reply: str) -> bool:
+    """Mark done with ``answer``; ``reply`` is SENDING (sent next) or NONE. False if the lease was lost."""
+    return _mine(delivery, owner).update(
+        status=Status.DONE, answer=answer, reply_status=reply, error="", finished_at=timezone.now()
+    ) == 1
+
+
+def fail(delivery: InboundDelivery, owner: str, error: str, fallback: str, reply: str) -> bool:
+    """Mark failed and release the id's claim (invariant 6), in one transaction."""
+    with transaction.atomic():
+        ok = _mine(delivery, owner).update(
+            status=Status.FAILED, error=error[:4000], answer=fallback, reply_status=reply,
+            finished_at=timezone.now(),
+        ) == 1
+        if ok:
+            release_claim(delivery.claim_key)
+    return ok
+
+
+def release(delivery: InboundDelivery, owner: str) -> None:
+    """Give an unfinished delivery back to the queue (the worker is stopping)."""
+    _mine(delivery, owner).update(status=Status.QUEUED, lease_owner="", lease_expires_at=None,
+                                  attempts=F("attempts") - 1)
+
+
+def set_reply(delivery: InboundDelivery, status: str, error: str = "") -> None:
+    InboundDelivery.objects.filter(pk=delivery.pk, reply_status=InboundDelivery.Reply.SENDING).update(
+        reply_status=status, reply_error=error[:4000]
+    )
+
+
+def _metadata(value: Any) -> dict[str, Any]:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return {}
+    return value if isinstance(value, dict) else {}
+
+
+def turn_committed(delivery: InboundDelivery) -> bool:
+    """True when this delivery's turn is in the session: its marker was committed with the turn's rows."""
+    row = ChatSession.objects.filter(pk=delivery.session_id).values_list("metadata", flat=True).first()
+    return row is not None and _metadata(row).get(MARKER_KEY) == delivery.marker
+
+
+def last_answer(session_id: str) -> str:
+    """The newest model answer of the session (the turn of a delivery recovered after a crash)."""
+    content = (
+        ChatMessage.objects.filter(session_id=session_id, role="model").order_by("-id").values_list("content", flat=True)
+    ).first()
+    return content or ""
+
+
+def pending() -> int:
+    """Deliveries queued or running."""
+    return InboundDelivery.objects.filter(status__in=[Status.QUEUED, Status.RUNNING]).count()

@@ -1,0 +1,13 @@
+"""Webhook endpoints (``/webhooks/<channel>/``) and the console's ledger actions."""
+
+from django.urls import path
+
+from webhooks_app import views
+
+urlpatterns = [
+    path("webhooks/whatsapp/", views.whatsapp, name="webhooks-receive-whatsapp"),
+    path("webhooks/telegram/", views.telegram, name="webhooks-receive-telegram"),
+    path("webhooks/generic/", views.generic, name="webhooks-receive-generic"),
+    path("webhooks/deliveries/<int:delivery_id>/retry/", views.retry_delivery, name="webhooks-retry-delivery"),
+    path("webhooks/ledger/<path:session_id>/", views.session_ledger, name="webhooks-show-ledger"),
+]

@@ -1,0 +1,191 @@
+"""Webhook endpoints (acknowledge within milliseconds; turns run from the queue) and the dedup ledger.
+
+Every refusal is a 4xx JSON ``{"error": code, "detail": …}`` and writes nothing: the body is checked
+(size, content type, signature, JSON, fields) before the one transaction of ``inbox.accept``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.db import DatabaseError
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from sessions_app.access import console_required
+from webhooks_app import channels, inbox, ledger
+from webhooks_app.channels import Refused
+from webhooks_app.models import InboundDelivery
+
+LEDGER = "webhooks_app/ledger.html"
+RETRY = "webhooks_app.retry_delivery"
+WAIT_SECONDS = 60.0
+
+
+def _refusal(err: Refused) -> JsonResponse:
+    return JsonResponse({"error": err.code, "detail": err.detail}, status=err.status)
+
+
+def _body(request: HttpRequest) -> bytes:
+    """The raw body, refused when too large (before reading it) or not JSON by content type."""
+    limit = settings.CHATFLOW_WEBHOOK_MAX_BYTES
+    try:
+        declared = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        raise Refused(400, "bad_content_length", "Content-Length is not a number.") from None
+    if declared > limit:
+        raise Refused(413, "body_too_large", f"The body is larger than {limit} bytes.")
+    if request.content_type != "application/json":
+        raise Refused(415, "unsupported_media_type", "The body must be application/json.")
+    body = request.body
+    if len(body) > limit:
+        raise Refused(413, "body_too_large", f"The body is larger than {limit} bytes.")
+    return body
+
+
+def _configured(value: str, name: str) -> str:
+    if not value:
+        raise Refused(503, "not_configured", f"{name} is not set on this server.")
+    return value
+
+
+def _accept(messages: list[inbox.Inbound]) -> inbox.Accepted:
+    try:
+        return inbox.accept(messages)
+    except DatabaseError:
+        # The provider will deliver again: that is what we want when nothing could be written.
+        raise Refused(503, "unavailable", "The inbox is unavailable; deliver again later.") from None
+
+
+def _acknowledged(accepted: inbox.Accepted, status: int = 200) -> JsonResponse:
+    return JsonResponse({"ok": True, "queued": [d.pk for d in accepted.queued],
+                         "duplicates": accepted.duplicates}, status=status)
+
+
+# ---- WhatsApp ------------------------------------------------------------------------------------
+@csrf_exempt
+@require_http_methods(["GET", "POST"])
+def whatsapp(request: HttpRequest) -> HttpResponse:
+    """GET: Meta's verification handshake. POST: ``entry[].changes[].value.messages[]``."""
+    try:
+        if request.method == "GET":
+            token = _configured(settings.WHATSAPP_VERIFY_TOKEN, "WHATSAPP_VERIFY_TOKEN")
+            if request.GET.get("hub.mode") == "subscribe" and channels.hmac.compare_digest(
+                request.GET.get("hub.verify_token", "").encode(), token.encode()
+            ):
+                return HttpResponse(request.GET.get("hub.challenge", ""), content_type="text/plain")
+            raise Refused(403, "verification_failed", "hub.mode or hub.verify_token is wrong.")
+        body = _body(request)
+        secret = _configured(settings.WHATSAPP_APP_SECRET, "WHATSAPP_APP_SECRET")
+        channels.check_hmac(body, request.headers.get("X-Hub-Signature-256"), secret, "X-Hub-Signature-256")
+        messages = channels.whatsapp_messages(channels.parse_json(body))
+        return _acknowledged(_accept(messages))
+    except Refused as err:
+        return _refusal(err)
+
+
+# ---- Telegram ------------------------------------------------------------------------------------
+@csrf_exempt
+@require_POST
+def telegram(request: HttpRequest) -> HttpResponse:
+    """An ``Update`` from ``setWebhook``; de-duplicated on ``update_id``; session ``tg:<chat id>``."""
+    try:
+        secret = _configured(settings.TELEGRAM_SECRET_TOKEN, "TELEGRAM_SECRET_TOKEN")
+        channels.check_secret_token(request.headers.get("X-Telegram-Bot-Api-Secret-Token"), secret,
+                                    "X-Telegram-Bot-Api-Secret-Token")
+        body = _body(request)
+        return _acknowledged(_accept(channels.telegram_messages(channels.parse_json(body))))
+    except Refused as err:
+        return _refusal(err)
+
+
+# ---- generic -------------------------------------------------------------------------------------
+def _generic_accept(request: HttpRequest) -> inbox.Accepted:
+    body = _body(request)
+    secret = _configured(settings.CHATFLOW_WEBHOOK_SECRET, "CHATFLOW_WEBHOOK_SECRET")
+    channels.check_hmac(body, request.headers.get("X-Chatflow-Signature"), secret, "X-Chatflow-Signature")
+    return _accept([channels.generic_message(channels.parse_json(body))])
+
+
+@csrf_exempt
+@require_POST
+async def generic(request: HttpRequest) -> HttpResponse:
+    """``{session_id, message_id, text, metadata}`` signed with CHATFLOW_WEBHOOK_SECRET.
+
+    202 ``{"delivery": id}`` once queued; with ``?wait=true`` the turn is played now and the answer
+    returned (200 ``{"answer": …}``; 502 with the error when the engine failed). A duplicate → 200.
+    """
+    wait = request.GET.get("wait", "").lower() in ("1", "true", "yes")
+    try:
+        accepted = await sync_to_async(_generic_accept)(request)
+    except Refused as err:
+        return _refusal(err)
+    if not accepted.queued:
+        return JsonResponse({"ok": True, "status": "duplicate"}, status=200)
+    delivery = accepted.queued[0]
+    if not wait:
+        return JsonResponse({"ok": True, "status": "queued", "delivery": delivery.pk}, status=202)
+    final = await _play_now(delivery.pk)
+    body: dict[str, Any] = {"delivery": final.pk, "status": final.status, "session_id": final.session_id}
+    if final.status == InboundDelivery.Status.DONE:
+        return JsonResponse({"ok": True, **body, "answer": final.answer})
+    if final.status == InboundDelivery.Status.FAILED:
+        return JsonResponse({"ok": False, **body, "error": "turn_failed", "detail": final.error}, status=502)
+    return JsonResponse({"ok": True, **body, "detail": "Still running; poll the console."}, status=202)
+
+
+async def _play_now(delivery_id: int) -> InboundDelivery:
+    """Play the delivery in this request if no worker took it yet; else wait for the worker."""
+    from webhooks_app import taskqueue
+    from webhooks_app.worker import Worker
+
+    worker = Worker(slots=1)
+    loop = asyncio.get_running_loop()
+    with ledger.queue_thread() as ex:
+        delivery = await loop.run_in_executor(ex, taskqueue.claim, delivery_id, worker.owner, worker.visibility)
+        if delivery is not None:
+            await worker.process(delivery, ex)
+        deadline = loop.time() + WAIT_SECONDS
+        while True:
+            final = await loop.run_in_executor(ex, InboundDelivery.objects.get, pk=delivery_id)
+            if final.status in (InboundDelivery.Status.DONE, InboundDelivery.Status.FAILED) or loop.time() > deadline:
+                return final
+            await asyncio.sleep(0.05)
+
+
+# ---- console: the dedup ledger ------------------------------------------------------------------
+@require_GET
+@console_required()
+def session_ledger(request: HttpRequest, session_id: str) -> HttpResponse:
+    """The session's deliveries (the ledger partial; the whole page is the session detail)."""
+    ctx = ledger.context(request.user, session_id)
+    return render(request, f"{LEDGER}#ledger", ctx)
+
+
+@require_POST
+@console_required(RETRY)
+def retry_delivery(request: HttpRequest, delivery_id: int) -> HttpResponse:
+    """Queue a failed delivery again (audited). htmx gets the ledger; others are redirected."""
+    delivery = get_object_or_404(InboundDelivery, pk=delivery_id)
+    status, note = 200, ""
+    try:
+        ledger.retry(request.user, delivery)
+        note = f"Delivery {delivery.provider_message_id} queued again."
+    except inbox.RetryRefused as err:
+        status, note = 409, str(err)
+    if getattr(request, "htmx", False):
+        ctx = ledger.context(request.user, delivery.session_id, note=note, refused=status == 409)
+        return render(request, f"{LEDGER}#ledger", ctx, status=status)
+    if status == 409:
+        return JsonResponse({"error": "retry_refused", "detail": note}, status=409)
+    nxt = request.POST.get("next", "")
+    if nxt and url_has_allowed_host_and_scheme(nxt, allowed_hosts={request.get_host()}):
+        return redirect(nxt)
+    return redirect("sessions-show-session", delivery.session_id)
+

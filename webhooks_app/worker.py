@@ -1,0 +1,212 @@
+"""Queue workers: claim deliveries, play their turns exactly once, send their replies at most once.
+
+A worker runs ``slots`` loops on one event loop; each has its own thread for queue queries (and so
+its own database connection). Per delivery:
+
+1. claim it (``taskqueue``) with a visibility timeout, renewed by a heartbeat while it runs; a lost
+   lease cancels the turn (rolled back, invariant 3);
+2. play the turn on the site's Runner. A run-event subscriber writes the delivery's *marker* into
+   the session's metadata when the turn starts, so the marker commits in the same transaction as
+   the turn's rows, or not at all. A delivery claimed again after a crash (SIGKILL between claim and
+   the ``done`` write) whose marker is already in the session is not played again: its answer is
+   read back from the session;
+3. write ``done`` with the answer and ``reply_status=sending``, THEN send the reply, then record
+   ``sent``/``failed``. A crash after the ``sending`` write never sends again (no double reply).
+
+Engine failure: the turn is rolled back, the delivery is marked failed (the claim on its id is
+released in the same transaction) and one fallback reply is sent; the console can retry it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import os
+import socket
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from django.conf import settings
+from django.db import connections
+
+from agents_app import runtime
+from chatflow_agent.core.events import TurnStarted
+from webhooks_app import replies, taskqueue
+from webhooks_app.models import InboundDelivery
+
+__all__ = ["Worker", "FALLBACK_REPLY", "UNSUPPORTED_REPLY", "RESET_REPLY"]
+
+logger = logging.getLogger("webhooks_app.worker")
+
+FALLBACK_REPLY = "Sorry, something went wrong on our side and I could not answer. Please try again in a moment."
+UNSUPPORTED_REPLY = "Sorry, I can only read text messages for now. Could you type your message?"
+RESET_REPLY = "Done: I have forgotten our conversation. How can I help?"
+
+Kind = InboundDelivery.Kind
+Reply = InboundDelivery.Reply
+_PLAYING: contextvars.ContextVar[InboundDelivery | None] = contextvars.ContextVar("webhook_delivery", default=None)
+
+
+def _mark_turn(event: Any) -> None:
+    """Run-event subscriber: write the playing delivery's marker (and channel metadata) into its session."""
+    delivery = _PLAYING.get()
+    if delivery is None or not isinstance(event, TurnStarted) or event.session_id != delivery.session_id:
+        return
+    session = runtime.site_store()._cached(event.session_id)  # the context the running turn holds
+    if session is None or not session.in_turn:
+        logger.error("Delivery %s: no running turn on %r to mark", delivery.pk, event.session_id)
+        return
+    session.metadata.update(delivery.metadata)
+    session.metadata[taskqueue.MARKER_KEY] = delivery.marker
+
+
+runtime.subscribe(_mark_turn)
+
+
+class Worker:
+    """``Worker(slots=4, poll=0.5, visibility=CHATFLOW_QUEUE_VISIBILITY_SECONDS)``; ``await run()``."""
+
+    def __init__(self, slots: int = 4, poll: float = 0.5, visibility: float | None = None) -> None:
+        self.slots = slots
+        self.poll = poll
+        self.visibility = float(visibility or settings.CHATFLOW_QUEUE_VISIBILITY_SECONDS)
+        self.owner = f"worker:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.processed = 0
+        self._stopping = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake: asyncio.Event | None = None
+        self._http: Any = None
+
+    # ---- control ------------------------------------------------------------------------------
+    def wake(self) -> None:
+        """Thread-safe: a delivery was queued, look now instead of at the next poll."""
+        loop, event = self._loop, self._wake
+        if loop is not None and event is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(event.set)
+
+    def stop(self) -> None:
+        """Thread-safe: finish the deliveries in hand, then return from ``run``."""
+        self._stopping = True
+        self.wake()
+
+    async def run(self, *, drain: bool = False) -> int:
+        """Process deliveries until ``stop()`` (or, with ``drain``, until none is queued); returns how many."""
+        from webhooks_app import embedded
+
+        self._loop, self._wake = asyncio.get_running_loop(), asyncio.Event()
+        executors = [ThreadPoolExecutor(1, thread_name_prefix=f"chatflow-queue-{i}") for i in range(self.slots)]
+        embedded.register(self)
+        try:
+            await asyncio.gather(*(self._slot(ex, drain) for ex in executors))
+        finally:
+            embedded.unregister(self)
+            if self._http is not None:
+                await self._http.aclose()
+            for ex in executors:
+                ex.submit(connections.close_all).result()
+                ex.shutdown()
+        return self.processed
+
+    async def _slot(self, ex: ThreadPoolExecutor, drain: bool) -> None:
+        loop = asyncio.get_running_loop()
+        assert self._wake is not None
+        while not self._stopping:
+            self._wake.clear()
+            delivery = await loop.run_in_executor(ex, taskqueue.claim_next, self.owner, self.visibility)
+            if delivery is not None:
+                await self.process(delivery, ex)
+                continue
+            if drain and await loop.run_in_executor(ex, taskqueue.pending) == 0:
+                return
+            try:
+                await asyncio.wait_for(self._wake.wait(), self.poll)
+            except TimeoutError:
+                pass
+
+    # ---- one delivery ---------------------------------------------------------------------------
+    async def process(self, delivery: InboundDelivery, ex: ThreadPoolExecutor) -> None:
+        """Play a claimed delivery and send its reply (see the module docstring)."""
+        loop = asyncio.get_running_loop()
+
+        def db(fn: Any, *args: Any) -> Any:
+            return loop.run_in_executor(ex, fn, *args)
+
+        playing = asyncio.ensure_future(self._play(delivery, db))
+        heartbeat = asyncio.ensure_future(self._heartbeat(delivery, db, playing))
+        try:
+            answer = await asyncio.shield(playing)
+        except asyncio.CancelledError:
+            if not playing.done():  # this worker is being cancelled: roll the turn back, requeue
+                playing.cancel()
+                await asyncio.gather(playing, return_exceptions=True)
+                await asyncio.shield(db(taskqueue.release, delivery, self.owner))
+                raise
+            logger.warning("Delivery %s: lease lost, turn cancelled", delivery.pk)
+            return
+        except Exception as err:  # noqa: BLE001 - an engine or store failure: the turn was rolled back
+            if await db(taskqueue.turn_committed, delivery):
+                answer = await db(taskqueue.last_answer, delivery.session_id)
+            else:
+                await self._failed(delivery, db, err)
+                return
+        finally:
+            heartbeat.cancel()
+            await asyncio.gather(heartbeat, return_exceptions=True)
+        self.processed += 1
+        replies_out = delivery.provider in (InboundDelivery.Provider.WHATSAPP, InboundDelivery.Provider.TELEGRAM)
+        if await db(taskqueue.finish, delivery, self.owner, answer, Reply.SENDING if replies_out else Reply.NONE):
+            if replies_out:
+                await self._send(delivery, answer, db)
+
+    async def _play(self, delivery: InboundDelivery, db: Any) -> str:
+        if delivery.kind == Kind.UNSUPPORTED:
+            return UNSUPPORTED_REPLY
+        if await db(taskqueue.turn_committed, delivery):
+            logger.info("Delivery %s: its turn committed before a crash; not played again", delivery.pk)
+            return RESET_REPLY if delivery.kind == Kind.RESET else await db(taskqueue.last_answer, delivery.session_id)
+        runner = runtime.site_runner()
+        if delivery.kind == Kind.RESET:
+            async with runner.session_store.turn(delivery.session_id, runner.starting_agent, delivery.metadata) as s:
+                s.clear_history()  # inside the turn: committed with the marker, under the session lock
+                s.metadata.update(delivery.metadata)
+                s.metadata[taskqueue.MARKER_KEY] = delivery.marker
+            return RESET_REPLY
+        token = _PLAYING.set(delivery)
+        try:
+            response = await runner.run_async(delivery.session_id, delivery.text, delivery.metadata)
+        finally:
+            _PLAYING.reset(token)
+        return response.content
+
+    async def _heartbeat(self, delivery: InboundDelivery, db: Any, playing: asyncio.Future[Any]) -> None:
+        while True:
+            await asyncio.sleep(self.visibility / 3)
+            try:
+                kept = await db(taskqueue.renew, delivery, self.owner, self.visibility)
+            except Exception:  # noqa: BLE001 - a database hiccup: try again at the next beat
+                logger.exception("Delivery %s: renewing the lease failed", delivery.pk)
+                continue
+            if not kept:
+                playing.cancel()
+                return
+
+    async def _failed(self, delivery: InboundDelivery, db: Any, err: BaseException) -> None:
+        logger.warning("Delivery %s failed: %s: %s", delivery.pk, type(err).__name__, err)
+        replies_out = delivery.provider in (InboundDelivery.Provider.WHATSAPP, InboundDelivery.Provider.TELEGRAM)
+        error = f"{type(err).__name__}: {err}"
+        reply = Reply.SENDING if replies_out else Reply.NONE
+        if await db(taskqueue.fail, delivery, self.owner, error, FALLBACK_REPLY, reply) and replies_out:
+            await self._send(delivery, FALLBACK_REPLY, db)
+
+    async def _send(self, delivery: InboundDelivery, text: str, db: Any) -> None:
+        if self._http is None:
+            self._http = replies.client()
+        try:
+            await replies.send(self._http, delivery, text)
+        except Exception as err:  # noqa: BLE001 - recorded on the delivery, shown in the ledger
+            logger.warning("Delivery %s: reply failed: %s", delivery.pk, err)
+            await db(taskqueue.set_reply, delivery, Reply.FAILED, f"{type(err).__name__}: {err}")
+        else:
+            await db(taskqueue.set_reply, delivery, Reply.SENT)
