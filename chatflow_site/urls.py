@@ -9,6 +9,8 @@ from api_app.api import api as api_v1
 
 from api_app.api import api as api_v1
 
+from api_app.api import api as api_v1
+
 
 @require_GET
 def healthz(request: HttpRequest) -> HttpResponse:
@@ -21,6 +23,7 @@ urlpatterns = [
     path("accounts/", include("django.contrib.auth.urls")),
     path("admin/", admin.site.urls),
     path("agents/", include("agents_app.urls")),
+    path("api/v1/", api_v1.urls),  # REST API: sessions and transcript exports, OpenAPI at api/v1/openapi.json
     path("api/v1/", api_v1.urls),  # REST API: sessions and transcript exports, OpenAPI at api/v1/openapi.json
     path("api/v1/", api_v1.urls),  # REST API: sessions and transcript exports, OpenAPI at api/v1/openapi.json
     # The console: "/" redirects to the session list, /sessions/, /actions/…, /audit/.

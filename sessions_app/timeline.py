@@ -264,3 +264,24 @@ def agents_by_turn(handoffs: list[list[dict[str, Any]]], active_agent: str, star
             trail.append(current)
         out.append(trail)
     return out
+
+
+def agents_by_turn(handoffs: list[list[dict[str, Any]]], active_agent: str, starting_agent: str) -> list[list[str]]:
+    """For each turn (``handoffs[k]``: the handoffs of turn k+1, in order), the agents that handled it.
+
+    The first agent of a turn is the one active when it started, each handoff adds its target, so the
+    last one is the agent that answered. The agent before the first handoff is that handoff's ``from``;
+    0.3.4 did not record it, and then it is ``starting_agent`` (no handoff before means the session
+    started there). With no handoff at all it is ``active_agent``. Handoffs forced by an operator are
+    not chat messages and do not show here (the audit log has them).
+    """
+    flat = [h for turn in handoffs for h in turn]
+    current = (flat[0]["from"] or starting_agent) if flat else active_agent
+    out: list[list[str]] = []
+    for turn in handoffs:
+        trail = [current]
+        for h in turn:
+            current = h["to"]
+            trail.append(current)
+        out.append(trail)
+    return out
