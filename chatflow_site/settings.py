@@ -147,6 +147,7 @@ INSTALLED_APPS = [
     "ninja",  # its templates and vendored Swagger UI assets: the API docs page works offline
     "sessions_app",
     "agents_app",
+    "webhooks_app",
     "api_app",
 ]
 
@@ -235,7 +236,7 @@ LOGGING = {
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": "WARNING"},
-    "loggers": {name: {"level": "INFO"} for name in ("chatflow_agent", "sessions_app", "agents_app")},
+    "loggers": {name: {"level": "INFO"} for name in ("chatflow_agent", "sessions_app", "agents_app", "webhooks_app")},
 }
 
 # --- Chatflow runtime -------------------------------------------------------------------------
@@ -254,3 +255,21 @@ if CHATFLOW_ENGINE == "openai" and not (OPENAI_API_KEY or OPENAI_BASE_URL):
                                "(or OPENAI_BASE_URL for a local OpenAI-compatible server)")
 CHATFLOW_MAX_TURNS = _positive_int("CHATFLOW_MAX_TURNS", 40)
 CHATFLOW_DEDUP_TTL_HOURS = _positive_int("CHATFLOW_DEDUP_TTL_HOURS", 192)
+
+# --- Webhook channels (webhooks_app) -----------------------------------------------------------
+WHATSAPP_VERIFY_TOKEN = env.str("WHATSAPP_VERIFY_TOKEN", default="").strip()
+WHATSAPP_APP_SECRET = env.str("WHATSAPP_APP_SECRET", default="").strip()
+WHATSAPP_ACCESS_TOKEN = env.str("WHATSAPP_ACCESS_TOKEN", default="").strip()
+WHATSAPP_API_BASE = env.str("WHATSAPP_API_BASE", default="").strip() or "https://graph.facebook.com/v21.0"
+TELEGRAM_BOT_TOKEN = env.str("TELEGRAM_BOT_TOKEN", default="").strip()
+TELEGRAM_SECRET_TOKEN = env.str("TELEGRAM_SECRET_TOKEN", default="").strip()
+TELEGRAM_API_BASE = env.str("TELEGRAM_API_BASE", default="").strip() or "https://api.telegram.org"
+CHATFLOW_WEBHOOK_SECRET = env.str("CHATFLOW_WEBHOOK_SECRET", default="").strip()
+for _name in ("WHATSAPP_API_BASE", "TELEGRAM_API_BASE"):
+    if urlsplit(globals()[_name]).scheme not in {"http", "https"}:
+        raise ImproperlyConfigured(f"{_name} must be an http(s) URL; got {globals()[_name]!r}")
+CHATFLOW_WEBHOOK_MAX_BYTES = _positive_int("CHATFLOW_WEBHOOK_MAX_BYTES", 256 * 1024)
+# The in-process queue worker: auto = only under an ASGI server (daphne, uvicorn, runserver).
+CHATFLOW_EMBEDDED_WORKER = _choice("CHATFLOW_EMBEDDED_WORKER", "auto", ("auto", "on", "off"))
+# Seconds a claimed delivery stays invisible to other workers without a heartbeat (crash recovery time).
+CHATFLOW_QUEUE_VISIBILITY_SECONDS = _positive_int("CHATFLOW_QUEUE_VISIBILITY_SECONDS", 30)

@@ -7,10 +7,6 @@ from django.views.decorators.http import require_GET
 
 from api_app.api import api as api_v1
 
-from api_app.api import api as api_v1
-
-from api_app.api import api as api_v1
-
 
 @require_GET
 def healthz(request: HttpRequest) -> HttpResponse:
@@ -23,8 +19,7 @@ urlpatterns = [
     path("accounts/", include("django.contrib.auth.urls")),
     path("admin/", admin.site.urls),
     path("agents/", include("agents_app.urls")),
-    path("api/v1/", api_v1.urls),  # REST API: sessions and transcript exports, OpenAPI at api/v1/openapi.json
-    path("api/v1/", api_v1.urls),  # REST API: sessions and transcript exports, OpenAPI at api/v1/openapi.json
+    path("", include("webhooks_app.urls")),  # /webhooks/…: channels and the dedup ledger
     path("api/v1/", api_v1.urls),  # REST API: sessions and transcript exports, OpenAPI at api/v1/openapi.json
     # The console: "/" redirects to the session list, /sessions/, /actions/…, /audit/.
     path("", include("sessions_app.urls")),
