@@ -1,24 +1,77 @@
-"""`manage.py chatflow_demo`: create realistic demo sessions by running real turns through the site's Runner.
+"""`manage.py chatflow_demo [--sessions N] [--if-empty] [--seed S] [--spread-hours H]`.
 
-Stub until the site's Runner exists (agents_app.runner, issue 4 phase 2): it validates its arguments
-and reports that nothing was seeded. `dev.py serve` calls it with --if-empty on every start.
+Creates N demo sessions by running real turns through the site's Runner (agents_app.runtime) on
+the demo engine: customers on WhatsApp, Telegram and the web widget tracking orders, getting
+refunds and invoices from Billing and device diagnoses from Tech (see agents_app.demo_sessions).
+`dev.py serve` calls it with --if-empty on every start: demo data is seeded once.
+
+Exit status: 0 (also when --if-empty found sessions), 1 on an error (message on stderr).
 """
 
-from django.core.management.base import BaseCommand, CommandParser
+from __future__ import annotations
 
+import asyncio
+import random
+from datetime import timedelta
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils import timezone
+from tqdm import tqdm
+
+from agents_app import demo_sessions, runtime
 from sessions_app.models import ChatSession
+
+_MAX_SESSIONS = 10_000
 
 
 class Command(BaseCommand):
-    help = "Create N demo sessions by running real turns through the site's Runner."
+    help = "Create N demo sessions by running real turns through the site's Runner (demo engine)."
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--sessions", type=int, default=24, help="how many sessions to create (default 24)")
         parser.add_argument("--if-empty", action="store_true", help="do nothing when the database has sessions")
+        parser.add_argument("--seed", type=int, default=None, help="random seed for ids and details (default: random)")
+        parser.add_argument("--spread-hours", type=float, default=72.0,
+                            help="spread the sessions' timestamps over the last H hours (default 72; 0: keep)")
 
-    def handle(self, *args, sessions: int, if_empty: bool, **options) -> None:
+    def handle(self, *args, sessions: int, if_empty: bool, seed: int | None, spread_hours: float, **options) -> None:
+        if not 0 <= sessions <= _MAX_SESSIONS:
+            raise CommandError(f"--sessions must be between 0 and {_MAX_SESSIONS}; got {sessions}")
+        if spread_hours < 0:
+            raise CommandError(f"--spread-hours must not be negative; got {spread_hours}")
         if if_empty and ChatSession.objects.exists():
             self.stdout.write("Demo data: the database already has sessions; nothing to do.")
             return
-        # TODO(lead): run `sessions` scripted conversations through agents_app's Runner with a tqdm bar.
-        self.stdout.write("Demo data: the site's Runner is not wired yet; no sessions created.")
+        if settings.CHATFLOW_ENGINE != "demo":
+            message = (f"chatflow_demo plays its conversations on the demo engine, and CHATFLOW_ENGINE is "
+                       f"{settings.CHATFLOW_ENGINE!r}; run it with CHATFLOW_ENGINE=demo")
+            if if_empty:  # dev.py serve: starting the site matters more than demo data
+                self.stdout.write(f"Demo data: skipped ({message}).")
+                return
+            raise CommandError(message)
+        rng = random.Random(seed)
+        taken = set(ChatSession.objects.values_list("session_id", flat=True))
+        planned = demo_sessions.plan_sessions(sessions, rng, taken)
+        runner = runtime.site_runner()
+        now = timezone.now()
+        bar = tqdm(planned, desc="Demo sessions", unit="session", disable=None if options["verbosity"] else True)
+        turns = 0
+        for n, session in enumerate(bar):
+            try:
+                asyncio.run(demo_sessions.play(runner, session))
+            except Exception as err:
+                bar.close()
+                raise CommandError(
+                    f"demo session {session.session_id!r} failed ({type(err).__name__}: {err}); "
+                    f"{n} of {len(planned)} sessions were created"
+                ) from err
+            turns += len(session.messages)
+            if spread_hours:
+                ends_at = now - timedelta(seconds=rng.uniform(0, spread_hours * 3600))
+                demo_sessions.spread_times(session.session_id, ends_at, rng)
+        bar.close()
+        self.stdout.write(self.style.SUCCESS(
+            f"Demo data: created {len(planned)} sessions ({turns} turns) through the site's Runner."
+        ))
+

@@ -1,0 +1,140 @@
+"""Demo conversations for `manage.py chatflow_demo`: who writes, on which channel, and what they say.
+
+Each demo session is a customer on WhatsApp, Telegram or the web widget with a realistic session
+id (``+1555…``, ``tg:…``, ``web-…``) and channel metadata, and a script of user messages written
+for the demo team on the demo engine: order tracking, handoffs to Billing (refunds, invoices) and
+Tech (device diagnosis), handoffs back to Support, a refused refund. The agents' answers, tool
+calls and handoffs are not scripted: :func:`play` runs each message as a real turn.
+"""
+
+from __future__ import annotations
+
+import random
+import string
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from chatflow_agent.core.runner import Runner
+
+__all__ = ["SCRIPTS", "DemoSession", "plan_sessions", "play", "spread_times"]
+
+# {order}, {order2}, {invoice}, {device}, {symptom}, {amount} are filled per session.
+SCRIPTS: tuple[tuple[str, ...], ...] = (
+    ("Hi, where is my order {order}?", "Thanks!"),
+    ("Hello, can you check order {order}?", "And order {order2}?", "Great, thank you"),
+    ("I was charged twice on my card, I need a refund", "Please refund order {order}", "Thanks, that was quick!"),
+    ("Hi! Where is order {order}?", "It arrived damaged, I want a refund", "refund order {order} amount {amount}"),
+    ("Can I get a copy of my invoice {invoice}?", "Yes, invoice {invoice} please"),
+    ("Is there a problem with my invoice? I think it's wrong", "invoice {invoice} please"),
+    (
+        "My router keeps dropping the wifi, can you help me troubleshoot it?",
+        "The device is my '{device}' and the symptom is '{symptom}'",
+        "Thanks. Back to support please",
+        "Where is order {order}?",
+    ),
+    ("my {device} won't turn on, need tech support", "Device '{device}', symptom '{symptom}'"),
+    ("I need a refund", "refund order {order} amount 900"),
+    ("Hi there", "Where is my order {order}?"),
+    ("Olá, order {order} por favor",),
+)
+
+_DEVICES = ("Pixel 8", "iPhone 13", "Galaxy S23", "ThinkPad X1", "Fritz!Box 7590", "Kindle Paperwhite", "AirPods Pro")
+_SYMPTOMS = (
+    "battery drains overnight", "no power", "wifi drops every evening", "screen flickers",
+    "won't charge past 80%", "bluetooth keeps disconnecting", "overheats while charging",
+)
+_NAMES = ("Ana", "Bruno", "Chloé", "Dmitri", "Emeka", "Fatima", "Grace", "Hiro", "Inês", "Jonas", "Kofi", "Leila",
+          "Mateo", "Nadia", "Omar", "Priya", "Quinn", "Rosa", "Sven", "Tariq", "Uma", "Victor", "Wen", "Yusuf")
+_PAGES = ("/orders", "/help", "/checkout", "/account/invoices", "/products/router-x2", "/returns")
+_AGENTS = (
+    "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0 Safari/537.36",
+    "Mozilla/5.0 (iPhone; CPU iPhone OS 18_1 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) Mobile/15E148",
+    "Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0",
+)
+
+
+@dataclass
+class DemoSession:
+    """One demo conversation: ``messages`` are played in order, one turn each."""
+
+    session_id: str
+    metadata: dict[str, Any]
+    messages: list[str] = field(default_factory=list)
+
+
+def _whatsapp(rng: random.Random, name: str) -> tuple[str, dict[str, Any]]:
+    number = f"1555{rng.randrange(10**7):07d}"
+    return f"+{number}", {"channel": "whatsapp", "wa_id": number, "phone_number_id": "109876543210987",
+                          "profile_name": name}
+
+
+def _telegram(rng: random.Random, name: str) -> tuple[str, dict[str, Any]]:
+    user_id = str(rng.randrange(10**8, 10**10))
+    return f"tg:{user_id}", {"channel": "telegram", "user_id": user_id, "chat_id": user_id,
+                             "username": f"{name.lower()}_{rng.randrange(100)}", "language_code": "en"}
+
+
+def _web(rng: random.Random, name: str) -> tuple[str, dict[str, Any]]:
+    visitor = "".join(rng.choices(string.hexdigits.lower()[:16], k=12))
+    return f"web-{visitor}", {"channel": "web", "visitor_id": visitor, "page": rng.choice(_PAGES),
+                              "user_agent": rng.choice(_AGENTS), "display_name": name}
+
+
+_CHANNELS: tuple[Callable[[random.Random, str], tuple[str, dict[str, Any]]], ...] = (_whatsapp, _telegram, _web)
+
+
+def _order(rng: random.Random) -> str:
+    return f"{rng.choice('ABCKPQW')}-{rng.randrange(1000, 10000)}"
+
+
+def plan_sessions(count: int, rng: random.Random, taken: Collection[str] = ()) -> list[DemoSession]:
+    """``count`` demo sessions with ids not in ``taken``: every script and channel in turn, details random."""
+    used = set(taken)
+    sessions = []
+    for n in range(count):
+        name = rng.choice(_NAMES)
+        session_id, metadata = _CHANNELS[n % len(_CHANNELS)](rng, name)
+        while session_id in used:
+            session_id, metadata = _CHANNELS[n % len(_CHANNELS)](rng, name)
+        used.add(session_id)
+        order = _order(rng)
+        values = {
+            "order": order, "order2": f"{order[:-1]}{(int(order[-1]) + 1) % 10}",
+            "invoice": f"INV-{rng.randrange(2024, 2027)}-{rng.randrange(1, 10000):04d}",
+            "device": rng.choice(_DEVICES), "symptom": rng.choice(_SYMPTOMS),
+            "amount": f"{rng.randrange(5, 40)}.{rng.choice(('00', '50', '99'))}",
+        }
+        script = SCRIPTS[n % len(SCRIPTS)]
+        sessions.append(DemoSession(session_id, {**metadata, "demo": True}, [m.format(**values) for m in script]))
+    return sessions
+
+
+async def play(runner: Runner, session: DemoSession) -> None:
+    """Run the session's messages as real turns on ``runner`` (the first turn stores the metadata)."""
+    for message in session.messages:
+        await runner.run_async(session.session_id, message, metadata=session.metadata)
+
+
+def spread_times(session_id: str, ends_at: datetime, rng: random.Random) -> None:
+    """Move the session's timestamps so it looks written before ``ends_at``, a minute or two per turn.
+
+    Demo sessions are played in a second; a console showing them all "just now" would look
+    nothing like a live site. Only timestamps change; the rows and their order stay.
+    """
+    from django.db import transaction
+
+    from sessions_app.models import ChatMessage, ChatSession
+
+    with transaction.atomic():
+        messages = list(ChatMessage.objects.filter(session_id=session_id).order_by("id"))
+        # A user thinks for 20-150 s before writing; the agent's rows follow within seconds.
+        gaps = [rng.randrange(20, 150) if m.role == "user" else rng.randrange(1, 4) for m in messages]
+        start = moment = ends_at - timedelta(seconds=sum(gaps))
+        for message, gap in zip(messages, gaps, strict=True):
+            moment += timedelta(seconds=gap)
+            message.created_at = moment
+        ChatMessage.objects.bulk_update(messages, ["created_at"])
+        ChatSession.objects.filter(pk=session_id).update(created_at=start, updated_at=moment)
