@@ -88,6 +88,16 @@ def log_in(page, site: str) -> None:
     page.wait_for_url(f"{site}/sessions/")
 
 
+def focus_by_keyboard(page, text: str, presses: int = 60) -> None:
+    """Tab through the page until the link or button labelled ``text`` has the focus (keyboard reachable)."""
+    page.evaluate("document.activeElement && document.activeElement.blur()")
+    for _ in range(presses):
+        page.keyboard.press("Tab")
+        if page.evaluate("document.activeElement.textContent.trim()") == text:
+            return
+    raise AssertionError(f"{text!r} is not reachable with the keyboard")
+
+
 def test_an_operator_works_through_the_console_in_a_browser(page, site, tmp_path):
     from playwright.sync_api import expect
 
@@ -107,7 +117,8 @@ def test_an_operator_works_through_the_console_in_a_browser(page, site, tmp_path
     expect(page.locator("details.turn")).to_have_count(3)
     page.screenshot(path=str(ARTIFACTS / "console-detail.png"), full_page=True)
 
-    page.click("text=Roll back to the end of turn 1…")
+    focus_by_keyboard(page, "Roll back to the end of turn 1…")
+    page.keyboard.press("Enter")
     preview = page.locator("#rollback-preview")
     expect(preview).to_contain_text("Messages removed: 10")
     expect(preview).to_contain_text("Active agent afterwards: Support")
