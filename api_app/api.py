@@ -6,7 +6,7 @@ login session. The caller must be active staff with ``sessions_app.view_chatsess
 no permission → 403; every transcript or bulk export is written to the audit log (action ``export``).
 
 Errors are JSON ``{"detail": …}``: 400 for bad parameters (unknown format, malformed cursor, bad date),
-404 for an unknown session. Session ids are arbitrary strings, captured with ``{path:session_id}``
+404 for an unknown session. Session ids are arbitrary strings, captured with ``{anypath:session_id}``
 (slashes included; the client percent-encodes the rest). An id ending in ``/transcript`` is therefore
 read as that transcript route; its metadata is also in the list (``q=<id>``).
 """
@@ -22,6 +22,7 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.core.handlers.asgi import ASGIRequest
 from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
+from django.urls import register_converter
 from ninja import NinjaAPI, Query, Schema
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.openapi.docs import Swagger
@@ -35,6 +36,21 @@ from sessions_app import export, listing
 from sessions_app.access import EXPORT, may
 from sessions_app.models import ChatSession, OperatorAction, SessionLease
 from sessions_app.views import _session as counted_session
+
+
+class AnyPathConverter:
+    """Like ``<path:…>`` but also across newlines: a session id may contain any character."""
+
+    regex = r"(?s:.+)"
+
+    def to_python(self, value: str) -> str:
+        return value
+
+    def to_url(self, value: str) -> str:
+        return value
+
+
+register_converter(AnyPathConverter, "anypath")
 
 MAX_PAGE = 200
 DEFAULT_PAGE = 50
@@ -235,7 +251,7 @@ def list_sessions(request: HttpRequest, filters: Query[Filters], cursor: str = "
     return {"items": items, "next_cursor": next_cursor}
 
 
-@api.get("/sessions/{path:session_id}/transcript", url_name="api-export-transcript",
+@api.get("/sessions/{anypath:session_id}/transcript", url_name="api-export-transcript",
          response={200: dict[str, Any], 400: ErrorOut, 404: ErrorOut},
          summary="One session's transcript as json (turn-grouped), jsonl, md or csv",
          openapi_extra={"responses": {"200": {"description": "The transcript as a download", "content": {
@@ -259,7 +275,7 @@ def session_transcript(request: HttpRequest, session_id: str, format: str = "jso
     return _stream(request, writer(session, redacted=redacted), content_type, disposition)
 
 
-@api.get("/sessions/{path:session_id}", response={200: SessionOut, 404: ErrorOut}, url_name="api-show-session",
+@api.get("/sessions/{anypath:session_id}", response={200: SessionOut, 404: ErrorOut}, url_name="api-show-session",
          summary="One session: metadata, active agent, counts, timestamps")
 def show_session(request: HttpRequest, session_id: str, redact: str = ""):
     _caller(request)
@@ -281,3 +297,9 @@ def export_sessions(request: HttpRequest, filters: Query[Filters]):
            filters={k: v for k, v in query.params().items() if k != "after"})
     return _stream(request, export.bulk_jsonl(query, redacted=redacted), export.FORMATS["jsonl"][0],
                    export.content_disposition("all", "jsonl", stem="sessions"))
+
+
+@api.get("/{anypath:rest}", auth=None, include_in_schema=False)
+def not_found(request: HttpRequest, rest: str):
+    """Anything else under /api/v1/ is a JSON 404 too (not the site's HTML page)."""
+    raise HttpError(404, "No such endpoint.")

@@ -25,7 +25,9 @@ class Migration(migrations.Migration):
                 ('created_at', models.DateTimeField(default=django.utils.timezone.now, editable=False)),
                 ('last_used_at', models.DateTimeField(blank=True, editable=False, null=True)),
                 ('revoked_at', models.DateTimeField(blank=True, editable=False, null=True)),
-                ('owner', models.ForeignKey(help_text="The token acts with this user's permissions.", on_delete=django.db.models.deletion.CASCADE, related_name='api_tokens', to=settings.AUTH_USER_MODEL)),
+                ('owner', models.ForeignKey(help_text="The token acts with this user's permissions.",
+                                            on_delete=django.db.models.deletion.CASCADE, related_name='api_tokens',
+                                            to=settings.AUTH_USER_MODEL)),
             ],
             options={
                 'verbose_name': 'API token',

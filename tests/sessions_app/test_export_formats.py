@@ -23,7 +23,14 @@ from sessions_app.models import ChatMessage, ChatSession
 from tests.processes import REPO
 from tests.sessions_app import personas
 from tests.sessions_app.conversations import (
-    T0, call, model, result, results, store, support_story, user,
+    T0,
+    call,
+    model,
+    result,
+    results,
+    store,
+    support_story,
+    user,
 )
 
 pytestmark = pytest.mark.django_db
