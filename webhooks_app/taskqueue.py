@@ -128,9 +128,8 @@ def turn_committed(delivery: InboundDelivery) -> bool:
 
 def last_answer(session_id: str) -> str:
     """The newest model answer of the session (the turn of a delivery recovered after a crash)."""
-    content = (
-        ChatMessage.objects.filter(session_id=session_id, role="model").order_by("-id").values_list("content", flat=True)
-    ).first()
+    answers = ChatMessage.objects.filter(session_id=session_id, role="model").order_by("-id")
+    content = answers.values_list("content", flat=True).first()
     return content or ""
 
 

@@ -153,7 +153,7 @@ async def _play_now(delivery_id: int) -> InboundDelivery:
             await worker.process(delivery, ex)
         deadline = loop.time() + WAIT_SECONDS
         while True:
-            final = await loop.run_in_executor(ex, InboundDelivery.objects.get, pk=delivery_id)
+            final = await loop.run_in_executor(ex, lambda: InboundDelivery.objects.get(pk=delivery_id))
             if final.status in (InboundDelivery.Status.DONE, InboundDelivery.Status.FAILED) or loop.time() > deadline:
                 return final
             await asyncio.sleep(0.05)

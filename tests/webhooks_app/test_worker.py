@@ -1,0 +1,219 @@
+"""The queue worker in process: turns, replies to fake provider APIs, failures, recovery, ledger and TTL."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from chatflow_agent.types import Role
+from sessions_app.models import ChatMessage, ChatSession, OperatorAction, ProcessedMessage
+from tests.sessions_app import personas
+from tests.webhooks_app import payloads as p
+from tests.webhooks_app.fakes import FakeProviderAPI
+from tests.webhooks_app.test_endpoints import post_generic, post_tg, post_wa
+from webhooks_app import ledger, replies, taskqueue
+from webhooks_app.models import InboundDelivery
+from webhooks_app.worker import FALLBACK_REPLY, RESET_REPLY, UNSUPPORTED_REPLY, Worker
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def apis(settings, tmp_path, monkeypatch):
+    monkeypatch.setenv("CHATFLOW_TEST_DOWN_FILE", str(tmp_path / "down"))
+    settings.CHATFLOW_AGENTS = "tests.webhooks_app.agents.build"
+    with FakeProviderAPI() as wa, FakeProviderAPI() as tg:
+        settings.WHATSAPP_API_BASE = wa.base
+        settings.TELEGRAM_API_BASE = tg.base
+        yield wa, tg
+
+
+def drain(slots: int = 2) -> int:
+    return asyncio.run(Worker(slots=slots, poll=0.05).run(drain=True))
+
+
+def texts(session_id: str) -> list[tuple[str, str]]:
+    return list(ChatMessage.objects.filter(session_id=session_id).order_by("id").values_list("role", "content"))
+
+
+def test_a_whatsapp_text_plays_one_turn_and_sends_one_reply(client, apis):
+    wa, _ = apis
+    post_wa(client, p.whatsapp(p.wa_text("wamid.A", "Where is order 404?")))
+    post_wa(client, p.whatsapp(p.wa_text("wamid.A", "Where is order 404?")))  # redelivery before the worker
+    assert drain() == 1
+    assert texts("15550100") == [("user", "Where is order 404?"), ("model", "echo: Where is order 404?")]
+    assert wa.bodies() == [{"messaging_product": "whatsapp", "recipient_type": "individual", "to": "15550100",
+                            "type": "text", "text": {"preview_url": False, "body": "echo: Where is order 404?"}}]
+    assert wa.requests[0]["path"] == f"/{p.PHONE_NUMBER_ID}/messages"
+    assert wa.requests[0]["headers"]["Authorization"] == f"Bearer {p.WA_TOKEN}"
+    d = InboundDelivery.objects.get()
+    assert (d.status, d.reply_status, d.attempts, d.duplicates_suppressed) == ("done", "sent", 1, 1)
+    meta = ChatSession.objects.get(pk="15550100").metadata
+    assert meta["channel"] == "whatsapp" and meta["profile_name"] == "Ana"
+    assert meta["phone_number_id"] == p.PHONE_NUMBER_ID
+    assert meta[taskqueue.MARKER_KEY] == d.marker
+
+
+def test_messages_of_one_sender_are_played_in_order_in_one_session(client, apis):
+    wa, _ = apis
+    post_wa(client, p.whatsapp(p.wa_text("wamid.1", "first [slow 0.3]")))
+    post_wa(client, p.whatsapp(p.wa_text("wamid.2", "second")))
+    post_wa(client, p.whatsapp(p.wa_text("wamid.3", "third")))
+    assert drain(slots=4) == 3
+    users = [c for r, c in texts("15550100") if r == Role.USER.value]
+    assert users == ["first [slow 0.3]", "second", "third"]
+    assert [b["text"]["body"] for b in wa.bodies()] == ["echo: first [slow 0.3]", "echo: second", "echo: third"]
+
+
+def test_an_unsupported_type_gets_one_polite_reply_and_no_turn(client, apis):
+    wa, _ = apis
+    audio = {"from": "15550100", "id": "wamid.V", "type": "audio", "audio": {"id": "media1"}}
+    post_wa(client, p.whatsapp(audio))
+    post_wa(client, p.whatsapp(audio))
+    drain()
+    assert [b["text"]["body"] for b in wa.bodies()] == [UNSUPPORTED_REPLY]
+    assert texts("15550100") == []
+
+
+def test_a_provider_outage_rolls_back_sends_one_fallback_and_can_be_retried(client, apis, tmp_path):
+    wa, _ = apis
+    (tmp_path / "down").touch()
+    post_wa(client, p.whatsapp(p.wa_text("wamid.F", "help [down]")))
+    drain()
+    d = InboundDelivery.objects.get()
+    assert d.status == "failed" and "ProviderDown" in d.error and d.reply_status == "sent"
+    assert texts("15550100") == [] and not ProcessedMessage.objects.filter(pk="wamid.F").exists()
+    assert [b["text"]["body"] for b in wa.bodies()] == [FALLBACK_REPLY]
+
+    viewer = personas.client_for(personas.viewer())
+    assert viewer.post(f"/webhooks/deliveries/{d.pk}/retry/").status_code == 403
+    assert personas.client_for(None).post(f"/webhooks/deliveries/{d.pk}/retry/").status_code == 302
+    (tmp_path / "down").unlink()
+    operator = personas.client_for(personas.operator())
+    r = operator.post(f"/webhooks/deliveries/{d.pk}/retry/", HTTP_HX_REQUEST="true")
+    assert r.status_code == 200 and b"queued again" in r.content
+    audit = OperatorAction.objects.get(action="retry_delivery")
+    assert audit.actor_username == "olga.operator" and audit.session_id == "15550100"
+    assert operator.post(f"/webhooks/deliveries/{d.pk}/retry/").status_code == 409  # queued, not failed
+    drain()
+    d.refresh_from_db()
+    assert (d.status, d.attempts) == ("done", 2)  # attempts count every play, retries included
+    assert texts("15550100") == [("user", "help [down]"), ("model", "echo: help [down]")]
+    assert [b["text"]["body"] for b in wa.bodies()] == [FALLBACK_REPLY, "echo: help [down]"]
+
+
+def test_a_retry_needs_csrf(client, apis, tmp_path):
+    (tmp_path / "down").touch()
+    post_wa(client, p.whatsapp(p.wa_text("wamid.C", "x [down]")))
+    drain()
+    d = InboundDelivery.objects.get()
+    operator = personas.client_for(personas.operator(), csrf=True)
+    assert operator.post(f"/webhooks/deliveries/{d.pk}/retry/").status_code == 403
+    d.refresh_from_db()
+    assert d.status == "failed"
+
+
+def test_a_turn_committed_before_a_crash_is_not_played_again(client, apis):
+    """SIGKILL after the turn's commit and before the done write, simulated: the reclaiming worker finds
+    the delivery's marker in the session, skips the turn and sends the one reply."""
+    wa, _ = apis
+    post_wa(client, p.whatsapp(p.wa_text("wamid.K", "once")))
+    crashed = Worker(slots=1)
+    d = taskqueue.claim_next(crashed.owner, 30)
+
+    async def play_then_die() -> None:
+        with ledger.queue_thread() as ex:
+            await crashed._play(d, lambda fn, *a: asyncio.get_running_loop().run_in_executor(ex, fn, *a))
+
+    asyncio.run(play_then_die())
+    assert len(texts("15550100")) == 2
+    InboundDelivery.objects.filter(pk=d.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    assert drain() == 1
+    assert len(texts("15550100")) == 2
+    assert [b["text"]["body"] for b in wa.bodies()] == ["echo: once"]
+    d.refresh_from_db()
+    assert (d.status, d.attempts, d.reply_status) == ("done", 2, "sent")
+
+
+def test_a_delivery_whose_worker_died_is_claimed_again_after_the_visibility_timeout(client, apis):
+    post_wa(client, p.whatsapp(p.wa_text("wamid.D", "hello")))
+    dead = taskqueue.claim_next("worker:dead", 30)
+    assert dead is not None and taskqueue.claim_next("worker:other", 30) is None  # invisible while leased
+    InboundDelivery.objects.filter(pk=dead.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    assert drain() == 1
+    assert not taskqueue.renew(dead, "worker:dead", 30)  # the dead owner's lease is gone
+    assert InboundDelivery.objects.get().status == "done"
+
+
+def test_telegram_long_answers_are_split_and_reset_clears_history(client, apis):
+    _, tg = apis
+    post_tg(client, p.telegram(10, "hello"))
+    post_tg(client, p.telegram(11, "[long]"))
+    drain()
+    bodies = tg.bodies()
+    assert [b["chat_id"] for b in bodies] == [998877] * 3
+    assert all(b["parse_mode"] == "HTML" for b in bodies)
+    assert bodies[0]["text"] == "echo: hello"
+    assert all(replies.utf16_len(b["text"]) <= 4096 for b in bodies[1:])
+    assert "".join(b["text"] for b in bodies[1:]).replace("&lt;b&gt;", "<b>").replace("&lt;/b&gt;", "</b>") == \
+        "Ω<b>" + "x" * 5000 + "😀" * 10 + "</b>"
+    assert tg.requests[0]["path"] == f"/bot{p.TG_BOT}/sendMessage"
+    assert len(texts("tg:998877")) == 4
+    post_tg(client, p.telegram(12, "/reset"))
+    drain()
+    assert texts("tg:998877") == []
+    assert tg.bodies()[-1]["text"] == RESET_REPLY
+
+
+def test_generic_wait_returns_the_answer(client, apis):
+    r = post_generic(client, p.generic("web:1", "m-1", "hi there"), query="?wait=true")
+    assert r.status_code == 200, r.content
+    assert r.json()["answer"] == "echo: hi there" and r.json()["status"] == "done"
+    r = post_generic(client, p.generic("web:1", "m-2", "boom [fail]"), query="?wait=true")
+    assert r.status_code == 502 and r.json()["error"] == "turn_failed"
+    assert texts("web:1") == [("user", "hi there"), ("model", "echo: hi there")]
+
+
+def test_the_ledger_shows_on_the_session_page(client, apis, tmp_path):
+    (tmp_path / "down").touch()
+    post_wa(client, p.whatsapp(p.wa_text("wamid.<L>", "x [down]")))
+    post_wa(client, p.whatsapp(p.wa_text("wamid.<L>", "x [down]")))
+    post_wa(client, p.whatsapp(p.wa_text("wamid.ok", "fine")))
+    drain()
+    ChatSession.objects.get_or_create(pk="15550100", defaults={"active_agent_name": "Echo"})
+    page = personas.client_for(personas.operator()).get("/sessions/15550100/")
+    html = page.content.decode()
+    assert page.status_code == 200 and 'id="dedup-ledger"' in html
+    assert "wamid.&lt;L&gt;" in html and "wamid.<L>" not in html
+    assert ">Retry</button>" in html
+    fragment = personas.client_for(personas.viewer()).get("/webhooks/ledger/15550100/", HTTP_HX_REQUEST="true")
+    assert fragment.status_code == 200 and b"dedup-ledger" in fragment.content
+    assert b">Retry</button>" not in fragment.content
+
+
+# ---- TTL ---------------------------------------------------------------------------------------------
+def _age(key: str, hours: float) -> None:
+    ProcessedMessage.objects.filter(pk=key).update(processed_at=timezone.now() - timedelta(hours=hours))
+
+
+def test_the_ttl_window_is_fixed_from_the_first_delivery(client, apis, settings):
+    body = p.whatsapp(p.wa_text("wamid.T", "hi"))
+    post_wa(client, body)
+    first = ProcessedMessage.objects.get(pk="wamid.T").processed_at
+    for _ in range(3):
+        post_wa(client, body)
+    assert ProcessedMessage.objects.get(pk="wamid.T").processed_at == first  # redeliveries never extend it
+    _age("wamid.T", 191.9)
+    post_wa(client, body)
+    d = InboundDelivery.objects.get()
+    assert d.duplicates_suppressed == 4 and d.status == "queued"
+    drain()
+    _age("wamid.T", 192.1)  # past the TTL from the FIRST delivery: a new delivery
+    post_wa(client, body)
+    d.refresh_from_db()
+    assert (d.status, d.duplicates_suppressed) == ("queued", 0)
+    drain()
+    assert [c for r, c in texts("15550100") if r == "user"] == ["hi", "hi"]
