@@ -330,3 +330,29 @@ def test_generated_requests_never_get_a_500(auth, endpoint, session_id, query, e
     body.decode("utf-8")
     if response.status_code >= 400:
         assert "detail" in json.loads(body)
+
+
+# ---- ASGI -----------------------------------------------------------------------------------------
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_under_asgi_downloads_stream_through_an_async_iterator(monkeypatch):
+    """Django buffers a sync iterator whole under ASGI (with a warning, an error here): ours is async."""
+    from asgiref.sync import sync_to_async
+    from django.test import AsyncClient
+
+    from sessions_app import export
+
+    monkeypatch.setattr(export, "CHUNK", 64)
+
+    def setup() -> dict[str, str]:
+        for i in range(3):
+            store(f"s{i}", support_story(), updated=T0 + timedelta(minutes=i))
+        return bearer_for(personas.operator())
+
+    headers = await sync_to_async(setup)()
+    for path in ("/api/v1/export.jsonl", url("s1", "/transcript?format=jsonl"), url("s1", "/transcript?format=md")):
+        response = await AsyncClient().get(path, headers={"Authorization": headers["HTTP_AUTHORIZATION"]})
+        assert response.status_code == 200 and response.streaming and response.is_async
+        chunks = [chunk async for chunk in response.streaming_content]
+        assert len(chunks) >= 3  # one per session or line at least: pulled one by one, not buffered
+        b"".join(chunks).decode("utf-8")
