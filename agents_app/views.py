@@ -41,3 +41,25 @@ def agent_list(request: HttpRequest) -> HttpResponse:
         "graph": layout(agents),
     }
     return render(request, "agents_app/agent_list.html", ctx)
+
+
+@require_GET
+@console_required()
+def chat_page(request: HttpRequest) -> HttpResponse:
+    """Live chat test page: pick a starting agent and a new or existing session, chat over ``ws/chat/``."""
+    from secrets import token_hex
+
+    from sessions_app.models import ChatSession
+
+    session_id = request.GET.get("session", "").strip()[:200] or f"web-{token_hex(4)}"
+    existing = ChatSession.objects.filter(pk=session_id).first()
+    names = list(registry.agents())
+    ctx = {
+        "agent_names": names,
+        "session_id": session_id,
+        "existing": existing is not None,
+        "agent": existing.active_agent_name if existing else request.GET.get("agent", names[0] if names else ""),
+        "channel": (existing.metadata or {}).get("channel", "") if existing and isinstance(existing.metadata, dict)
+        else request.GET.get("channel", "web")[:100],
+    }
+    return render(request, "agents_app/chat.html", ctx)

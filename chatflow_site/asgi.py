@@ -11,7 +11,10 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402  (after Django is se
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
-websocket_urlpatterns: list = []  # the console's consumers add their ws/ routes here
+from agents_app.routing import websocket_urlpatterns as chat_routes  # noqa: E402
+from sessions_app.routing import websocket_urlpatterns as console_routes  # noqa: E402
+
+websocket_urlpatterns: list = [*console_routes, *chat_routes]  # every route lives under ws/
 
 application = ProtocolTypeRouter(
     {

@@ -5,6 +5,7 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import include, path
 from django.views.decorators.http import require_GET
 
+from agents_app import views as agents_views
 from api_app.api import api as api_v1
 
 
@@ -19,6 +20,7 @@ urlpatterns = [
     path("accounts/", include("django.contrib.auth.urls")),
     path("admin/", admin.site.urls),
     path("agents/", include("agents_app.urls")),
+    path("chat/", agents_views.chat_page, name="chat-open-chat"),  # live chat test page (ws/chat/)
     path("", include("webhooks_app.urls")),  # /webhooks/…: channels and the dedup ledger
     path("api/v1/", api_v1.urls),  # REST API: sessions and transcript exports, OpenAPI at api/v1/openapi.json
     # The console: "/" redirects to the session list, /sessions/, /actions/…, /audit/.

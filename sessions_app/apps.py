@@ -13,3 +13,9 @@ class SessionsAppConfig(AppConfig):
         from sessions_app.groups import ensure_console_groups
 
         post_migrate.connect(ensure_console_groups, sender=self, dispatch_uid="sessions_app.console_groups")
+        # Operator actions are broadcast live once their transaction commits (invariant 10).
+        from django.db.models.signals import post_save
+
+        from sessions_app.live import on_operator_action
+
+        post_save.connect(on_operator_action, sender="sessions_app.OperatorAction", dispatch_uid="sessions_app.live")

@@ -63,6 +63,8 @@ class Item:
     result: ToolResult | None = None
     handoff: dict[str, Any] | None = None
     answer: bool = False
+    running: bool = False  # live: a tool call whose result has not arrived yet
+    dom: str = ""  # live: the HTML id a later fragment replaces (a running tool call)
 
     @property
     def args_json(self) -> str:
@@ -80,6 +82,7 @@ class Turn:
     started_at: datetime | None
     message_count: int
     events: list[OperatorAction] = field(default_factory=list)
+    message_ids: list[int] = field(default_factory=list)  # its rows' ids (live updates resume after them)
 
     @property
     def call_count(self) -> int:
@@ -202,7 +205,8 @@ def build_page(session_id: str, page: int = 1, newest_first: bool = True,
             elif chunks:
                 chunks[-1][1].append(row)
         for number, chunk in chunks:
-            turns.append(Turn(number, turn_items(_parse(chunk)), bounds[number - 1][1], len(chunk)))
+            turns.append(Turn(number, turn_items(_parse(chunk)), bounds[number - 1][1], len(chunk),
+                              message_ids=[row[0] for row in chunk]))
     result = TurnPage(system, leading, turns, total, page, pages, newest_first)
     _attach_events(result, session_id, bounds)
     if newest_first:

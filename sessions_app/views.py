@@ -7,10 +7,11 @@ htmx and redirect otherwise; refusals render the action-error partial with their
 
 from __future__ import annotations
 
-from urllib.parse import urlencode
+from typing import Any
+from urllib.parse import quote, urlencode
 
 from django.contrib import messages
-from django.db.models import Count, IntegerField, OuterRef, Subquery, Value
+from django.db.models import Count, IntegerField, Max, OuterRef, Subquery, Value
 from django.db.models.functions import Coalesce
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -66,6 +67,9 @@ def session_list(request: HttpRequest) -> HttpResponse:
         "next_url": _url("sessions-list-sessions", query.params(after=next_cursor)) if next_cursor else None,
         "first_url": _url("sessions-list-sessions", query.params(after="")) if query.after else None,
         "agent_names": list(registry.agents()),
+        # Live updates move a changed session to the top only where the newest sessions are shown.
+        "ws_url": live_url() + ("?mode=top" if query.sort == "-updated" and not query.after
+                                and query.params() == {} else ""),
         "sorts": [("-updated", "Updated, newest first"), ("updated", "Updated, oldest first"),
                   ("-created", "Created, newest first"), ("created", "Created, oldest first")],
     }
@@ -94,8 +98,14 @@ def _int(value: str | None, default: int) -> int:
 
 def _detail_ctx(request: HttpRequest, session: ChatSession, **extra: object) -> dict:
     newest_first = request.GET.get("order", "newest") != "oldest"
-    page = build_page(session.session_id, _int(request.GET.get("page"), 1), newest_first)
-    user = request.user
+    return detail_ctx(request.user, session, newest_first, _int(request.GET.get("page"), 1), **extra)
+
+
+def detail_ctx(user: Any, session: ChatSession, newest_first: bool = True, page_number: int = 1,
+               **extra: object) -> dict:
+    """The detail screen's context for ``user`` (also what the live consumer renders its partials with)."""
+    before = ChatMessage.objects.filter(session_id=session.session_id).aggregate(m=Max("id"))["m"] or 0
+    page = build_page(session.session_id, page_number, newest_first)
     order = "newest" if newest_first else "oldest"
     sid = session.session_id
 
@@ -117,8 +127,25 @@ def _detail_ctx(request: HttpRequest, session: ChatSession, **extra: object) -> 
         "can_handoff": may(user, FORCE_HANDOFF),
         "can_rollback": may(user, ROLLBACK),
         "can_delete": may(user, DELETE),
+        # Live updates: the page has every message up to last_id; new turns are inserted only on the
+        # page that shows the newest turn (tail).
+        "ws_url": live_url(sid),
+        "live_tail": page.page == (1 if newest_first else page.pages),
+        "last_id": max([before, *_row_ids(page)]),
         **extra,
     }
+
+
+def _row_ids(page: Any) -> list[int]:
+    items = [*page.system, *page.leading, *(i for t in page.turns for i in t.items)]
+    return [i.row_id for i in items if i.row_id]
+
+
+def live_url(session_id: str | None = None) -> str:
+    """The websocket path of a session's live updates (the list's when None)."""
+    if session_id is None:
+        return "/ws/sessions/"
+    return "/ws/sessions/" + quote(session_id, safe="") + "/"
 
 
 @require_GET

@@ -1,0 +1,156 @@
+"""Websocket consumers of the console: the session list (``ws/sessions/``) and one session (``ws/sessions/<id>/``).
+
+Thin by design: ``connect()`` checks access (anonymous → close 4401, no view permission → 4403,
+unknown session → 4404) and accepts last; group messages are turned into htmx out-of-band fragments
+by :mod:`sessions_app.fragments` (the console's own partials); the ORM only through
+``database_sync_to_async``.
+
+Reconnects without gaps or doubles: after connecting, the detail page sends
+``{"type": "resume", "after": <last message id it has>, "order": "newest"|"oldest", "tail": bool,
+"page": n}``. The consumer joined its group before accepting and holds live events until then; it
+replays the stored messages with a greater id, then the held events — a ``turn_completed`` sends
+only messages above the consumer's cursor, so nothing arrives twice.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+from urllib.parse import parse_qs
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+
+from sessions_app import fragments
+from sessions_app.access import VIEW, may
+from sessions_app.live import LIST_GROUP, group_for_session
+from sessions_app.models import ChatSession
+
+logger = logging.getLogger("sessions_app.live")
+
+PENDING_LIMIT = 2000
+
+
+class _ConsoleConsumer(AsyncWebsocketConsumer):
+    group = ""
+
+    async def _allowed(self) -> bool:
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            await self.close(code=4401)
+            return False
+        if not await database_sync_to_async(may)(user, VIEW):
+            await self.close(code=4403)
+            return False
+        return True
+
+    async def disconnect(self, code: int) -> None:
+        if self.group:
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+
+
+class SessionListConsumer(_ConsoleConsumer):
+    """``ws/sessions/[?mode=top]``: rows of sessions whose turns start/end or that operators changed."""
+
+    async def connect(self) -> None:
+        if not await self._allowed():
+            return
+        query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
+        self.top = query.get("mode") == ["top"]
+        self.group = LIST_GROUP
+        await self.channel_layer.group_add(self.group, self.channel_name)
+        await self.accept()
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        return  # the list page sends nothing the server needs
+
+    async def live_event(self, message: dict[str, Any]) -> None:
+        event = message["event"]
+        running = event["kind"] == "turn_started"
+        row = database_sync_to_async(fragments.list_row_from_db)
+        await self._send(await row(event["session_id"], self.top, running))
+
+    async def live_action(self, message: dict[str, Any]) -> None:
+        action = message["action"]
+        if action["kind"] == "delete":
+            await self._send(fragments.list_removed(action["session_id"]))
+        else:
+            await self._send(await database_sync_to_async(fragments.list_row_from_db)(action["session_id"], False))
+
+    async def _send(self, html: str) -> None:
+        if html:
+            await self.send(text_data=html)
+
+
+class SessionConsumer(_ConsoleConsumer):
+    """``ws/sessions/<session id>/``: a session's running turn, its new turns and operator actions on it."""
+
+    async def connect(self) -> None:
+        if not await self._allowed():
+            return
+        session_id = self.scope["url_route"]["kwargs"]["session_id"]
+        if not await database_sync_to_async(ChatSession.objects.filter(pk=session_id).exists)():
+            await self.close(code=4404)
+            return
+        cookies = self.scope.get("cookies") or {}
+        self.view = fragments.DetailView(self.scope["user"], session_id, csrf_token=cookies.get("csrftoken", ""))
+        self.pending: list[dict[str, Any]] | None = []  # None once resumed
+        self.group = group_for_session(session_id)
+        await self.channel_layer.group_add(self.group, self.channel_name)
+        await self.accept()
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        try:
+            data = json.loads(text_data or "")
+            after = int(data.get("after") or 0) if data.get("type") == "resume" else None
+        except (ValueError, TypeError, AttributeError):
+            after = None
+        if after is None:
+            return
+        await self.resume(after, data.get("order") != "oldest", bool(data.get("tail", True)),
+                          max(1, int(data.get("page") or 1)) if str(data.get("page") or "1").isdigit() else 1)
+
+    async def resume(self, after: int, newest_first: bool, tail: bool, page: int) -> None:
+        """Replay what is stored after ``after``, then the live events held since connecting."""
+        view = self.view
+        view.cursor, view.newest_first, view.tail, view.page = max(0, after), newest_first, tail, page
+        html, _ids = await database_sync_to_async(fragments.committed_from_db)(view, False)
+        await self._send(html + fragments.status("Live updates on.", "ok"))
+        pending, self.pending = self.pending or [], None
+        for message in pending:
+            await self.dispatch(message)
+
+    async def live_event(self, message: dict[str, Any]) -> None:
+        if self._hold(message):
+            return
+        event = message["event"]
+        if event["kind"] == "turn_completed":
+            self.view.turn_id = ""
+            html, _ids = await database_sync_to_async(fragments.committed_from_db)(self.view)
+        else:
+            html = fragments.render_event(self.view, event)
+            if event["kind"] == "turn_failed":
+                self.view.turn_id = ""
+        await self._send(html)
+
+    async def live_action(self, message: dict[str, Any]) -> None:
+        if self._hold(message):
+            return
+        action = message["action"]
+        if action["kind"] == "delete":
+            await self._send(fragments.deleted(action))
+            return
+        panel = await database_sync_to_async(fragments.panel_from_db)(self.view, fragments.action_note(action))
+        await self._send(panel or "")
+
+    def _hold(self, message: dict[str, Any]) -> bool:
+        if self.pending is None:
+            return False
+        if len(self.pending) < PENDING_LIMIT:
+            self.pending.append(message)
+        return True
+
+    async def _send(self, html: str) -> None:
+        if html:
+            await self.send(text_data=html)

@@ -1,0 +1,241 @@
+"""htmx out-of-band fragments for the live consumers, rendered from the console's own template partials.
+
+Every function returns HTML whose top-level elements carry ``hx-swap-oob`` (htmx's websocket
+extension swaps each one; an element without the attribute replaces the element with its id).
+Run events arrive as :func:`sessions_app.live.encode_event` dicts. Functions named ``*_from_db``
+read the database and must run through ``database_sync_to_async``; the others touch no database
+and run on the event loop. Every string a user or a model wrote goes through the templates'
+autoescaping (invariant 9).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+from django.http import HttpRequest
+from django.template.loader import render_to_string
+from django.utils.html import format_html
+
+from chatflow_agent.types import Message, Role, ToolCall, ToolResult
+from sessions_app import listing
+from sessions_app.access import ROLLBACK, may
+from sessions_app.models import ChatMessage, ChatSession
+from sessions_app.timeline import Item, Turn, _parse, handoff_of, turn_bounds, turn_items
+
+DETAIL = "sessions_app/session_detail.html"
+LIST = "sessions_app/session_list.html"
+
+__all__ = ["DetailView", "list_row_from_db", "list_removed", "render_event"]
+
+
+def call_dom_id(prefix: str, call_id: str) -> str:
+    """The HTML id of a live tool call (model-chosen ids are any string, so hashed)."""
+    return f"{prefix}-call-" + hashlib.sha256(call_id.encode("utf-8", "surrogatepass")).hexdigest()[:20]
+
+
+def _items(items: list[Item]) -> str:
+    return "".join(render_to_string(f"{DETAIL}#item", {"item": item}) for item in items)
+
+
+def _oob(swap: str, inner: str) -> str:
+    return f'<div hx-swap-oob="{swap}">{inner}</div>'
+
+
+def status(text: str, level: str = "muted") -> str:
+    return format_html('<p id="live-status" class="live-status {}" role="status">{}</p>', level, text)
+
+
+# ---- a running turn (no database) -------------------------------------------------------------
+@dataclass
+class DetailView:
+    """What one detail page shows: its user, order and page, and the last committed message id it has."""
+
+    user: Any
+    session_id: str
+    cursor: int = 0
+    newest_first: bool = True
+    tail: bool = True
+    page: int = 1
+    csrf_token: str = ""
+    prefix: str = "live"  # ids of the running turn's regions: <prefix>-items, -stream, -agent
+    show_user: bool = True  # the chat page shows the user's message as soon as it is sent
+
+    def __post_init__(self) -> None:
+        self.calls: dict[str, ToolCall] = {}
+        self.turn_id = ""
+
+
+def live_turn(event: dict[str, Any], state: str) -> str:
+    return render_to_string(f"{DETAIL}#live-turn", {"live": {"state": state, **event}})
+
+
+def render_event(view: DetailView, event: dict[str, Any]) -> str:
+    """Fragments for one run event of a turn in progress (``turn_completed`` is :meth:`committed_from_db`)."""
+    kind = event["kind"]
+    if kind == "turn_started":
+        view.calls.clear()
+        view.turn_id = event["turn_id"]
+        return live_turn(event, "running")
+    if kind != "turn_failed" and view.turn_id != event["turn_id"]:
+        # Joined mid-turn (or reconnected): open the running turn before its first fragment.
+        view.turn_id = event["turn_id"]
+        agent = event.get("agent_name") or event.get("to_agent") or ""
+        return live_turn({**event, "agent_name": agent}, "running") + render_event(view, event)
+    if kind == "message_appended":
+        return _appended(view, Message.model_validate(event["message"]))
+    if kind == "tool_call_started":
+        call = ToolCall.model_validate(event["call"])
+        view.calls[call.id] = call
+        return _items([Item("call", call=call, running=True, dom=call_dom_id(view.prefix, call.id))])
+    if kind == "tool_call_finished":
+        result = ToolResult.model_validate(event["result"])
+        call = view.calls.get(result.tool_call_id) or ToolCall(id=result.tool_call_id, name=result.name)
+        return _items([Item("call", call=call, result=result, handoff=handoff_of(result),
+                            dom=call_dom_id(view.prefix, call.id))])
+    if kind == "handoff":
+        return format_html('<strong id="{}-agent" hx-swap-oob="true">{}</strong>', view.prefix, event["to_agent"])
+    if kind == "text_delta":
+        return format_html('<div hx-swap-oob="beforeend:#{}-stream"><span>{}</span></div>', view.prefix, event["text"])
+    if kind == "turn_failed":
+        view.calls.clear()
+        return live_turn(event, "failed")
+    return ""
+
+
+def _appended(view: DetailView, message: Message) -> str:
+    if message.role == Role.TOOL or (message.role == Role.USER and not view.show_user):
+        return ""  # its results were shown as each tool call finished
+    items = turn_items([(0, message, message.content or "")])
+    for item in items:
+        item.row_id = None
+        if item.kind == "call" and item.call is not None:
+            view.calls[item.call.id] = item.call
+            item.running, item.dom = True, call_dom_id(view.prefix, item.call.id)
+    html = _oob(f"beforeend:#{view.prefix}-items", _items(items))
+    if message.role == Role.MODEL:
+        html += f'<div id="{view.prefix}-stream" class="msg model streaming" hx-swap-oob="true"></div>'
+    return html
+
+
+# ---- committed messages (database) ------------------------------------------------------------
+class _S:
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+
+
+def committed_from_db(view: DetailView, clear_live: bool = True) -> tuple[str, list[int]]:
+    """Fragments for the session's messages with id > ``view.cursor`` (advanced); returns (html, ids sent)."""
+    rows = list(ChatMessage.objects.filter(session_id=view.session_id, id__gt=view.cursor).order_by("id")
+                .values_list("id", "role", "content", "message_json"))
+    html = '<div id="live-turn" class="live-turn" aria-live="polite" hx-swap-oob="true"></div>' if clear_live else ""
+    if not rows:
+        return html, []
+    ids = [r[0] for r in rows]
+    view.cursor = ids[-1]
+    bounds = turn_bounds(view.session_id)
+    numbers = {rid: n for n, (rid, _at) in enumerate(bounds, start=1)}
+    chunks: list[tuple[int, list]] = []
+    for row in rows:
+        if row[0] in numbers or not chunks:
+            number = numbers.get(row[0]) or sum(1 for rid, _at in bounds if rid < row[0])
+            chunks.append((number, [row]))
+        else:
+            chunks[-1][1].append(row)
+    if view.tail:
+        from agents_app.runtime import site_store
+
+        ctx = {"s": _S(view.session_id), "history": {"turn_count": len(bounds)},
+               "can_rollback": may(view.user, ROLLBACK),
+               "window_start": len(bounds) - site_store().default_max_turns}
+        turns = [Turn(n, turn_items(_parse(chunk)), bounds[n - 1][1] if n else None, len(chunk),
+                      message_ids=[row[0] for row in chunk])
+                 for n, chunk in chunks]
+        if view.newest_first:
+            turns.reverse()
+        body = "".join(render_to_string(f"{DETAIL}#turn", {**ctx, "turn": t}) for t in turns)
+        html += _oob("afterbegin:#turns" if view.newest_first else "beforeend:#turns", body)
+        html += '<p id="no-turns" hx-swap-oob="delete"></p>'
+    else:
+        html += ('<div id="live-turn" class="live-turn" hx-swap-oob="true"><p class="note" role="status">'
+                 'New messages were saved; they show on the page with the newest turn.</p></div>')
+    html += cursor(view)
+    return html, ids
+
+
+def cursor(view: DetailView) -> str:
+    return format_html('<span id="live-cursor" hidden data-last-id="{}" data-order="{}" data-tail="{}" '
+                       'data-page="{}" hx-swap-oob="true"></span>', view.cursor,
+                       "newest" if view.newest_first else "oldest", int(view.tail), view.page)
+
+
+def panel_from_db(view: DetailView, note: str) -> str | None:
+    """The session panel (same partial as the action views) re-rendered for ``view``; None if the session is gone."""
+    from sessions_app.views import _session, detail_ctx
+
+    try:
+        session = _session(view.session_id)
+    except Exception:  # Http404
+        return None
+    ctx = detail_ctx(view.user, session, view.newest_first, view.page, note=note)
+    view.cursor = ctx["last_id"]
+    view.tail = ctx["live_tail"]
+    html = render_to_string(f"{DETAIL}#session-panel", ctx, request=_request(view))
+    return html.replace('<div id="session-panel">', '<div id="session-panel" hx-swap-oob="true">', 1)
+
+
+def _request(view: DetailView) -> HttpRequest:
+    """A stand-in request for partials that read ``request`` (its user, the page's CSRF cookie)."""
+    request = HttpRequest()
+    request.method = "GET"
+    request.user = view.user
+    if view.csrf_token:
+        request.META["CSRF_COOKIE"] = view.csrf_token
+    return request
+
+
+def action_note(action: dict[str, Any]) -> str:
+    who = action.get("actor") or "system"
+    after, before = action.get("after") or {}, action.get("before") or {}
+    if action["kind"] == "force_handoff":
+        return f"{who} handed the session off from {before.get('active_agent')} to {after.get('active_agent')}."
+    if action["kind"] == "rollback":
+        return f"{who} rolled the session back to turn {after.get('turn')}."
+    return f"{who} deleted this session."
+
+
+def deleted(action: dict[str, Any]) -> str:
+    return format_html(
+        '<p id="live-status" class="live-status card alert error" role="alert"><strong>Deleted:</strong> {} '
+        'What this page shows is no longer stored.</p>'
+        '<div id="live-turn" class="live-turn" hx-swap-oob="true"></div>', action_note(action))
+
+
+# ---- the session list -------------------------------------------------------------------------
+def list_row_from_db(session_id: str, top: bool, running: bool | None = None) -> str:
+    """The list row of ``session_id`` (same partial as the list view): moved to the top or replaced in place.
+
+    ``running`` is what the event said (a turn started / ended), which the row's lease may not show
+    any more (or yet) when the row is read.
+    """
+    row = listing._annotated(ChatSession.objects.filter(pk=session_id)).first()
+    if row is None:
+        return ""
+    if running is not None:
+        row.running = running
+    html = render_to_string(f"{LIST}#session-row", {"row": row}).strip()
+    if not top:
+        return html  # replaces the row with its id, if the page shows it
+    old = html.split(">", 1)[0].replace("<tr ", "<tr hx-swap-oob=\"delete\" ", 1) + "></tr>"
+    return old + _tbody("afterbegin:#session-rows", html) + '<tr id="no-sessions" hx-swap-oob="delete"></tr>'
+
+
+def _tbody(swap: str, rows: str) -> str:
+    return f'<tbody hx-swap-oob="{swap}">{rows}</tbody>'
+
+
+def list_removed(session_id: str) -> str:
+    from sessions_app.live import dom_id
+
+    return f'<tr id="row-{dom_id(session_id)}" hx-swap-oob="delete"></tr>'

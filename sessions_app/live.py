@@ -1,0 +1,219 @@
+"""The live path's publishing side: run events and operator actions → channel layer groups.
+
+Group names come from :func:`group_for_session` and :data:`LIST_GROUP` only. A session id is any
+string (``+15550100``, ``a/b``, ``olá 👋``), a group name only ASCII letters, digits, ``-_.`` and
+under 100 characters, so the id is hashed (SHA-256 of its UTF-8 bytes; lone surrogates kept through
+``surrogatepass`` so distinct ids never collide on encoding).
+
+Messages on the layer are plain JSON-safe dicts (msgpack on Redis):
+
+* ``{"type": "live.event", "event": {...}}`` — one run event, :func:`encode_event`'s shape
+  (``kind`` = the event's ``type`` literal, its fields, pydantic values dumped as JSON);
+* ``{"type": "live.action", "action": {...}}`` — an operator action from the audit log
+  (``id``, ``kind``, ``session_id``, ``actor``, ``before``, ``after``).
+
+The Runner awaits its subscribers inside the turn, so :class:`Publisher` only puts the messages on a
+per-event-loop queue and returns; one drain task per loop sends them in order. A send that fails is
+logged, never raised into the turn. Operator actions are published after their transaction commits.
+
+With the in-memory channel layer only the serving process sees its own events: a second process
+(``manage.py chatflow_chat``, ``chatflow_worker``) that runs turns warns loudly (log and stderr) when it
+builds the site's Runner (:func:`warn_unless_serving`, a runtime hook); the process that loads the
+websocket routes (``sessions_app.routing``) is the serving one and does not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+import json
+import logging
+import sys
+import weakref
+from pathlib import Path
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.conf import settings
+from django.db import transaction
+from pydantic import BaseModel
+
+from chatflow_agent._jsonsafe import json_safe
+
+__all__ = [
+    "LIST_GROUP", "Publisher", "encode_event", "group_for_session", "mark_serving", "publish_action", "publisher",
+    "warn_if_isolated", "warn_unless_serving",
+]
+
+logger = logging.getLogger("sessions_app.live")
+
+LIST_GROUP = "chatflow.sessions"
+#: Run events the session list reacts to (the others only go to the session's own group).
+LIST_KINDS = frozenset({"turn_started", "turn_completed", "turn_failed"})
+QUEUE_LIMIT = 10_000
+
+
+def group_for_session(session_id: str) -> str:
+    """The channel layer group of one session: valid for any session id, 50 ASCII characters."""
+    digest = hashlib.sha256(session_id.encode("utf-8", "surrogatepass")).hexdigest()[:40]
+    return f"chatflow.s.{digest}"
+
+
+def dom_id(session_id: str) -> str:
+    """An HTML id fragment for a session (same hash as the group): ``row-<dom_id>`` in the list."""
+    return group_for_session(session_id).rsplit(".", 1)[1][:24]
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        try:
+            return json.loads(value.model_dump_json())
+        except (TypeError, ValueError):
+            return json_safe(value.model_dump())
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    return json_safe(value)
+
+
+def encode_event(event: Any) -> dict[str, Any]:
+    """A run event as a JSON-safe dict: ``{"kind": event.type, **fields}``."""
+    out: dict[str, Any] = {"kind": event.type}
+    for f in dataclasses.fields(event):
+        if f.name != "type":
+            out[f.name] = _plain(getattr(event, f.name))
+    return out
+
+
+def _messages_for(event: Any) -> list[tuple[str, dict[str, Any]]]:
+    message = {"type": "live.event", "event": encode_event(event)}
+    out = [(group_for_session(event.session_id), message)]
+    if event.type in LIST_KINDS:
+        out.append((LIST_GROUP, message))
+    return out
+
+
+class Publisher:
+    """Run-event subscriber: ``publisher(event)`` queues the event's messages and returns at once."""
+
+    def __init__(self) -> None:
+        self._queues: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Queue] = weakref.WeakKeyDictionary()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def __call__(self, event: Any) -> None:
+        try:
+            messages = _messages_for(event)
+        except Exception:
+            logger.exception("Could not encode run event %s for the channel layer", getattr(event, "type", event))
+            return
+        self.send_soon(messages)
+
+    def send_soon(self, messages: list[tuple[str, dict[str, Any]]]) -> None:
+        """Queue ``(group, message)`` pairs for this event loop's drain task (started when idle)."""
+        loop = asyncio.get_running_loop()
+        queue = self._queues.get(loop)
+        if queue is None:
+            queue = self._queues[loop] = asyncio.Queue()
+        if queue.qsize() + len(messages) > QUEUE_LIMIT:
+            logger.warning("Live queue full (%d messages): dropping %d", queue.qsize(), len(messages))
+            return
+        idle = queue.empty() and not any(t.get_loop() is loop and not t.done() for t in self._tasks)
+        for item in messages:
+            queue.put_nowait(item)
+        if idle:
+            task = loop.create_task(self._drain(queue))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _drain(self, queue: asyncio.Queue) -> None:
+        layer = get_channel_layer()
+        while not queue.empty():
+            group, message = queue.get_nowait()
+            try:
+                await layer.group_send(group, message)
+            except Exception:
+                logger.exception("Channel layer send to %s failed", group)
+
+    async def flush(self) -> None:
+        """Wait until this loop's queued messages were sent (tests, benchmarks, shutdown)."""
+        loop = asyncio.get_running_loop()
+        while any(t.get_loop() is loop and not t.done() for t in self._tasks):
+            await asyncio.gather(*[t for t in self._tasks if t.get_loop() is loop], return_exceptions=True)
+
+
+#: The process's publisher, subscribed to the site's Runner by agents_app's AppConfig.
+publisher = Publisher()
+
+
+def _action_message(entry: Any) -> dict[str, Any]:
+    return {"type": "live.action", "action": {
+        "id": entry.pk, "kind": entry.action, "session_id": entry.session_id, "actor": entry.actor_username,
+        "before": json_safe(entry.before), "after": json_safe(entry.after),
+    }}
+
+
+async def _send_all(messages: list[tuple[str, dict[str, Any]]]) -> None:
+    layer = get_channel_layer()
+    for group, message in messages:
+        await layer.group_send(group, message)
+
+
+def publish_action(entry: Any) -> None:
+    """Broadcast an operator action (an ``OperatorAction`` row) to its session's group and the list, now."""
+    message = _action_message(entry)
+    messages = [(group_for_session(entry.session_id), message), (LIST_GROUP, message)]
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        try:
+            async_to_sync(_send_all)(messages)
+        except Exception:
+            logger.exception("Broadcasting operator action %s on %r failed", entry.action, entry.session_id)
+        return
+    publisher.send_soon(messages)
+
+
+def on_operator_action(sender: Any, instance: Any, created: bool, **kwargs: Any) -> None:
+    """post_save receiver for OperatorAction: broadcast once the action's transaction has committed."""
+    if created and instance.action != "export":
+        transaction.on_commit(lambda: publish_action(instance))
+
+
+_serving = False
+
+
+def mark_serving() -> None:
+    """Called when this process loads the websocket routes: it serves the consumers itself."""
+    global _serving
+    _serving = True
+
+
+def warn_unless_serving(runner: Any = None) -> bool:
+    """Runner hook: a process that runs turns without serving the websockets warns (in-memory layer only)."""
+    if _serving:
+        return False
+    argv = [Path(sys.argv[0]).name, *sys.argv[1:2]] if sys.argv and sys.argv[0] else ["this process"]
+    return warn_if_isolated(" ".join(argv))
+
+
+def layer_is_in_memory() -> bool:
+    backend = settings.CHANNEL_LAYERS.get("default", {}).get("BACKEND", "")
+    return backend.endswith("InMemoryChannelLayer")
+
+
+def warn_if_isolated(process: str) -> bool:
+    """Warn loudly (log + stderr) when this process publishes into an in-memory channel layer.
+
+    Call it at the start of every process that runs turns but does not serve the websockets
+    (``chatflow_chat``, workers): with the in-memory layer its events never reach the server.
+    Returns True when it warned.
+    """
+    if not layer_is_in_memory():
+        return False
+    text = (f"WARNING: {process} uses the in-memory channel layer: its run events stay in this process "
+            "and will NOT reach the console's websockets. Set REDIS_URL (the same for the server and "
+            "this process) to see its turns live.")
+    logger.warning(text)
+    print(text, file=sys.stderr, flush=True)
+    return True

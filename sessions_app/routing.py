@@ -1,0 +1,13 @@
+"""Websocket routes of the console (under ``ws/``), included by ``chatflow_site.asgi``."""
+
+from django.urls import path
+
+from sessions_app import consumers, live
+
+live.mark_serving()  # this process serves the consumers: its own run events reach them in any layer
+
+websocket_urlpatterns = [
+    path("ws/sessions/", consumers.SessionListConsumer.as_asgi(), name="ws-sessions"),
+    # Any session id, slashes included (the page percent-encodes it; the ASGI path arrives decoded).
+    path("ws/sessions/<path:session_id>/", consumers.SessionConsumer.as_asgi(), name="ws-session"),
+]

@@ -1,0 +1,93 @@
+"""Helpers for the live tests: websocket communicators on the real ASGI application (origin check, auth
+from the session cookie), a Runner on the site's store that publishes like the site's, frame readers."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from contextlib import asynccontextmanager
+from typing import Any
+
+from channels.db import database_sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.test import Client
+
+from agents_app import registry
+from chatflow_agent import Runner
+from chatflow_agent.core.engines.scripted import ScriptedEngine
+from sessions_app.live import publisher
+
+ORIGIN = (b"origin", b"http://localhost")
+
+
+def cookie_for(user: Any) -> bytes | None:
+    """The session cookie of a logged-in ``user`` (sync: call from a sync fixture or through a thread)."""
+    if user is None:
+        return None
+    client = Client()
+    client.force_login(user)
+    return f"sessionid={client.cookies['sessionid'].value}".encode()
+
+
+@asynccontextmanager
+async def connected(path: str, cookie: bytes | None):
+    """A communicator on ``chatflow_site.asgi.application``; always disconnected afterwards."""
+    from chatflow_site.asgi import application
+
+    headers = [ORIGIN, (b"host", b"localhost")] + ([(b"cookie", cookie)] if cookie else [])
+    communicator = WebsocketCommunicator(application, path, headers=headers)
+    try:
+        yield communicator
+    finally:
+        if not communicator.future.done():  # a timed-out receive already cancelled the application
+            await communicator.disconnect()
+
+
+def site_runner_with(*steps: Any, delay: float = 0.0) -> Runner:
+    """A Runner like the site's (registry agents, the site's store, publishing run events) on a script."""
+    from agents_app.runtime import site_store
+
+    runner = Runner(registry.starting_agent(), session_store=site_store(),
+                    engine=ScriptedEngine(*steps, delay=delay, stream=True))
+    runner.subscribe(publisher)
+    return runner
+
+
+async def frames_until(communicator: WebsocketCommunicator, marker: str, timeout: float = 10) -> list[str]:  # noqa: ASYNC109
+    """Text frames received until one contains ``marker`` (inclusive)."""
+    out: list[str] = []
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        frame = await communicator.receive_from(timeout=max(0.05, deadline - loop.time()))
+        out.append(frame)
+        if marker in frame:
+            return out
+
+
+async def drain(communicator: WebsocketCommunicator, quiet: float = 0.3) -> list[str]:
+    """Every frame until none arrives for ``quiet`` seconds."""
+    out: list[str] = []
+    while True:
+        try:
+            out.append(await communicator.receive_from(timeout=quiet))
+        except TimeoutError:
+            return out
+
+
+def message_ids(html: str) -> list[int]:
+    """The stored message ids of the turns in ``html`` (each turn lists its rows' ids)."""
+    return [int(x) for ids in re.findall(r'data-message-ids="([\d ]*)"', html) for x in ids.split()]
+
+
+def unique_message_ids(html: str) -> list[int]:
+    return sorted(set(message_ids(html)))
+
+
+async def resume(communicator: WebsocketCommunicator, after: int, **extra: Any) -> list[str]:
+    await communicator.send_json_to({"type": "resume", "after": after, **extra})
+    return await frames_until(communicator, 'id="live-status"')
+
+
+async def db(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    return await database_sync_to_async(fn)(*args, **kwargs)

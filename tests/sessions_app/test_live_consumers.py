@@ -1,0 +1,222 @@
+"""Live consumers with WebsocketCommunicator (every one disconnected): access, a turn's events in order,
+a failed turn's rollback, operator actions broadcast, reconnect replaying exactly the missed messages."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from channels.layers import channel_layers
+
+from chatflow_agent.core.engines.base import EngineTurnResult
+from chatflow_agent.types import ToolCall
+from sessions_app import actions
+from sessions_app.live import publisher
+from sessions_app.models import ChatMessage
+from tests.sessions_app import conversations as cv
+from tests.sessions_app import personas
+from tests.sessions_app.live_support import (
+    connected,
+    cookie_for,
+    db,
+    drain,
+    frames_until,
+    message_ids,
+    resume,
+    site_runner_with,
+    unique_message_ids,
+)
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
+
+
+@pytest.fixture(autouse=True)
+def fresh_channel_layer():
+    """A new in-memory layer per test (its queues belong to one event loop)."""
+    channel_layers.backends.clear()
+    yield
+    channel_layers.backends.clear()
+
+
+@pytest.fixture
+def people():
+    users = {"operator": personas.operator(), "viewer": personas.viewer(), "outsider": personas.outsider(),
+             "customer": personas.customer()}
+    return {name: cookie_for(user) for name, user in users.items()} | {"anonymous": None, "_users": users}
+
+
+@pytest.fixture
+def story():
+    cv.store("tg:998877", cv.support_story(), metadata={"channel": "telegram"})
+    return "tg:998877"
+
+
+def last_id(session_id: str) -> int:
+    return ChatMessage.objects.filter(session_id=session_id).order_by("-id").values_list("id", flat=True).first() or 0
+
+
+# ---- access ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("path", ["/ws/sessions/", "/ws/sessions/tg:998877/", "/ws/chat/"])
+@pytest.mark.parametrize(("who", "code"), [("anonymous", 4401), ("outsider", 4403), ("customer", 4403)])
+async def test_it_rejects_users_without_the_view_permission(people, story, path, who, code):
+    async with connected(path, people[who]) as ws:
+        accepted, close_code = await ws.connect()
+        assert (accepted, close_code) == (False, code)
+
+
+@pytest.mark.parametrize("path", ["/ws/sessions/", "/ws/sessions/tg:998877/", "/ws/chat/"])
+async def test_it_accepts_a_viewer(people, story, path):
+    async with connected(path, people["viewer"]) as ws:
+        accepted, _ = await ws.connect()
+        assert accepted
+
+
+async def test_it_refuses_an_unknown_session_and_a_foreign_origin(people, story):
+    async with connected("/ws/sessions/nope/", people["viewer"]) as ws:
+        assert await ws.connect() == (False, 4404)
+    from channels.testing import WebsocketCommunicator
+
+    from chatflow_site.asgi import application
+
+    ws = WebsocketCommunicator(application, "/ws/sessions/", headers=[(b"origin", b"http://evil.example"),
+                                                                    (b"cookie", people["viewer"])])
+    try:
+        accepted, _ = await ws.connect()
+        assert not accepted
+    finally:
+        await ws.disconnect()
+
+
+# ---- a turn, live ----------------------------------------------------------------------------
+def turn_script():
+    return [
+        EngineTurnResult(tool_calls=[ToolCall(id="c9", name="check_order_status", args={"order_id": "77"})]),
+        EngineTurnResult(tool_calls=[ToolCall(id="h1", name="transfer_to_billing", args={"reason": "refund"})]),
+        "Your refund for order 77 is on its way.",
+    ]
+
+
+def in_order(text: str, *needles: str) -> None:
+    at = -1
+    for needle in needles:
+        found = text.find(needle, at + 1)
+        assert found > at, f"{needle!r} missing or out of order (after position {at})"
+        at = found
+
+
+async def test_a_turn_with_a_tool_call_and_a_handoff_streams_in_order(people, story):
+    before = await db(last_id, story)
+    runner = site_runner_with(*turn_script())
+    async with connected(f"/ws/sessions/{story}/", people["viewer"]) as page, \
+            connected("/ws/sessions/?mode=top", people["viewer"]) as listing:
+        assert (await page.connect())[0] and (await listing.connect())[0]
+        assert message_ids("".join(await resume(page, before))) == []  # nothing missed
+        await runner.run_async(story, "Where is my refund for order 77?")
+        await publisher.flush()
+        frames = await frames_until(page, 'id="live-cursor"')
+        rows = await drain(listing)
+    text = "\n".join(frames)
+    in_order(
+        text,
+        "turn running", "agent <strong id=\"live-agent\">Support</strong>",  # turn started
+        "Where is my refund for order 77?",  # the user message
+        "check_order_status", "running…",  # the model's tool call, running
+        '&quot;status&quot;',  # its result (escaped JSON)
+        'id="live-agent" hx-swap-oob="true">Billing',  # the handoff event
+        "⇄ Handoff <strong>Support</strong> → <strong>Billing</strong>",  # the handoff's result
+        "<span>Your </span>", "<span>refund </span>",  # text deltas, word by word
+        "Your refund for order 77 is on its way.</div>",  # the answer message
+        'hx-swap-oob="afterbegin:#turns"', "Turn 4",  # the committed turn replaces the live one
+    )
+    new = await db(lambda: list(ChatMessage.objects.filter(session_id=story, id__gt=before)
+                                .values_list("id", flat=True)))
+    assert unique_message_ids(frames[-1]) == new and len(new) == 6
+    assert message_ids(frames[-1]) == new  # each once
+    # The list: the session moved to the top twice (turn started: running; turn completed: idle).
+    assert len(rows) == 2 and "turn running" in rows[0] and "idle" in rows[1]
+    assert all('hx-swap-oob="afterbegin:#session-rows"' in r for r in rows)
+
+
+async def test_a_failed_turn_shows_its_rollback(people, story):
+    before = await db(last_id, story)
+    runner = site_runner_with(RuntimeError("provider <b>down</b>"))
+    async with connected(f"/ws/sessions/{story}/", people["viewer"]) as page:
+        assert (await page.connect())[0]
+        await resume(page, before)
+        with pytest.raises(RuntimeError):
+            await runner.run_async(story, "hello?")
+        await publisher.flush()
+        frames = await frames_until(page, "Rolled back")
+    text = "\n".join(frames)
+    in_order(text, "turn running", "hello?", "Rolled back:", "RuntimeError: provider &lt;b&gt;down&lt;/b&gt;")
+    assert "<b>down</b>" not in text
+    assert await db(last_id, story) == before  # nothing written
+
+
+# ---- operator actions ------------------------------------------------------------------------
+async def test_operator_actions_are_broadcast_to_open_pages(people, story):
+    operator = people["_users"]["operator"]
+    async with connected(f"/ws/sessions/{story}/", people["viewer"]) as page, \
+            connected("/ws/sessions/", people["viewer"]) as listing:
+        assert (await page.connect())[0] and (await listing.connect())[0]
+        await resume(page, await db(last_id, story))
+
+        await db(actions.force_handoff, operator, story, "Tech", "screen flickers")
+        panel = "\n".join(await frames_until(page, 'id="session-panel"'))
+        assert "olga.operator handed the session off from Support to Tech." in panel
+        assert "<dt>Active agent</dt><dd><strong>Tech</strong>" in panel
+        row = await listing.receive_from(timeout=5)
+        assert 'id="row-' in row and "<td>Tech</td>" in row
+
+        await db(actions.rollback, operator, story, 1)
+        panel = "\n".join(await frames_until(page, 'id="session-panel"'))
+        assert "olga.operator rolled the session back to turn 1." in panel
+        assert panel.count('<details class="turn"') == 1
+        await listing.receive_from(timeout=5)
+
+        await db(actions.delete_session, operator, story)
+        gone = await page.receive_from(timeout=5)
+        assert "Deleted:" in gone and "olga.operator deleted this session." in gone
+        removed = await listing.receive_from(timeout=5)
+        assert 'hx-swap-oob="delete"' in removed
+
+
+# ---- reconnect -------------------------------------------------------------------------------
+async def test_a_reconnect_replays_exactly_the_missed_messages(people, story):
+    runner = site_runner_with("first answer", "second answer", "third answer")
+    seen = await db(last_id, story)
+    await runner.run_async(story, "one")  # the page had this turn…
+    seen = await db(last_id, story)
+    await runner.run_async(story, "two")  # …then lost its connection for these two
+    await runner.run_async(story, "three")
+    await publisher.flush()
+    missed = await db(lambda: list(ChatMessage.objects.filter(session_id=story, id__gt=seen)
+                                   .values_list("id", flat=True)))
+    async with connected(f"/ws/sessions/{story}/", people["viewer"]) as page:
+        assert (await page.connect())[0]
+        frames = await resume(page, seen)
+        assert unique_message_ids("".join(frames)) == missed and len(missed) == 4
+        assert sum(len(message_ids(f)) for f in frames) == 4  # each exactly once
+        # Live again: the next turn sends only its own messages, not the replayed ones again.
+        runner.engine.push("fourth answer")
+        await runner.run_async(story, "four")
+        await publisher.flush()
+        live = await frames_until(page, 'id="live-cursor"')
+        newest = await db(lambda: list(ChatMessage.objects.filter(session_id=story, id__gt=missed[-1])
+                                       .values_list("id", flat=True)))
+        assert unique_message_ids(live[-1]) == newest and len(newest) == 2
+
+
+async def test_events_before_the_resume_are_held_then_deduplicated(people, story):
+    """A turn that commits between connect and resume is sent once (from the replay), not twice."""
+    runner = site_runner_with("held answer")
+    seen = await db(last_id, story)
+    async with connected(f"/ws/sessions/{story}/", people["viewer"]) as page:
+        assert (await page.connect())[0]
+        await runner.run_async(story, "while connecting")
+        await publisher.flush()
+        await asyncio.sleep(0.05)
+        frames = await resume(page, seen)
+        frames += await drain(page)
+    ids = [i for f in frames for i in message_ids(f)]
+    assert len(ids) == 2 and len(set(ids)) == 2

@@ -1,0 +1,60 @@
+"""The live path's publishing side: group names, event encoding, in-memory layer warnings."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from channels.layers import BaseChannelLayer
+
+from chatflow_agent.core.events import MessageAppended, TurnCompleted
+from chatflow_agent.types import AgentResponse, Message, Role, ToolCall
+from sessions_app.live import LIST_GROUP, encode_event, group_for_session, warn_if_isolated
+from tests.processes import REPO, site_env
+
+
+def test_group_names_are_valid_for_any_session_id():
+    layer = BaseChannelLayer()
+    ids = ["+15550100", "tg:998877", "a/b", "olá 👋", "x" * 5000, "\ud800", "", "<script>"]
+    names = {group_for_session(i) for i in ids}
+    assert len(names) == len(ids)
+    for name in [*names, LIST_GROUP]:
+        assert layer.require_valid_group_name(name)
+
+
+def test_events_encode_to_json_safe_dicts():
+    message = Message(role=Role.MODEL, content="hi", tool_calls=[ToolCall(id="c1", name="t", args={"x": 1})])
+    data = encode_event(MessageAppended(session_id="s", turn_id="t", message=message, agent_name="A", index=1))
+    assert data["kind"] == "message_appended" and data["message"]["tool_calls"][0]["args"] == {"x": 1}
+    assert Message.model_validate(data["message"]).tool_calls[0].id == "c1"
+    done = encode_event(TurnCompleted(session_id="s", turn_id="t", duration_ms=1.5, message_ids=(3, 4),
+                                      response=AgentResponse(content="ok", active_agent_name="A")))
+    assert done["message_ids"] == [3, 4] and done["response"]["active_agent_name"] == "A"
+
+
+def test_it_warns_when_a_process_publishes_into_the_in_memory_layer(settings, capsys, caplog):
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    assert warn_if_isolated("chatflow_chat") is True
+    assert "will NOT reach the console's websockets" in capsys.readouterr().err
+    assert "REDIS_URL" in caplog.text
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer",
+                                           "CONFIG": {"hosts": ["redis://127.0.0.1:6379/9"]}}}
+    assert warn_if_isolated("chatflow_chat") is False
+
+
+def test_chatflow_chat_warns_at_start_up_with_the_in_memory_layer(tmp_path):
+    env = site_env(DATABASE_URL=f"sqlite:///{tmp_path / 'x.db'}")
+    assert subprocess.run([sys.executable, "manage.py", "migrate", "--no-input"], cwd=REPO, env=env,
+                          capture_output=True, timeout=120).returncode == 0
+
+    def chat(**extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "manage.py", "chatflow_chat", "--session", "w1"], cwd=REPO,
+                              env={**env, **extra}, input="/quit\n", capture_output=True, text=True, timeout=120)
+
+    done = chat()
+    assert done.returncode == 0, done.stderr
+    assert "WARNING: manage.py chatflow_chat uses the in-memory channel layer" in done.stderr
+    assert "will NOT reach the console's websockets" in done.stderr
+    quiet = chat(REDIS_URL="redis://127.0.0.1:6379/9")
+    assert quiet.returncode == 0, quiet.stderr
+    assert "in-memory channel layer" not in quiet.stderr
