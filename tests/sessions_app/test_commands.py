@@ -12,6 +12,9 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from agents_app import runtime
+from agents_app.demo_team import build
+from chatflow_agent import Runner, SQLiteSessionStore
+from chatflow_agent.core.engines import DemoEngine
 from sessions_app.models import ChatMessage, ChatSession, ProcessedMessage
 from tests.processes import REPO, run_manage, site_env
 
@@ -77,6 +80,28 @@ def test_a_second_import_copies_nothing_and_says_why():
     assert "processed-message ids already present: 3" in out
     assert ChatSession.objects.count() == 7
     assert ChatMessage.objects.order_by("-id").values_list("id", flat=True).first() == last_id
+
+
+@pytest.mark.django_db
+def test_it_imports_a_file_a_running_sqlite_session_store_writes(tmp_path):
+    bot_file = tmp_path / "bot.db"
+    store = SQLiteSessionStore(str(bot_file))  # left open: its last commits are still in the WAL
+    try:
+        runner = Runner(build(), session_store=store, engine=DemoEngine())
+        runner.run("tg:555", "Where is order Z-9?", metadata={"channel": "telegram"})
+        runner.run("tg:555", "I need a refund")
+        store.record_processed_message("tg:update:1")
+
+        out = run("chatflow_import", str(bot_file))
+    finally:
+        store.close()
+
+    assert "Imported 1 session (8 messages) and 1 processed-message id from" in out
+    session = ChatSession.objects.get(pk="tg:555")
+    assert (session.active_agent_name, session.metadata) == ("Billing", {"channel": "telegram"})
+    with sqlite3.connect(bot_file) as conn:
+        expected = conn.execute("SELECT role, content, message_json FROM chatflow_messages ORDER BY id").fetchall()
+    assert stored_rows("tg:555") == expected
 
 
 @pytest.mark.django_db

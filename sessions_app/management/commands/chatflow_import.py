@@ -23,6 +23,10 @@ from sessions_app.importer import ImportReport, ImportSourceError, SourceFile, i
 _LISTED = 10  # session ids listed per line at normal verbosity
 
 
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 class Command(BaseCommand):
     help = "Copy sessions from a chatflow-agent SQLite file into the configured database (idempotent)."
 
@@ -64,15 +68,15 @@ class Command(BaseCommand):
         out = self.stdout.write
         verb = "Would import" if dry_run else "Imported"
         out(self.style.SUCCESS(
-            f"{verb} {len(report.imported)} sessions ({report.imported_messages} messages) and "
-            f"{report.processed_copied} processed-message ids from {path}"
+            f"{verb} {_n(len(report.imported), 'session')} ({_n(report.imported_messages, 'message')}) and "
+            f"{_n(report.processed_copied, 'processed-message id')} from {path}"
             + (" (dry run: nothing was written)." if dry_run else ".")
         ))
         if verbosity >= 2:
             for session_id in report.imported:
                 out(f"  {'would import' if dry_run else 'imported'} {session_id!r}")
         skipped = len(report.present) + len(report.conflicts)
-        out(f"Skipped {skipped} sessions:")
+        out(f"Skipped {_n(skipped, 'session')}:")
         listed = report.present if verbosity >= 2 else report.present[:_LISTED]
         more = f" and {len(report.present) - len(listed)} more" if len(listed) < len(report.present) else ""
         out(f"  already present with the same content: {len(report.present)}"
