@@ -130,7 +130,8 @@ site_runner: _PerProcess[Runner] = _PerProcess(_build_runner, "site_runner")
 def add_runner_hook(hook: Callable[[Runner], Any]) -> Callable[[Runner], Any]:
     """Call ``hook(runner)`` for the site's Runner: now if it is built, and for every Runner built later.
 
-    Usable as a decorator. Registering the same hook twice has no effect.
+    Usable as a decorator. Registering the same hook twice has no effect. A hook runs while the
+    Runner is being built: it uses the runner it is given and must not call :func:`site_runner`.
     """
     with site_runner._lock:
         if hook in runner_hooks:
