@@ -8,8 +8,10 @@ import re
 from contextlib import asynccontextmanager
 from typing import Any
 
+import pytest_asyncio
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
+from django.db import connections
 from django.test import Client
 
 from agents_app import registry
@@ -91,3 +93,11 @@ async def resume(communicator: WebsocketCommunicator, after: int, **extra: Any) 
 
 async def db(fn: Any, *args: Any, **kwargs: Any) -> Any:
     return await database_sync_to_async(fn)(*args, **kwargs)
+
+
+@pytest_asyncio.fixture(autouse=False)
+async def close_consumer_connections():
+    """Close the database connection of the thread consumers run their ORM calls in (PostgreSQL
+    refuses to drop the test database while it is open)."""
+    yield
+    await database_sync_to_async(connections.close_all)()

@@ -15,7 +15,8 @@ from sessions_app.live import publisher
 from sessions_app.models import ChatMessage
 from tests.sessions_app import conversations as cv
 from tests.sessions_app import personas
-from tests.sessions_app.live_support import (
+from tests.sessions_app.live_support import (  # noqa: F401  (fixture)
+    close_consumer_connections,
     connected,
     cookie_for,
     db,
@@ -27,7 +28,8 @@ from tests.sessions_app.live_support import (
     unique_message_ids,
 )
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio,
+              pytest.mark.usefixtures("close_consumer_connections")]
 
 
 @pytest.fixture(autouse=True)

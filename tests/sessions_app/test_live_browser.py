@@ -1,0 +1,75 @@
+"""Live updates in a real browser (Debian's chromium via Playwright, against daphne serving the site).
+
+One tab shows a session in the console; a second tab sends a message from the live chat page; the
+first tab shows the new turn without a reload. The browser reaches nothing but 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.sessions_app.test_console_browser import ARTIFACTS, CHROMIUM, log_in, site  # noqa: F401
+
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
+
+NO_NETWORK = [
+    "--no-proxy-server",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-domain-reliability",
+    "--disable-sync",
+    "--no-first-run",
+    "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
+]
+
+
+@pytest.fixture
+def browser_context(site):  # noqa: F811
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=NO_NETWORK)
+        try:
+            context = browser.new_context(viewport={"width": 1366, "height": 900})
+            context.set_default_timeout(15_000)
+            yield context
+        finally:
+            browser.close()
+
+
+def test_a_message_sent_from_the_live_chat_shows_up_in_an_open_session_page(browser_context, site):  # noqa: F811
+    from playwright.sync_api import expect
+
+    console = browser_context.new_page()
+    dialogs: list[str] = []
+    console.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    log_in(console, site)
+    console.goto(f"{site}/sessions/tg:998877/")
+    expect(console.locator("#live-status")).to_have_text("Live updates on.")
+    expect(console.locator("#turns details.turn")).to_have_count(3)
+    console.evaluate("window.__notReloaded = true")
+
+    chat = browser_context.new_page()  # same browser, so the same login
+    chat.goto(f"{site}/sessions/tg:998877/")
+    chat.click("text=Open in live chat")
+    chat.wait_for_url(f"{site}/chat/?session=tg%3A998877")
+    expect(chat.locator("#chat-status")).to_have_text("Connected.")
+    assert chat.input_value("#c-session") == "tg:998877"
+    chat.fill("#c-message", "Where is my order 4711?")
+    chat.click("#c-send")
+    chat.fill("#c-message", "And can I get a refund?")  # sent while the first turn may still run: queued
+    chat.click("#c-send")
+    expect(chat.locator("#chat-1-state")).to_have_text("answered")
+    expect(chat.locator("#chat-2-state")).to_have_text("answered")
+    expect(chat.locator("#chat-1 .msg.model.answer")).to_have_count(1)
+
+    new_turns = console.locator("#turns details.turn")
+    expect(new_turns).to_have_count(5)
+    expect(new_turns.first).to_contain_text("And can I get a refund?")  # newest first
+    expect(new_turns.nth(1)).to_contain_text("Where is my order 4711?")
+    expect(console.locator("#live-turn")).to_be_empty()
+    assert console.evaluate("window.__notReloaded") is True
+    ARTIFACTS.mkdir(exist_ok=True)
+    console.screenshot(path=str(ARTIFACTS / "live-session.png"), full_page=True)
+    chat.screenshot(path=str(ARTIFACTS / "live-chat.png"), full_page=True)
+    assert dialogs == []
