@@ -20,6 +20,7 @@ released in the same transaction) and one fallback reply is sent; the console ca
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import logging
 import os
@@ -105,7 +106,8 @@ class Worker:
             if self._http is not None:
                 await self._http.aclose()
             for ex in executors:
-                ex.submit(connections.close_all).result()
+                with contextlib.suppress(RuntimeError):  # executors already shut down at interpreter exit
+                    ex.submit(connections.close_all).result()
                 ex.shutdown()
         return self.processed
 
