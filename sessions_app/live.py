@@ -53,6 +53,8 @@ LIST_GROUP = "chatflow.sessions"
 #: Run events the session list reacts to (the others only go to the session's own group).
 LIST_KINDS = frozenset({"turn_started", "turn_completed", "turn_failed"})
 QUEUE_LIMIT = 10_000
+#: Operator actions that change a session (exports and webhook retries change none).
+BROADCAST_ACTIONS = frozenset({"force_handoff", "rollback", "delete"})
 
 
 def group_for_session(session_id: str) -> str:
@@ -176,7 +178,7 @@ def publish_action(entry: Any) -> None:
 
 def on_operator_action(sender: Any, instance: Any, created: bool, **kwargs: Any) -> None:
     """post_save receiver for OperatorAction: broadcast once the action's transaction has committed."""
-    if created and instance.action != "export":
+    if created and instance.action in BROADCAST_ACTIONS:
         transaction.on_commit(lambda: publish_action(instance))
 
 
