@@ -35,8 +35,10 @@ CHANNELS = ("whatsapp", "telegram", "web")
 
 
 def setup_django(database_url: str) -> None:
+    # Production settings (DEBUG off: Django keeps no query log), minus the HTTPS redirect.
     os.environ.update(CHATFLOW_ENV_FILE="", DATABASE_URL=database_url, ALLOWED_HOSTS="testserver",
-                      DJANGO_SETTINGS_MODULE="chatflow_site.settings", DEBUG="1")
+                      DJANGO_SETTINGS_MODULE="chatflow_site.settings", DEBUG="0", SECRET_KEY="bench-" + "x" * 50,
+                      SECURE_SSL_REDIRECT="0")
     import django
 
     django.setup()
@@ -168,6 +170,11 @@ def main() -> None:
         print(f"built {args.sessions:,} sessions / {rows:,} messages in {time.perf_counter() - t0:.0f} s")
         child = [sys.executable, __file__, "--measure", url] + (["--tracemalloc"] if args.tracemalloc else [])
         out = subprocess.run(child, capture_output=True, text=True, cwd=REPO)
+        if url.startswith("postgres"):
+            from django.db import connections
+
+            connections.close_all()
+            recreate_postgres(url, create=False)
         if out.returncode:
             sys.exit(out.stderr)
         result = json.loads(out.stdout.strip().splitlines()[-1])
@@ -183,13 +190,14 @@ def main() -> None:
     print(json.dumps({"vendor": vendor, **result}))
 
 
-def recreate_postgres(url: str) -> None:
+def recreate_postgres(url: str, create: bool = True) -> None:
     import psycopg
 
     name = url.rsplit("/", 1)[1]
     with psycopg.connect(url.rsplit("/", 1)[0] + "/postgres", autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
-        conn.execute(f'CREATE DATABASE "{name}"')
+        if create:
+            conn.execute(f'CREATE DATABASE "{name}"')
 
 
 if __name__ == "__main__":
