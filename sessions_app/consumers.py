@@ -141,8 +141,8 @@ class SessionConsumer(_ConsoleConsumer):
         if action["kind"] == "delete":
             await self._send(fragments.deleted(action))
             return
-        panel = await database_sync_to_async(fragments.panel_from_db)(self.view, fragments.action_note(action))
-        await self._send(panel or "")
+        html = await database_sync_to_async(fragments.history_from_db)(self.view, fragments.action_note(action))
+        await self._send(html or "")
 
     def _hold(self, message: dict[str, Any]) -> bool:
         if self.pending is None:

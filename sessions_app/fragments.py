@@ -160,8 +160,22 @@ def committed_from_db(view: DetailView, clear_live: bool = True) -> tuple[str, l
     else:
         html += ('<div id="live-turn" class="live-turn" hx-swap-oob="true"><p class="note" role="status">'
                  'New messages were saved; they show on the page with the newest turn.</p></div>')
-    html += cursor(view)
+    html += cursor(view) + facts_from_db(view.session_id)
     return html, ids
+
+
+def facts_from_db(session_id: str) -> str:
+    """The session header's facts (active agent, counts, updated), same partial as the page."""
+    from agents_app import registry
+    from sessions_app.views import _session
+
+    try:
+        session = _session(session_id)
+    except Exception:  # Http404: deleted meanwhile
+        return ""
+    return render_to_string(f"{DETAIL}#session-facts", {
+        "s": session, "live_oob": True,
+        "agent_registered": registry.get_agent(session.active_agent_name) is not None})
 
 
 def cursor(view: DetailView) -> str:
@@ -170,19 +184,24 @@ def cursor(view: DetailView) -> str:
                        "newest" if view.newest_first else "oldest", int(view.tail), view.page)
 
 
-def panel_from_db(view: DetailView, note: str) -> str | None:
-    """The session panel (same partial as the action views) re-rendered for ``view``; None if the session is gone."""
+def history_from_db(view: DetailView, note: str) -> str | None:
+    """After another operator's handoff or rollback: the history and header facts re-rendered for
+    ``view`` (same partials as the page) and a note; None if the session is gone. The actions form
+    and the dialog are left alone, so what an operator is typing there survives."""
     from sessions_app.views import _session, detail_ctx
 
     try:
         session = _session(view.session_id)
     except Exception:  # Http404
         return None
-    ctx = detail_ctx(view.user, session, view.newest_first, view.page, note=note)
+    ctx = detail_ctx(view.user, session, view.newest_first, view.page, live_oob=True)
     view.cursor = ctx["last_id"]
     view.tail = ctx["live_tail"]
-    html = render_to_string(f"{DETAIL}#session-panel", ctx, request=_request(view))
-    return html.replace('<div id="session-panel">', '<div id="session-panel" hx-swap-oob="true">', 1)
+    request = _request(view)
+    history = render_to_string(f"{DETAIL}#history", ctx, request=request)
+    history = history.replace('<section id="history"', '<section hx-swap-oob="true" id="history"', 1)
+    facts = render_to_string(f"{DETAIL}#session-facts", ctx, request=request)
+    return history + facts + status(note, "note")
 
 
 def _request(view: DetailView) -> HttpRequest:

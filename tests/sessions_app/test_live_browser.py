@@ -68,6 +68,7 @@ def test_a_message_sent_from_the_live_chat_shows_up_in_an_open_session_page(brow
     expect(new_turns.first).to_contain_text("And can I get a refund?")  # newest first
     expect(new_turns.nth(1)).to_contain_text("Where is my order 4711?")
     expect(console.locator("#live-turn")).to_be_empty()
+    expect(console.locator("#session-facts dd").nth(3)).to_have_text("5")  # the header's turn count too
     assert console.evaluate("window.__notReloaded") is True
     ARTIFACTS.mkdir(exist_ok=True)
     console.screenshot(path=str(ARTIFACTS / "live-session.png"), full_page=True)

@@ -134,6 +134,9 @@ async def test_a_turn_with_a_tool_call_and_a_handoff_streams_in_order(people, st
                                 .values_list("id", flat=True)))
     assert unique_message_ids(frames[-1]) == new and len(new) == 6
     assert message_ids(frames[-1]) == new  # each once
+    assert '<dl class="facts" id="session-facts" hx-swap-oob="true">' in frames[-1]  # the header too:
+    assert "<dt>Active agent</dt><dd><strong>Billing</strong>" in frames[-1]  # the handoff stuck
+    assert "<dt>Turns</dt><dd>4</dd>" in frames[-1]
     # The list: the session moved to the top twice (turn started: running; turn completed: idle).
     assert len(rows) == 2 and "turn running" in rows[0] and "idle" in rows[1]
     assert all('hx-swap-oob="afterbegin:#session-rows"' in r for r in rows)
@@ -164,14 +167,15 @@ async def test_operator_actions_are_broadcast_to_open_pages(people, story):
         await resume(page, await db(last_id, story))
 
         await db(actions.force_handoff, operator, story, "Tech", "screen flickers")
-        panel = "\n".join(await frames_until(page, 'id="session-panel"'))
+        panel = "\n".join(await frames_until(page, 'id="live-status"'))
         assert "olga.operator handed the session off from Support to Tech." in panel
         assert "<dt>Active agent</dt><dd><strong>Tech</strong>" in panel
+        assert 'id="session-panel"' not in panel  # the actions form is left alone
         row = await listing.receive_from(timeout=5)
         assert 'id="row-' in row and "<td>Tech</td>" in row
 
         await db(actions.rollback, operator, story, 1)
-        panel = "\n".join(await frames_until(page, 'id="session-panel"'))
+        panel = "\n".join(await frames_until(page, 'id="live-status"'))
         assert "olga.operator rolled the session back to turn 1." in panel
         assert panel.count('<details class="turn"') == 1
         await listing.receive_from(timeout=5)
