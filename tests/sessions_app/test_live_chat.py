@@ -1,0 +1,94 @@
+"""The live chat page's websocket (``ws/chat/``): a new session with the chosen starting agent and channel,
+the answer streaming, messages sent while a turn runs queued in order; the page itself."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from channels.layers import channel_layers
+
+from sessions_app.models import ChatMessage, ChatSession
+from tests.sessions_app import conversations as cv
+from tests.sessions_app import personas
+from tests.sessions_app.live_support import (  # noqa: F401  (fixture)
+    close_consumer_connections,
+    connected,
+    cookie_for,
+    db,
+    frames_until,
+)
+
+pytestmark = [pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture(autouse=True)
+def fresh_channel_layer():
+    channel_layers.backends.clear()
+    yield
+    channel_layers.backends.clear()
+
+
+@pytest.fixture
+def viewer_cookie():
+    return cookie_for(personas.viewer())
+
+
+def states(frames: list[str]) -> list[tuple[int, str]]:
+    return [(int(n), s) for f in frames for n, s in re.findall(r'id="chat-(\d+)-state" class="badge (\w+)"', f)]
+
+
+@pytest.mark.asyncio
+@pytest.mark.usefixtures("close_consumer_connections")
+async def test_messages_sent_while_a_turn_runs_queue_in_order(viewer_cookie):
+    async with connected("/ws/chat/", viewer_cookie) as ws:
+        assert (await ws.connect())[0]
+        for text in ("Where is order A-1?", "Please refund order A-1", "thanks"):
+            await ws.send_json_to({"message": text, "session_id": "web:chat:1", "agent": "Billing",
+                                   "channel": "web"})
+        frames = await frames_until(ws, 'id="chat-3-state" class="badge answered"', timeout=20)
+    seen = states(frames)
+    assert seen[:3] == [(1, "queued"), (2, "queued"), (3, "queued")]  # shown at once, before any turn
+    order = [s for s in seen[3:] if s[1] in ("running", "answered")]
+    assert order == [(1, "running"), (1, "answered"), (2, "running"), (2, "answered"), (3, "running"),
+                     (3, "answered")]
+    text = "\n".join(frames)
+    assert "<span>" in text  # the answer streamed word by word
+    assert 'class="msg model answer"' in text
+    session = await db(ChatSession.objects.get, pk="web:chat:1")
+    assert session.metadata == {"channel": "web"}
+    users = await db(lambda: list(ChatMessage.objects.filter(session_id="web:chat:1", role="user")
+                                  .values_list("content", flat=True)))
+    assert users == ["Where is order A-1?", "Please refund order A-1", "thanks"]
+
+
+@pytest.mark.asyncio
+@pytest.mark.usefixtures("close_consumer_connections")
+async def test_a_new_session_starts_with_the_chosen_agent_and_bad_input_is_refused(viewer_cookie):
+    async with connected("/ws/chat/", viewer_cookie) as ws:
+        assert (await ws.connect())[0]
+        await ws.send_json_to({"message": "", "session_id": "x"})
+        assert "A message" in await ws.receive_from(timeout=5)
+        await ws.send_to(text_data="not json")
+        await ws.send_json_to({"message": "<b>hi</b>", "session_id": "web:chat:2", "agent": "Tech"})
+        frames = await frames_until(ws, "badge answered", timeout=20)
+    text = "\n".join(frames)
+    assert "&lt;b&gt;hi&lt;/b&gt;" in text and "<b>hi</b>" not in text
+    assert 'id="chat-1-agent" hx-swap-oob="true">Tech' in text
+    first = await db(lambda: ChatSession.objects.get(pk="web:chat:2").messages.order_by("id").first())
+    assert first.content == "<b>hi</b>"
+
+
+def test_the_chat_page_opens_for_an_existing_session(client):
+    user = personas.viewer()
+    cv.store("tg:1", [cv.user("hi"), cv.model("hello")], agent="Billing", metadata={"channel": "telegram"})
+    client.force_login(user)
+    page = client.get("/chat/", {"session": "tg:1"})
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert 'ws-connect="/ws/chat/"' in html and 'value="tg:1"' in html and 'value="telegram"' in html
+    assert '<option value="Billing" selected>' in html
+    detail = client.get("/sessions/tg:1/").content.decode()
+    assert 'href="/chat/?session=tg%3A1"' in detail and 'ws-connect="/ws/sessions/tg%3A1/"' in detail
+    client.logout()
+    assert client.get("/chat/").status_code == 302
