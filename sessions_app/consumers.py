@@ -68,15 +68,16 @@ class SessionListConsumer(_ConsoleConsumer):
     async def live_event(self, message: dict[str, Any]) -> None:
         event = message["event"]
         running = event["kind"] == "turn_started"
-        row = database_sync_to_async(fragments.list_row_from_db)
-        await self._send(await row(event["session_id"], self.top, running))
+        for frame in await database_sync_to_async(fragments.list_row_from_db)(event["session_id"], self.top, running):
+            await self._send(frame)
 
     async def live_action(self, message: dict[str, Any]) -> None:
         action = message["action"]
         if action["kind"] == "delete":
             await self._send(fragments.list_removed(action["session_id"]))
         else:
-            await self._send(await database_sync_to_async(fragments.list_row_from_db)(action["session_id"], False))
+            for frame in await database_sync_to_async(fragments.list_row_from_db)(action["session_id"], False):
+                await self._send(frame)
 
     async def _send(self, html: str) -> None:
         if html:

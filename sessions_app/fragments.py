@@ -232,22 +232,24 @@ def deleted(action: dict[str, Any]) -> str:
 
 
 # ---- the session list -------------------------------------------------------------------------
-def list_row_from_db(session_id: str, top: bool, running: bool | None = None) -> str:
-    """The list row of ``session_id`` (same partial as the list view): moved to the top or replaced in place.
+def list_row_from_db(session_id: str, top: bool, running: bool | None = None) -> list[str]:
+    """Frames that show the list row of ``session_id`` (same partial as the list view): moved to the top,
+    or replaced where it is.
 
     ``running`` is what the event said (a turn started / ended), which the row's lease may not show
-    any more (or yet) when the row is read.
+    any more (or yet) when the row is read. Moving takes two frames: HTML parsing drops a ``<tbody>``
+    that follows a top-level ``<tr>``, so the old row is deleted in a frame of its own.
     """
     row = listing._annotated(ChatSession.objects.filter(pk=session_id)).first()
     if row is None:
-        return ""
+        return []
     if running is not None:
         row.running = running
     html = render_to_string(f"{LIST}#session-row", {"row": row}).strip()
     if not top:
-        return html  # replaces the row with its id, if the page shows it
-    old = html.split(">", 1)[0].replace("<tr ", "<tr hx-swap-oob=\"delete\" ", 1) + "></tr>"
-    return old + _tbody("afterbegin:#session-rows", html) + '<tr id="no-sessions" hx-swap-oob="delete"></tr>'
+        return [html]  # replaces the row with its id, if the page shows it
+    old = html.split(">", 1)[0].replace("<tr ", '<tr hx-swap-oob="delete" ', 1) + "></tr>"
+    return [old + '<tr id="no-sessions" hx-swap-oob="delete"></tr>', _tbody("afterbegin:#session-rows", html)]
 
 
 def _tbody(swap: str, rows: str) -> str:

@@ -49,6 +49,11 @@ def test_a_message_sent_from_the_live_chat_shows_up_in_an_open_session_page(brow
     expect(console.locator("#turns details.turn")).to_have_count(3)
     console.evaluate("window.__notReloaded = true")
 
+    listing = browser_context.new_page()
+    listing.goto(f"{site}/sessions/")
+    expect(listing.locator("body")).to_have_attribute("data-live", "open")
+    expect(listing.locator("#session-rows tr").first).to_contain_text("xss")
+
     chat = browser_context.new_page()  # same browser, so the same login
     chat.goto(f"{site}/sessions/tg:998877/")
     chat.click("text=Open in live chat")
@@ -70,6 +75,8 @@ def test_a_message_sent_from_the_live_chat_shows_up_in_an_open_session_page(brow
     expect(console.locator("#live-turn")).to_be_empty()
     expect(console.locator("#session-facts dd").nth(3)).to_have_text("5")  # the header's turn count too
     assert console.evaluate("window.__notReloaded") is True
+    expect(listing.locator("#session-rows tr").first).to_contain_text("tg:998877")  # moved to the top
+    expect(listing.locator("#session-rows tr")).to_have_count(3)
     ARTIFACTS.mkdir(exist_ok=True)
     console.screenshot(path=str(ARTIFACTS / "live-session.png"), full_page=True)
     chat.screenshot(path=str(ARTIFACTS / "live-chat.png"), full_page=True)

@@ -137,9 +137,11 @@ async def test_a_turn_with_a_tool_call_and_a_handoff_streams_in_order(people, st
     assert '<dl class="facts" id="session-facts" hx-swap-oob="true">' in frames[-1]  # the header too:
     assert "<dt>Active agent</dt><dd><strong>Billing</strong>" in frames[-1]  # the handoff stuck
     assert "<dt>Turns</dt><dd>4</dd>" in frames[-1]
-    # The list: the session moved to the top twice (turn started: running; turn completed: idle).
-    assert len(rows) == 2 and "turn running" in rows[0] and "idle" in rows[1]
-    assert all('hx-swap-oob="afterbegin:#session-rows"' in r for r in rows)
+    # The list: the session moved to the top twice (turn started: running; turn completed: idle), each
+    # time the old row deleted in one frame and the new one inserted at the top in the next.
+    assert len(rows) == 4 and "turn running" in rows[1] and "idle" in rows[3]
+    assert all('hx-swap-oob="delete"' in r and "<tbody" not in r for r in rows[::2])
+    assert all(r.startswith('<tbody hx-swap-oob="afterbegin:#session-rows">') for r in rows[1::2])
 
 
 async def test_a_failed_turn_shows_its_rollback(people, story):
