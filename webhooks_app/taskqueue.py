@@ -57,8 +57,14 @@ def _take(qs: Any, owner: str, visibility: float, now: Any) -> InboundDelivery |
 
 
 def claim_next(owner: str, visibility: float) -> InboundDelivery | None:
-    """Claim the oldest claimable delivery for ``owner`` for ``visibility`` seconds, or None."""
+    """Claim the oldest claimable delivery for ``owner`` for ``visibility`` seconds, or None.
+
+    An idle poll is one read outside any transaction: on SQLite a write transaction (BEGIN
+    IMMEDIATE) per poll would take the write lock from the webhooks many times a second.
+    """
     now = timezone.now()
+    if not _claimable(now).exists():
+        return None
     with transaction.atomic():
         return _take(_claimable(now), owner, visibility, now)
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -55,9 +54,9 @@ def _configured(value: str, name: str) -> str:
     return value
 
 
-def _accept(messages: list[inbox.Inbound]) -> inbox.Accepted:
+async def _accept(messages: list[inbox.Inbound]) -> inbox.Accepted:
     try:
-        return inbox.accept(messages)
+        return await inbox.aaccept(messages)
     except DatabaseError:
         # The provider will deliver again: that is what we want when nothing could be written.
         raise Refused(503, "unavailable", "The inbox is unavailable; deliver again later.") from None
@@ -71,7 +70,7 @@ def _acknowledged(accepted: inbox.Accepted, status: int = 200) -> JsonResponse:
 # ---- WhatsApp ------------------------------------------------------------------------------------
 @csrf_exempt
 @require_http_methods(["GET", "POST"])
-def whatsapp(request: HttpRequest) -> HttpResponse:
+async def whatsapp(request: HttpRequest) -> HttpResponse:
     """GET: Meta's verification handshake. POST: ``entry[].changes[].value.messages[]``."""
     try:
         if request.method == "GET":
@@ -85,7 +84,7 @@ def whatsapp(request: HttpRequest) -> HttpResponse:
         secret = _configured(settings.WHATSAPP_APP_SECRET, "WHATSAPP_APP_SECRET")
         channels.check_hmac(body, request.headers.get("X-Hub-Signature-256"), secret, "X-Hub-Signature-256")
         messages = channels.whatsapp_messages(channels.parse_json(body))
-        return _acknowledged(_accept(messages))
+        return _acknowledged(await _accept(messages))
     except Refused as err:
         return _refusal(err)
 
@@ -93,24 +92,24 @@ def whatsapp(request: HttpRequest) -> HttpResponse:
 # ---- Telegram ------------------------------------------------------------------------------------
 @csrf_exempt
 @require_POST
-def telegram(request: HttpRequest) -> HttpResponse:
+async def telegram(request: HttpRequest) -> HttpResponse:
     """An ``Update`` from ``setWebhook``; de-duplicated on ``update_id``; session ``tg:<chat id>``."""
     try:
         secret = _configured(settings.TELEGRAM_SECRET_TOKEN, "TELEGRAM_SECRET_TOKEN")
         channels.check_secret_token(request.headers.get("X-Telegram-Bot-Api-Secret-Token"), secret,
                                     "X-Telegram-Bot-Api-Secret-Token")
         body = _body(request)
-        return _acknowledged(_accept(channels.telegram_messages(channels.parse_json(body))))
+        return _acknowledged(await _accept(channels.telegram_messages(channels.parse_json(body))))
     except Refused as err:
         return _refusal(err)
 
 
 # ---- generic -------------------------------------------------------------------------------------
-def _generic_accept(request: HttpRequest) -> inbox.Accepted:
+async def _generic_accept(request: HttpRequest) -> inbox.Accepted:
     body = _body(request)
     secret = _configured(settings.CHATFLOW_WEBHOOK_SECRET, "CHATFLOW_WEBHOOK_SECRET")
     channels.check_hmac(body, request.headers.get("X-Chatflow-Signature"), secret, "X-Chatflow-Signature")
-    return _accept([channels.generic_message(channels.parse_json(body))])
+    return await _accept([channels.generic_message(channels.parse_json(body))])
 
 
 @csrf_exempt
@@ -123,7 +122,7 @@ async def generic(request: HttpRequest) -> HttpResponse:
     """
     wait = request.GET.get("wait", "").lower() in ("1", "true", "yes")
     try:
-        accepted = await sync_to_async(_generic_accept)(request)
+        accepted = await _generic_accept(request)
     except Refused as err:
         return _refusal(err)
     if not accepted.queued:

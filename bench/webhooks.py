@@ -1,0 +1,274 @@
+"""Webhook acknowledgement latency under load, and queue throughput, on SQLite and PostgreSQL.
+
+    python bench/webhooks.py                       # both databases, defaults below
+    python bench/webhooks.py --db sqlite --requests 3000 --concurrency 32
+
+Per database, on a fresh migrated database:
+
+1. **Ack latency.** One daphne process with its embedded queue worker (the embedded default) serves
+   ``/webhooks/whatsapp/``; this script, a second process, is the load generator: ``--requests`` signed
+   Cloud API payloads (one text message each, from 200 senders, 10 % of them redeliveries of an earlier
+   message) over ``--concurrency`` keep-alive connections (httpx). The worker plays the turns (demo engine)
+   and sends replies to a fake Graph API in this process while the load runs. Reported: p50/p90/p99/max of
+   the request round trip, and the turns completed during the load.
+2. **Queue throughput.** ``--turns`` deliveries are queued (daphne with the embedded worker off), then
+   ``manage.py chatflow_worker --drain`` processes (1, and on PostgreSQL also 4, × 8 slots) play them:
+   turns per second from the workers' start to the last exit, replies included.
+
+Prints a table and a JSON line; the README's performance section records the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import hashlib
+import hmac
+import json
+import os
+import secrets
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parent.parent
+SECRET = "bench-app-secret"
+PG = "postgres://postgres@127.0.0.1:5432/{name}"
+
+
+class FakeGraph:
+    """A loopback Graph API: counts POST /{phone_number_id}/messages."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        graph = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:  # noqa: N802
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                graph.count += 1
+                body = b'{"messages": [{"id": "wamid.out"}]}'
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.base = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+def payload(wamid: str, sender: int, text: str) -> bytes:
+    value = {"messaging_product": "whatsapp",
+             "metadata": {"display_phone_number": "15550000", "phone_number_id": "106540352242922"},
+             "contacts": [{"profile": {"name": f"Bench {sender}"}, "wa_id": f"1555{sender:06d}"}],
+             "messages": [{"from": f"1555{sender:06d}", "id": wamid, "timestamp": "1764500000", "type": "text",
+                           "text": {"body": text}}]}
+    return json.dumps({"object": "whatsapp_business_account",
+                       "entry": [{"id": "W", "changes": [{"field": "messages", "value": value}]}]}).encode()
+
+
+def signed(body: bytes) -> dict[str, str]:
+    return {"Content-Type": "application/json",
+            "X-Hub-Signature-256": "sha256=" + hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()}
+
+
+def env_for(db_url: str, graph: str, embedded: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CHATFLOW_", "WHATSAPP_", "DATABASE_URL"))}
+    env.update(CHATFLOW_ENV_FILE="", DEBUG="0", SECRET_KEY=secrets.token_urlsafe(50), ALLOWED_HOSTS="127.0.0.1",
+               SECURE_SSL_REDIRECT="0", DATABASE_URL=db_url, CHATFLOW_ENGINE="demo",
+               WHATSAPP_APP_SECRET=SECRET, WHATSAPP_ACCESS_TOKEN="bench", WHATSAPP_API_BASE=graph,
+               CHATFLOW_EMBEDDED_WORKER=embedded)
+    return env
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_daphne(env: dict[str, str]) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+                             "chatflow_site.asgi:application"], cwd=REPO, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    for _ in range(300):
+        try:
+            if httpx.get(f"{base}/healthz/", timeout=1).status_code == 200:
+                return proc, base
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    raise SystemExit("daphne did not start")
+
+
+def stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, 15)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+
+
+def count(db_url: str, status: str) -> int:
+    """Deliveries with ``status``, read straight from the database (no Django process per poll)."""
+    sql = "SELECT count(*) FROM chatflow_inbound_deliveries WHERE status = "
+    if db_url.startswith("sqlite:///"):
+        import sqlite3
+
+        with contextlib.closing(sqlite3.connect(db_url.removeprefix("sqlite:///"), timeout=30)) as conn:
+            return conn.execute(sql + "?", (status,)).fetchone()[0]
+    import psycopg
+
+    with psycopg.connect(db_url) as conn:
+        return conn.execute(sql + "%s", (status,)).fetchone()[0]
+
+
+async def load(base: str, requests: int, concurrency: int, tag: str) -> list[float]:
+    bodies: list[bytes] = []
+    for i in range(requests):
+        n = i - 7 if i % 10 == 9 else i  # every tenth request redelivers an earlier message
+        bodies.append(payload(f"wamid.{tag}.{n}", n % 200, f"Where is order {n}?"))
+    latencies: list[float] = []
+    queue: asyncio.Queue[bytes] = asyncio.Queue()
+    for b in bodies:
+        queue.put_nowait(b)
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(base_url=base, limits=limits, timeout=30) as client:
+        async def user() -> None:
+            while not queue.empty():
+                body = queue.get_nowait()
+                started = time.perf_counter()
+                r = await client.post("/webhooks/whatsapp/", content=body, headers=signed(body))
+                latencies.append(time.perf_counter() - started)
+                if r.status_code != 200:
+                    raise SystemExit(f"ack failed: {r.status_code} {r.text}")
+
+        await asyncio.gather(*(user() for _ in range(concurrency)))
+    return latencies
+
+
+def pct(values: list[float], q: float) -> float:
+    return statistics.quantiles(values, n=1000)[int(q * 10) - 1] * 1000 if len(values) > 1 else values[0] * 1000
+
+
+def wait_drained(db_url: str, total: int, timeout: float) -> float:
+    started = time.perf_counter()
+    while time.perf_counter() - started < timeout:
+        if count(db_url, "done") >= total:
+            break
+        time.sleep(0.5)
+    return time.perf_counter() - started
+
+
+def bench_db(kind: str, args: argparse.Namespace, graph: FakeGraph) -> dict:
+    tmp = Path(tempfile.mkdtemp(prefix="chatflow-bench-webhooks-"))
+    name = f"chatflow_bench_webhooks_{os.getpid()}"
+    if kind == "sqlite":
+        db_url = f"sqlite:///{tmp / 'bench.db'}"
+    else:
+        import psycopg
+
+        with psycopg.connect(PG.format(name="postgres"), autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+            conn.execute(f'CREATE DATABASE "{name}"')
+        db_url = PG.format(name=name)
+    out: dict = {"db": kind}
+    try:
+        env_on = env_for(db_url, graph.base, "on")
+        subprocess.run([sys.executable, "manage.py", "migrate", "-v", "0"], cwd=REPO,
+                       env=env_for(db_url, graph.base, "off"), check=True)
+        # 1. ack latency while the embedded worker plays turns
+        server, base = start_daphne(env_on)
+        try:
+            asyncio.run(load(base, 50, 4, "warm"))  # warm-up: imports, connections, first turns
+            wait_drained(db_url, 45, 60)
+            before = count(db_url, "done")
+            started = time.perf_counter()
+            lat = asyncio.run(load(base, args.requests, args.concurrency, "load"))
+            elapsed = time.perf_counter() - started
+            during = count(db_url, "done") - before
+            unique = len({i - 7 if i % 10 == 9 else i for i in range(args.requests)})
+            drain_s = wait_drained(db_url, before + unique, 600)
+        finally:
+            stop(server)
+        out["ack"] = {"requests": args.requests, "concurrency": args.concurrency,
+                      "req_per_s": round(args.requests / elapsed), "p50_ms": round(pct(lat, 50), 1),
+                      "p90_ms": round(pct(lat, 90), 1), "p99_ms": round(pct(lat, 99), 1),
+                      "max_ms": round(max(lat) * 1000, 1), "turns_during_load": during,
+                      "embedded_drain_s_after_load": round(drain_s, 1)}
+        # 2. queue throughput with standalone workers
+        out["throughput"] = []
+        for workers in ([1] if kind == "sqlite" else [1, 4]):
+            env_off = env_for(db_url, graph.base, "off")
+            server, base = start_daphne(env_off)
+            try:
+                tag = f"tp{workers}"
+                asyncio.run(load(base, args.turns * 10 // 9 + 1, args.concurrency, tag))
+            finally:
+                stop(server)
+            queued = count(db_url, "queued")
+            replies_before = graph.count
+            started = time.perf_counter()
+            procs = [subprocess.Popen([sys.executable, "manage.py", "chatflow_worker", "--drain", "--slots", "8",
+                                       "--poll", "0.05"], cwd=REPO, env=env_off, stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.DEVNULL) for _ in range(workers)]
+            for p in procs:
+                p.wait()
+            elapsed = time.perf_counter() - started
+            out["throughput"].append({"workers": workers, "slots": 8, "turns": queued,
+                                      "turns_per_s": round(queued / elapsed, 1),
+                                      "replies": graph.count - replies_before})
+    finally:
+        if kind == "postgres":
+            import psycopg
+
+            with psycopg.connect(PG.format(name="postgres"), autocommit=True) as conn:
+                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--db", choices=["sqlite", "postgres", "both"], default="both")
+    parser.add_argument("--requests", type=int, default=2000)
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--turns", type=int, default=1000)
+    args = parser.parse_args()
+    graph = FakeGraph()
+    results = [bench_db(kind, args, graph) for kind in (["sqlite", "postgres"] if args.db == "both" else [args.db])]
+    print(f"{'db':<9}{'acks/s':>8}{'p50 ms':>8}{'p90 ms':>8}{'p99 ms':>8}{'max ms':>8}{'turns during':>14}")
+    for r in results:
+        a = r["ack"]
+        print(f"{r['db']:<9}{a['req_per_s']:>8}{a['p50_ms']:>8}{a['p90_ms']:>8}{a['p99_ms']:>8}{a['max_ms']:>8}"
+              f"{a['turns_during_load']:>14}")
+    print(f"\n{'db':<9}{'workers×slots':>14}{'turns':>7}{'turns/s':>9}{'replies':>9}")
+    for r in results:
+        for t in r["throughput"]:
+            print(f"{r['db']:<9}{str(t['workers']) + '×' + str(t['slots']):>14}{t['turns']:>7}"
+                  f"{t['turns_per_s']:>9}{t['replies']:>9}")
+    print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main()
