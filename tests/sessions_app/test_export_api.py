@@ -338,6 +338,7 @@ def test_generated_requests_never_get_a_500(auth, endpoint, session_id, query, e
 async def test_under_asgi_downloads_stream_through_an_async_iterator(monkeypatch):
     """Django buffers a sync iterator whole under ASGI (with a warning, an error here): ours is async."""
     from asgiref.sync import sync_to_async
+    from django.db import connections
     from django.test import AsyncClient
 
     from sessions_app import export
@@ -356,3 +357,6 @@ async def test_under_asgi_downloads_stream_through_an_async_iterator(monkeypatch
         chunks = [chunk async for chunk in response.streaming_content]
         assert len(chunks) >= 3  # one per session or line at least: pulled one by one, not buffered
         b"".join(chunks).decode("utf-8")
+    # setup() ran on asgiref's long-lived sync thread: close its connection (PostgreSQL refuses to drop
+    # a test database that is still in use).
+    await sync_to_async(connections.close_all)()
