@@ -13,7 +13,6 @@ read as that transcript route; its metadata is also in the list (``q=<id>``).
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -21,7 +20,7 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.core.handlers.asgi import ASGIRequest
-from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.urls import register_converter
 from ninja import NinjaAPI, Query, Schema
 from ninja.errors import AuthenticationError, HttpError, ValidationError
@@ -34,8 +33,7 @@ from api_app.models import ApiToken
 from chatflow_agent._jsonsafe import clean_text, json_safe
 from sessions_app import export, listing
 from sessions_app.access import EXPORT, may
-from sessions_app.models import ChatSession, OperatorAction, SessionLease
-from sessions_app.views import _session as counted_session
+from sessions_app.models import ChatSession, OperatorAction
 
 
 class AnyPathConverter:
@@ -232,10 +230,10 @@ def _session_out(s: ChatSession, redacted: bool, running: bool = False, last: tu
 def _get_session(session_id: str) -> ChatSession:
     if "\x00" in session_id or clean_text(session_id) != session_id:
         raise HttpError(404, "No such session.")
-    try:
-        return counted_session(session_id)
-    except Http404:
-        raise HttpError(404, f"No session {session_id!r}.") from None
+    session = listing.one(session_id)
+    if session is None:
+        raise HttpError(404, f"No session {session_id!r}.")
+    return session
 
 
 # ---- endpoints ----------------------------------------------------------------------------------
@@ -280,9 +278,8 @@ def session_transcript(request: HttpRequest, session_id: str, format: str = "jso
 def show_session(request: HttpRequest, session_id: str, redact: str = ""):
     _caller(request)
     redacted = _redacted(redact)
-    session = _get_session(session_id)
-    running = SessionLease.objects.filter(session_id=session.session_id, expires_at__gt=time.time()).exists()
-    return _session_out(session, redacted, running)
+    s = _get_session(session_id)
+    return _session_out(s, redacted, bool(s.running), (s.last_role, s.last_text))
 
 
 @api.get("/export.jsonl", url_name="api-export-sessions", response={200: dict[str, Any], 400: ErrorOut},

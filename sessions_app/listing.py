@@ -27,7 +27,7 @@ from chatflow_agent.types import Role
 from sessions_app.models import ChatMessage, ChatSession, SessionLease
 
 __all__ = ["ListQuery", "SORTS", "after_cursor", "decode_cursor", "encode_cursor", "fetch_page", "filtered",
-           "parse_query", "valid_day"]
+           "one", "parse_query", "valid_day"]
 
 SORTS = {
     "-updated": ("updated_at", True),
@@ -143,6 +143,11 @@ def _annotated(qs):
         last_text=Subquery(last.values("content")[:1]),
         running=Exists(SessionLease.objects.filter(session_id=OuterRef("pk"), expires_at__gt=time.time())),
     )
+
+
+def one(session_id: str) -> ChatSession | None:
+    """One session with the list's per-row numbers (counts, last message, running), or None."""
+    return _annotated(ChatSession.objects.filter(pk=session_id)).first()
 
 
 def after_cursor(qs, sort: str, cursor: tuple[datetime, str] | None):
