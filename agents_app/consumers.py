@@ -20,8 +20,9 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.template.loader import render_to_string
 
 from agents_app import registry
+from agents_app.views import CHAT as CHAT_PERMISSION
 from sessions_app import fragments
-from sessions_app.access import VIEW, may
+from sessions_app.access import may
 
 logger = logging.getLogger("agents_app.chat")
 
@@ -37,7 +38,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
         if user is None or not user.is_authenticated:
             await self.close(code=4401)
             return
-        if not await database_sync_to_async(may)(user, VIEW):
+        if not await database_sync_to_async(may)(user, CHAT_PERMISSION):
             await self.close(code=4403)
             return
         self.count = 0

@@ -43,8 +43,12 @@ def agent_list(request: HttpRequest) -> HttpResponse:
     return render(request, "agents_app/agent_list.html", ctx)
 
 
+#: Playing turns from the live chat page writes sessions: operators, not read-only viewers.
+CHAT = "sessions_app.add_chatmessage"
+
+
 @require_GET
-@console_required()
+@console_required(CHAT)
 def chat_page(request: HttpRequest) -> HttpResponse:
     """Live chat test page: pick a starting agent and a new or existing session, chat over ``ws/chat/``."""
     from secrets import token_hex

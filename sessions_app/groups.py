@@ -8,7 +8,8 @@ from __future__ import annotations
 
 MODELS = ["chatsession", "chatmessage", "processedmessage", "sessionlease", "operatoraction"]
 VIEW = [f"view_{model}" for model in MODELS]
-ACTIONS = ["force_handoff", "rollback_session", "delete_session", "export_transcript"]
+ACTIONS = ["force_handoff", "rollback_session", "delete_session", "export_transcript",
+           "add_chatmessage"]  # add_chatmessage: play turns from the live chat page (/chat/)
 
 
 def ensure_console_groups(sender=None, using: str = "default", apps=None, **kwargs) -> None:

@@ -127,6 +127,7 @@ def detail_ctx(user: Any, session: ChatSession, newest_first: bool = True, page_
         "can_handoff": may(user, FORCE_HANDOFF),
         "can_rollback": may(user, ROLLBACK),
         "can_delete": may(user, DELETE),
+        "can_chat": may(user, "sessions_app.add_chatmessage"),  # the live chat page (agents_app)
         # Live updates: the page has every message up to last_id; new turns are inserted only on the
         # page that shows the newest turn (tail).
         "ws_url": live_url(sid),

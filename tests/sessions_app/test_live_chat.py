@@ -31,7 +31,8 @@ def fresh_channel_layer():
 
 @pytest.fixture
 def viewer_cookie():
-    return cookie_for(personas.viewer())
+    """An operator's: playing turns needs sessions_app.add_chatmessage (Operators), not only the view."""
+    return cookie_for(personas.operator())
 
 
 def states(frames: list[str]) -> list[tuple[int, str]]:
@@ -80,7 +81,7 @@ async def test_a_new_session_starts_with_the_chosen_agent_and_bad_input_is_refus
 
 
 def test_the_chat_page_opens_for_an_existing_session(client):
-    user = personas.viewer()
+    user = personas.operator()
     cv.store("tg:1", [cv.user("hi"), cv.model("hello")], agent="Billing", metadata={"channel": "telegram"})
     client.force_login(user)
     page = client.get("/chat/", {"session": "tg:1"})
@@ -90,5 +91,8 @@ def test_the_chat_page_opens_for_an_existing_session(client):
     assert '<option value="Billing" selected>' in html
     detail = client.get("/sessions/tg:1/").content.decode()
     assert 'href="/chat/?session=tg%3A1"' in detail and 'ws-connect="/ws/sessions/tg%3A1/"' in detail
+    client.force_login(personas.viewer())  # read only: may watch, may not play turns
+    assert client.get("/chat/").status_code == 403
+    assert "Open in live chat" not in client.get("/sessions/tg:1/").content.decode()
     client.logout()
     assert client.get("/chat/").status_code == 302

@@ -66,11 +66,18 @@ async def test_it_rejects_users_without_the_view_permission(people, story, path,
         assert (accepted, close_code) == (False, code)
 
 
-@pytest.mark.parametrize("path", ["/ws/sessions/", "/ws/sessions/tg:998877/", "/ws/chat/"])
+@pytest.mark.parametrize("path", ["/ws/sessions/", "/ws/sessions/tg:998877/"])
 async def test_it_accepts_a_viewer(people, story, path):
     async with connected(path, people["viewer"]) as ws:
         accepted, _ = await ws.connect()
         assert accepted
+
+
+async def test_only_operators_may_play_turns_from_the_live_chat(people, story):
+    async with connected("/ws/chat/", people["viewer"]) as ws:
+        assert await ws.connect() == (False, 4403)
+    async with connected("/ws/chat/", people["operator"]) as ws:
+        assert (await ws.connect())[0]
 
 
 async def test_it_refuses_an_unknown_session_and_a_foreign_origin(people, story):
