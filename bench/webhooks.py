@@ -8,9 +8,10 @@ Per database, on a fresh migrated database:
 1. **Ack latency.** One daphne process with its embedded queue worker (the embedded default) serves
    ``/webhooks/whatsapp/``; this script, a second process, is the load generator: ``--requests`` signed
    Cloud API payloads (one text message each, from 200 senders, 10 % of them redeliveries of an earlier
-   message) over ``--concurrency`` keep-alive connections (httpx). The worker plays the turns (demo engine)
-   and sends replies to a fake Graph API in this process while the load runs. Reported: p50/p90/p99/max of
-   the request round trip, and the turns completed during the load.
+   message) sent open-loop at ``--rate`` per second (httpx). The worker plays the turns (demo engine) and
+   sends replies to a fake Graph API in this process while the load runs. Reported: p50/p90/p99/max of
+   the request round trip and the turns completed during the load; then a closed-loop saturation run
+   over ``--concurrency`` connections (acks per second, its p99).
 2. **Queue throughput.** ``--turns`` deliveries are queued (daphne with the embedded worker off), then
    ``manage.py chatflow_worker --drain`` processes (1, and on PostgreSQL also 4, × 8 slots) play them:
    turns per second from the workers' start to the last exit, replies included.
@@ -67,8 +68,13 @@ class FakeGraph:
             def log_message(self, *args) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
+        class Server(ThreadingHTTPServer):
+            daemon_threads = True
+
+            def handle_error(self, request, client_address) -> None:
+                pass  # a worker stopped with a keep-alive connection open: not news
+
+        self.server = Server(("127.0.0.1", 0), Handler)
         self.base = f"http://127.0.0.1:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
@@ -144,27 +150,42 @@ def count(db_url: str, status: str) -> int:
         return conn.execute(sql + "%s", (status,)).fetchone()[0]
 
 
-async def load(base: str, requests: int, concurrency: int, tag: str) -> list[float]:
+async def load(base: str, requests: int, concurrency: int, tag: str, rate: float = 0.0) -> list[float]:
+    """Send ``requests`` webhooks; open loop at ``rate`` per second when given (the latency a provider
+    sees at that arrival rate), else closed loop over ``concurrency`` connections (saturation)."""
     bodies: list[bytes] = []
     for i in range(requests):
         n = i - 7 if i % 10 == 9 else i  # every tenth request redelivers an earlier message
         bodies.append(payload(f"wamid.{tag}.{n}", n % 200, f"Where is order {n}?"))
     latencies: list[float] = []
-    queue: asyncio.Queue[bytes] = asyncio.Queue()
-    for b in bodies:
-        queue.put_nowait(b)
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     async with httpx.AsyncClient(base_url=base, limits=limits, timeout=30) as client:
-        async def user() -> None:
-            while not queue.empty():
-                body = queue.get_nowait()
-                started = time.perf_counter()
-                r = await client.post("/webhooks/whatsapp/", content=body, headers=signed(body))
-                latencies.append(time.perf_counter() - started)
-                if r.status_code != 200:
-                    raise SystemExit(f"ack failed: {r.status_code} {r.text}")
+        async def send(body: bytes) -> None:
+            started = time.perf_counter()
+            r = await client.post("/webhooks/whatsapp/", content=body, headers=signed(body))
+            latencies.append(time.perf_counter() - started)
+            if r.status_code != 200:
+                raise SystemExit(f"ack failed: {r.status_code} {r.text}")
 
-        await asyncio.gather(*(user() for _ in range(concurrency)))
+        if rate:
+            start = time.perf_counter()
+            tasks = []
+            for i, body in enumerate(bodies):
+                delay = start + i / rate - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                tasks.append(asyncio.ensure_future(send(body)))
+            await asyncio.gather(*tasks)
+        else:
+            queue: asyncio.Queue[bytes] = asyncio.Queue()
+            for b in bodies:
+                queue.put_nowait(b)
+
+            async def user() -> None:
+                while not queue.empty():
+                    await send(queue.get_nowait())
+
+            await asyncio.gather(*(user() for _ in range(concurrency)))
     return latencies
 
 
@@ -205,18 +226,23 @@ def bench_db(kind: str, args: argparse.Namespace, graph: FakeGraph) -> dict:
             wait_drained(db_url, 45, 60)
             before = count(db_url, "done")
             started = time.perf_counter()
-            lat = asyncio.run(load(base, args.requests, args.concurrency, "load"))
+            lat = asyncio.run(load(base, args.requests, args.concurrency, "load", rate=args.rate))
             elapsed = time.perf_counter() - started
             during = count(db_url, "done") - before
             unique = len({i - 7 if i % 10 == 9 else i for i in range(args.requests)})
             drain_s = wait_drained(db_url, before + unique, 600)
+            sat = asyncio.run(load(base, args.requests // 2, args.concurrency, "sat"))
+            sat_s = sum(sat) / args.concurrency
+            wait_drained(db_url, before + unique + len({i - 7 if i % 10 == 9 else i
+                                                          for i in range(args.requests // 2)}), 600)
         finally:
             stop(server)
-        out["ack"] = {"requests": args.requests, "concurrency": args.concurrency,
-                      "req_per_s": round(args.requests / elapsed), "p50_ms": round(pct(lat, 50), 1),
-                      "p90_ms": round(pct(lat, 90), 1), "p99_ms": round(pct(lat, 99), 1),
-                      "max_ms": round(max(lat) * 1000, 1), "turns_during_load": during,
-                      "embedded_drain_s_after_load": round(drain_s, 1)}
+        out["ack"] = {"requests": args.requests, "rate_per_s": args.rate,
+                      "achieved_per_s": round(args.requests / elapsed),
+                      "p50_ms": round(pct(lat, 50), 1), "p90_ms": round(pct(lat, 90), 1),
+                      "p99_ms": round(pct(lat, 99), 1), "max_ms": round(max(lat) * 1000, 1),
+                      "turns_during_load": during, "embedded_drain_s_after_load": round(drain_s, 1),
+                      "saturation_acks_per_s": round(len(sat) / sat_s), "saturation_p99_ms": round(pct(sat, 99), 1)}
         # 2. queue throughput with standalone workers
         out["throughput"] = []
         for workers in ([1] if kind == "sqlite" else [1, 4]):
@@ -252,16 +278,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--db", choices=["sqlite", "postgres", "both"], default="both")
     parser.add_argument("--requests", type=int, default=2000)
-    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--rate", type=float, default=50.0, help="webhooks per second in the latency run")
+    parser.add_argument("--concurrency", type=int, default=16, help="connections in the saturation run")
     parser.add_argument("--turns", type=int, default=1000)
     args = parser.parse_args()
     graph = FakeGraph()
     results = [bench_db(kind, args, graph) for kind in (["sqlite", "postgres"] if args.db == "both" else [args.db])]
-    print(f"{'db':<9}{'acks/s':>8}{'p50 ms':>8}{'p90 ms':>8}{'p99 ms':>8}{'max ms':>8}{'turns during':>14}")
+    print(f"{'db':<9}{'rate/s':>7}{'p50 ms':>8}{'p90 ms':>8}{'p99 ms':>8}{'max ms':>8}{'turns during':>13}"
+          f"{'sat. acks/s':>12}{'sat. p99':>9}")
     for r in results:
         a = r["ack"]
-        print(f"{r['db']:<9}{a['req_per_s']:>8}{a['p50_ms']:>8}{a['p90_ms']:>8}{a['p99_ms']:>8}{a['max_ms']:>8}"
-              f"{a['turns_during_load']:>14}")
+        print(f"{r['db']:<9}{a['achieved_per_s']:>7}{a['p50_ms']:>8}{a['p90_ms']:>8}{a['p99_ms']:>8}{a['max_ms']:>8}"
+              f"{a['turns_during_load']:>13}{a['saturation_acks_per_s']:>12}{a['saturation_p99_ms']:>9}")
     print(f"\n{'db':<9}{'workers×slots':>14}{'turns':>7}{'turns/s':>9}{'replies':>9}")
     for r in results:
         for t in r["throughput"]:

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from django.db import DatabaseError, connection, transaction
+from django.db import DatabaseError, OperationalError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -97,12 +98,35 @@ def _inbox_executor() -> ThreadPoolExecutor:
         return _executor
 
 
+_LOCK_RETRY_SECONDS = 0.0005
+_LOCK_GIVE_UP_SECONDS = 20.0
+
+
 def _accept_on_inbox_thread(messages: list[Inbound]) -> Accepted:
-    try:
-        return accept(messages)
-    except DatabaseError:
-        connection.close()  # reconnect next time: the connection may be broken
-        raise
+    """``accept``; on SQLite, waiting for the write lock by polling every 0.5 ms.
+
+    SQLite's own busy handler sleeps 1, 2, 5, 10, 15, 20, 25… ms between attempts, so a webhook that
+    collides with a worker's commit could wait tens of milliseconds after the lock is free. The inbox
+    connection has no busy timeout and retries BEGIN IMMEDIATE itself: acknowledgements go first.
+    """
+    deadline = time.monotonic() + _LOCK_GIVE_UP_SECONDS
+    while True:
+        try:
+            if connection.vendor == "sqlite":
+                connection.ensure_connection()
+                if not getattr(connection, "_chatflow_inbox", False):
+                    connection.connection.execute("PRAGMA busy_timeout = 0")
+                    connection._chatflow_inbox = True
+            return accept(messages)
+        except OperationalError as err:
+            locked = connection.vendor == "sqlite" and "locked" in str(err)
+            if not locked or time.monotonic() > deadline:
+                connection.close()
+                raise
+            time.sleep(_LOCK_RETRY_SECONDS)
+        except DatabaseError:
+            connection.close()  # reconnect next time: the connection may be broken
+            raise
 
 
 async def aaccept(messages: list[Inbound]) -> Accepted:

@@ -212,3 +212,51 @@ def test_generic_answers_202_then_200_for_a_duplicate(client):
     assert r.status_code == 200 and r.json()["status"] == "duplicate"
     d = InboundDelivery.objects.get()
     assert d.metadata == {"channel": "generic", "locale": "pt-BR"} and d.duplicates_suppressed == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_inbox_thread_waits_for_a_held_sqlite_write_lock_and_then_accepts():
+    """The inbox's own lock polling (no SQLite busy handler back-off): accepted just after the lock frees."""
+    import sqlite3
+    import threading
+    import time
+
+    from django.db import connection, connections
+
+    from webhooks_app import inbox
+
+    if connection.vendor != "sqlite":
+        pytest.skip("SQLite's write lock")
+    holder = sqlite3.connect(connection.settings_dict["NAME"], isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    result: list = []
+
+    def accept() -> None:
+        try:
+            result.append(inbox._accept_on_inbox_thread([inbox.Inbound("generic", "m-lock", "s", text="hi")]))
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=accept)
+    thread.start()
+    time.sleep(0.3)
+    assert not result  # still waiting for the lock
+    released = time.perf_counter()
+    holder.execute("ROLLBACK")
+    holder.close()
+    thread.join(10)
+    assert result and len(result[0].queued) == 1
+    assert time.perf_counter() - released < 0.1
+    assert InboundDelivery.objects.filter(provider_message_id="m-lock").exists()
+
+
+@pytest.mark.parametrize("send", [
+    lambda c, text: post_wa(c, p.whatsapp(p.wa_text("wamid.S1", text))),
+    lambda c, text: post_tg(c, p.telegram(41, text)),
+    lambda c, text: post_generic(c, p.generic("s1", "m1", text)),
+], ids=["whatsapp", "telegram", "generic"])
+def test_a_lone_surrogate_or_nul_in_the_text_is_cleaned_not_a_500(client, send):
+    # json.dumps escapes them as \ud800 and \u0000: valid JSON that SQLite/PostgreSQL cannot store as is.
+    r = send(client, "a\ud800b\x00c")
+    assert r.status_code in (200, 202), r.content
+    assert InboundDelivery.objects.get().text == "a\ufffdbc"
