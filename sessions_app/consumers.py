@@ -104,18 +104,22 @@ class SessionConsumer(_ConsoleConsumer):
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         try:
             data = json.loads(text_data or "")
-            after = int(data.get("after") or 0) if data.get("type") == "resume" else None
-        except (ValueError, TypeError, AttributeError):
-            after = None
-        if after is None:
+            if data.get("type") != "resume":
+                return
+            after, page = max(0, int(data.get("after") or 0)), max(1, int(data.get("page") or 1))
+        except (ValueError, TypeError, AttributeError, OverflowError):
             return
-        await self.resume(after, data.get("order") != "oldest", bool(data.get("tail", True)),
-                          max(1, int(data.get("page") or 1)) if str(data.get("page") or "1").isdigit() else 1)
+        await self.resume(after, data.get("order") != "oldest", bool(data.get("tail", True)), page)
 
     async def resume(self, after: int, newest_first: bool, tail: bool, page: int) -> None:
-        """Replay what is stored after ``after``, then the live events held since connecting."""
+        """Replay what is stored after ``after``, then the live events held since connecting.
+
+        Also sent again after an HTTP swap replaced the history: the page then has an empty running
+        turn, so the next event of a turn in progress opens it again (``turn_id`` forgotten).
+        """
         view = self.view
-        view.cursor, view.newest_first, view.tail, view.page = max(0, after), newest_first, tail, page
+        view.cursor, view.newest_first, view.tail, view.page = after, newest_first, tail, page
+        view.turn_id = ""
         html, _ids = await database_sync_to_async(fragments.committed_from_db)(view, False)
         await self._send(html + fragments.status("Live updates on.", "ok"))
         pending, self.pending = self.pending or [], None
