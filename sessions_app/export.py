@@ -31,6 +31,7 @@ import re
 from bisect import bisect_right
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
@@ -57,7 +58,7 @@ FORMATS = {
     "md": ("text/markdown; charset=utf-8", "md"),
     "csv": ("text/csv; charset=utf-8", "csv"),
 }
-_ROW = ("id", "role", "content", "message_json")
+_ROW = ("id", "role", "content", "message_json", "created_at")
 
 
 # ---- text -----------------------------------------------------------------------------------
@@ -112,7 +113,7 @@ def content_disposition(session_id: str, ext: str, stem: str = "transcript") -> 
 
 
 # ---- reading --------------------------------------------------------------------------------
-Row = tuple[int, str, str | None, str]
+Row = tuple[int, str, str | None, str, Any]  # id, role, content, message_json, created_at
 
 
 def iter_rows(session_id: str, batch: int = BATCH) -> Iterator[Row]:
@@ -138,15 +139,25 @@ class Segment:
         return turn_items([(row[0], msg, row[2] or "") for row, msg in self.parsed])
 
 
+def parse(row: Row, started: datetime) -> Message | None:
+    """``parse_row``; a message rebuilt from the role/content columns (its JSON unreadable) is dated by the
+    row's ``created_at`` rather than by the time of reading, so exporting it twice gives the same output."""
+    msg = parse_row(StoredRow(*row[:4]))
+    if msg is not None and msg.timestamp >= started and row[4] is not None:
+        msg = msg.model_copy(update={"timestamp": row[4].astimezone(UTC)})
+    return msg
+
+
 def segments(rows: Iterable[Row]) -> Iterator[Segment]:
     """Rows grouped into turns as the console numbers them: a turn starts at each USER row."""
+    started = datetime.now(UTC)
     current = Segment(0)
     for row in rows:
         if row[1] == Role.USER.value:
             if current.number or current.parsed:
                 yield current
             current = Segment(current.number + 1)
-        current.parsed.append((row, parse_row(StoredRow(*row))))
+        current.parsed.append((row, parse(row, started)))
     if current.number or current.parsed:
         yield current
 
@@ -226,7 +237,7 @@ def _stream_agents(session: ChatSession) -> tuple[list[int], list[list[str]]]:
                                        message_json__contains="HANDOFF_SUCCESS")
             .order_by("id").values_list(*_ROW))
     for row in rows:
-        msg = parse_row(StoredRow(*row))
+        msg = parse_row(StoredRow(*row[:4]))
         n = bisect_right(starts, row[0])
         if msg is None or n == 0:
             continue

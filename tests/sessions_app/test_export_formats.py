@@ -327,3 +327,16 @@ def test_the_bulk_jsonl_export_imports_back_too(bearer, tmp_path):
 def test_a_message_row_is_unchanged_by_the_round_trip():
     msg = Message(role=Role.MODEL, content="x", timestamp=T0)
     assert Message.model_validate(json.loads(msg.model_dump_json())) == msg
+
+
+def test_a_row_with_unreadable_json_is_exported_from_its_columns_dated_by_the_row(bearer):
+    session = store("bad", [user("hi")])
+    ChatMessage.objects.create(session=session, role="model", content="from the column", message_json="{not json",
+                               created_at=datetime(2026, 1, 10, 9, 5, tzinfo=UTC))
+
+    first = get(bearer, "bad", "json")[1]
+    second = get(bearer, "bad", "json")[1]
+
+    assert first == second
+    message = json.loads(first)["turns"][0]["messages"][1]
+    assert message["content"] == "from the column" and message["timestamp"] == "2026-01-10T09:05:00+00:00"
