@@ -16,6 +16,7 @@ import hmac
 import json
 from typing import Any
 
+from chatflow_agent._jsonsafe import json_safe
 from webhooks_app.inbox import Inbound
 from webhooks_app.models import InboundDelivery
 
@@ -53,8 +54,13 @@ def check_secret_token(header: str | None, secret: str, name: str) -> None:
 
 
 def parse_json(body: bytes) -> Any:
+    """The JSON body with every string cleaned (``json_safe``): malformed or not UTF-8 → 400 ``malformed_json``.
+
+    JSON may escape a lone surrogate (``"\\ud800"``) or NUL (``"\\u0000"``); neither can be stored (SQLite's
+    UTF-8, PostgreSQL text), so they are replaced/removed here, once, before any field is read (invariant 8).
+    """
     try:
-        return json.loads(body.decode("utf-8"))
+        return json_safe(json.loads(body.decode("utf-8")))
     except (UnicodeDecodeError, ValueError) as err:
         raise Refused(400, "malformed_json", f"The body is not valid UTF-8 JSON: {err}") from None
 
