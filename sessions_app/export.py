@@ -58,7 +58,7 @@ FORMATS = {
     "md": ("text/markdown; charset=utf-8", "md"),
     "csv": ("text/csv; charset=utf-8", "csv"),
 }
-_ROW = ("id", "role", "content", "message_json", "created_at")
+_ROW = ("id", "role", "content", "message_json")
 
 
 # ---- text -----------------------------------------------------------------------------------
@@ -113,7 +113,7 @@ def content_disposition(session_id: str, ext: str, stem: str = "transcript") -> 
 
 
 # ---- reading --------------------------------------------------------------------------------
-Row = tuple[int, str, str | None, str, Any]  # id, role, content, message_json, created_at
+Row = tuple[int, str, str | None, str]
 
 
 def iter_rows(session_id: str, batch: int = BATCH) -> Iterator[Row]:
@@ -142,9 +142,11 @@ class Segment:
 def parse(row: Row, started: datetime) -> Message | None:
     """``parse_row``; a message rebuilt from the role/content columns (its JSON unreadable) is dated by the
     row's ``created_at`` rather than by the time of reading, so exporting it twice gives the same output."""
-    msg = parse_row(StoredRow(*row[:4]))
-    if msg is not None and msg.timestamp >= started and row[4] is not None:
-        msg = msg.model_copy(update={"timestamp": row[4].astimezone(UTC)})
+    msg = parse_row(StoredRow(*row))
+    if msg is not None and msg.timestamp >= started:  # rare: one query for such a row only
+        created = ChatMessage.objects.filter(id=row[0]).values_list("created_at", flat=True).first()
+        if created is not None:
+            msg = msg.model_copy(update={"timestamp": created.astimezone(UTC)})
     return msg
 
 
@@ -237,7 +239,7 @@ def _stream_agents(session: ChatSession) -> tuple[list[int], list[list[str]]]:
                                        message_json__contains="HANDOFF_SUCCESS")
             .order_by("id").values_list(*_ROW))
     for row in rows:
-        msg = parse_row(StoredRow(*row[:4]))
+        msg = parse_row(StoredRow(*row))
         n = bisect_right(starts, row[0])
         if msg is None or n == 0:
             continue
