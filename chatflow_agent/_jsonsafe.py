@@ -7,6 +7,7 @@ import dataclasses
 import datetime as dt
 import decimal
 import enum
+import json
 import re
 import uuid
 from collections.abc import Mapping
@@ -33,6 +34,20 @@ def clean_text(text: str) -> str:
     if "\x00" in text:
         text = text.replace("\x00", "")
     return text
+
+
+def json_object(value: Any) -> dict[str, Any]:
+    """A stored JSON object (``metadata_json`` text, or an already decoded dict) as a dict.
+
+    ``None``, empty text, malformed JSON (written by other software) and non-object JSON all read as ``{}``:
+    one unreadable column never makes a session unloadable (invariant 7's spirit).
+    """
+    if isinstance(value, str | bytes):
+        try:
+            value = json.loads(value) if value else {}
+        except ValueError:
+            return {}
+    return value if isinstance(value, dict) else {}
 
 
 def json_safe(value: Any, _depth: int = 0) -> Any:

@@ -22,7 +22,6 @@ failing when it upgrades a read lock.
 from __future__ import annotations
 
 import asyncio
-import json
 import threading
 import time
 import weakref
@@ -35,6 +34,7 @@ from django.db import DatabaseError, connections, transaction
 from django.db.models import Count, Max, OuterRef, Subquery, TextField, Value
 from django.db.models.functions import Cast, Coalesce
 
+from chatflow_agent._jsonsafe import json_object
 from chatflow_agent.core._persistent import (
     Changes,
     CommitResult,
@@ -86,16 +86,6 @@ def _close_foreign(wrappers: list[Any]) -> None:
     closer = threading.Thread(target=_close_foreign, args=(wrappers,), name="chatflow-django-close")
     closer.start()
     closer.join()
-
-
-def _metadata(value: Any) -> dict[str, Any]:
-    """metadata_json as a dict; malformed JSON written by other software reads as {}."""
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError:
-            return {}
-    return value if isinstance(value, dict) else {}
 
 
 class DjangoSessionStore(PersistentSessionStore):
@@ -203,7 +193,7 @@ class DjangoSessionStore(PersistentSessionStore):
         if row is None:
             return None
         agent, metadata, token, stamp, max_id, count = row
-        return StoredSession(session_id, agent, _metadata(metadata), token, (stamp, max_id, count))
+        return StoredSession(session_id, agent, json_object(metadata), token, (stamp, max_id, count))
 
     def _load(self, session_id: str) -> StoredSession | None:
         head = self._head(session_id)
@@ -222,7 +212,7 @@ class DjangoSessionStore(PersistentSessionStore):
         session = ChatSession(
             session_id=session_id,
             active_agent_name=agent_name,
-            metadata=_metadata(metadata_json),
+            metadata=json_object(metadata_json),
             created_at=now,
             updated_at=now,
         )
@@ -234,7 +224,7 @@ class DjangoSessionStore(PersistentSessionStore):
             now = datetime.now(UTC)
             fields = {
                 "active_agent_name": changes.agent_name,
-                "metadata": _metadata(changes.metadata_json),
+                "metadata": json_object(changes.metadata_json),
                 "updated_at": now,
             }
             if changes.token is None:

@@ -12,7 +12,6 @@ a worker that lost its lease changes nothing.
 
 from __future__ import annotations
 
-import json
 from datetime import timedelta
 from typing import Any
 
@@ -20,11 +19,12 @@ from django.db import connection, transaction
 from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
 
+from chatflow_agent._jsonsafe import json_object
 from sessions_app.models import ChatMessage, ChatSession
 from webhooks_app.inbox import release_claim
 from webhooks_app.models import InboundDelivery
 
-__all__ = ["MARKER_KEY", "claim_next", "claim", "renew", "finish", "fail", "release", "set_reply",
+__all__ = ["MARKER_KEY", "claim_next", "claim", "renew", "finish", "fail", "complete", "release",
            "turn_committed", "last_answer", "pending"]
 
 Status = InboundDelivery.Status
@@ -87,22 +87,35 @@ def renew(delivery: InboundDelivery, owner: str, visibility: float) -> bool:
 
 
 def finish(delivery: InboundDelivery, owner: str, answer: str, reply: str) -> bool:
-    """Mark done with ``answer``; ``reply`` is SENDING (sent next) or NONE. False if the lease was lost."""
-    return _mine(delivery, owner).update(
-        status=Status.DONE, answer=answer, reply_status=reply, error="", finished_at=timezone.now()
-    ) == 1
+    """Record the turn's ``answer``. ``reply`` NONE: done. SENDING: the reply goes out next and the delivery
+    stays running (the sender's next delivery waits) until :func:`complete`. False if the lease was lost."""
+    fields: dict[str, Any] = {"answer": answer, "reply_status": reply, "error": ""}
+    if reply == InboundDelivery.Reply.NONE:
+        fields.update(status=Status.DONE, finished_at=timezone.now())
+    return _mine(delivery, owner).update(**fields) == 1
 
 
 def fail(delivery: InboundDelivery, owner: str, error: str, fallback: str, reply: str) -> bool:
-    """Mark failed and release the id's claim (invariant 6), in one transaction."""
+    """Record a failed turn. ``reply`` NONE: failed now, and the id's claim released (invariant 6) in the
+    same transaction. SENDING: the fallback goes out next, then :func:`complete` marks it failed."""
     with transaction.atomic():
-        ok = _mine(delivery, owner).update(
-            status=Status.FAILED, error=error[:4000], answer=fallback, reply_status=reply,
-            finished_at=timezone.now(),
-        ) == 1
-        if ok:
+        fields: dict[str, Any] = {"error": error[:4000] or "failed", "answer": fallback, "reply_status": reply}
+        if reply == InboundDelivery.Reply.NONE:
+            fields.update(status=Status.FAILED, finished_at=timezone.now())
+        ok = _mine(delivery, owner).update(**fields) == 1
+        if ok and reply == InboundDelivery.Reply.NONE:
             release_claim(delivery.claim_key)
     return ok
+
+
+def complete(delivery: InboundDelivery, owner: str, reply: str, reply_error: str = "") -> None:
+    """After the reply (or the fallback) was sent, or not: done, or failed with the claim released."""
+    with transaction.atomic():
+        mine = _mine(delivery, owner)
+        common = {"reply_status": reply, "reply_error": reply_error[:4000], "finished_at": timezone.now()}
+        mine.filter(error="").update(status=Status.DONE, **common)
+        if mine.exclude(error="").update(status=Status.FAILED, **common):
+            release_claim(delivery.claim_key)
 
 
 def release(delivery: InboundDelivery, owner: str) -> None:
@@ -111,25 +124,10 @@ def release(delivery: InboundDelivery, owner: str) -> None:
                                   attempts=F("attempts") - 1)
 
 
-def set_reply(delivery: InboundDelivery, status: str, error: str = "") -> None:
-    InboundDelivery.objects.filter(pk=delivery.pk, reply_status=InboundDelivery.Reply.SENDING).update(
-        reply_status=status, reply_error=error[:4000]
-    )
-
-
-def _metadata(value: Any) -> dict[str, Any]:
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError:
-            return {}
-    return value if isinstance(value, dict) else {}
-
-
 def turn_committed(delivery: InboundDelivery) -> bool:
     """True when this delivery's turn is in the session: its marker was committed with the turn's rows."""
     row = ChatSession.objects.filter(pk=delivery.session_id).values_list("metadata", flat=True).first()
-    return row is not None and _metadata(row).get(MARKER_KEY) == delivery.marker
+    return row is not None and json_object(row).get(MARKER_KEY) == delivery.marker
 
 
 def last_answer(session_id: str) -> str:

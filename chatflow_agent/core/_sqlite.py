@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from chatflow_agent._jsonsafe import json_object
 from chatflow_agent.core._persistent import (
     Changes,
     CommitResult,
@@ -99,16 +100,6 @@ def is_memory_database(db_path: str) -> bool:
         parts = urlsplit(db_path)
         return parts.path.startswith(":memory:") or parse_qs(parts.query).get("mode") == ["memory"]
     return False
-
-
-def _loads_metadata(text: str | None) -> dict[str, Any]:
-    import json
-
-    try:
-        value = json.loads(text) if text else {}
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
 
 
 class SQLiteSessionStore(PersistentSessionStore):
@@ -218,7 +209,7 @@ class SQLiteSessionStore(PersistentSessionStore):
         if not rows:
             return None
         agent, meta, created, updated, max_id, count = rows[0]
-        return StoredSession(session_id, agent, _loads_metadata(meta), created, (updated, max_id, count))
+        return StoredSession(session_id, agent, json_object(meta), created, (updated, max_id, count))
 
     def _db_load(self, session_id: str) -> StoredSession | None:
         with self._shared_mutex if self._inline else _NULL:
