@@ -10,6 +10,7 @@ import asyncio
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -42,7 +43,10 @@ def _body(request: HttpRequest) -> bytes:
         raise Refused(413, "body_too_large", f"The body is larger than {limit} bytes.")
     if request.content_type != "application/json":
         raise Refused(415, "unsupported_media_type", "The body must be application/json.")
-    body = request.body
+    try:
+        body = request.body
+    except RequestDataTooBig:  # above DATA_UPLOAD_MAX_MEMORY_SIZE, without a Content-Length
+        raise Refused(413, "body_too_large", f"The body is larger than {limit} bytes.") from None
     if len(body) > limit:
         raise Refused(413, "body_too_large", f"The body is larger than {limit} bytes.")
     return body

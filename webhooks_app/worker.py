@@ -10,11 +10,13 @@ its own database connection). Per delivery:
    the turn's rows, or not at all. A delivery claimed again after a crash (SIGKILL between claim and
    the ``done`` write) whose marker is already in the session is not played again: its answer is
    read back from the session;
-3. write ``done`` with the answer and ``reply_status=sending``, THEN send the reply, then record
-   ``sent``/``failed``. A crash after the ``sending`` write never sends again (no double reply).
+3. write the answer and ``reply_status=sending``, THEN send the reply, then record ``sent``/``failed``
+   and ``done`` together. The delivery stays running until then, so one sender's replies go out in
+   order. A delivery claimed again with ``sending`` recorded is finished without sending: a crash
+   between that write and the end of the send never sends twice (at most one reply).
 
-Engine failure: the turn is rolled back, the delivery is marked failed (the claim on its id is
-released in the same transaction) and one fallback reply is sent; the console can retry it.
+Engine failure: the turn is rolled back, one fallback reply is sent, and the delivery is marked failed
+(the claim on its id is released in the same transaction); the console can retry it.
 """
 
 from __future__ import annotations
@@ -129,38 +131,48 @@ class Worker:
 
     # ---- one delivery ---------------------------------------------------------------------------
     async def process(self, delivery: InboundDelivery, ex: ThreadPoolExecutor) -> None:
-        """Play a claimed delivery and send its reply (see the module docstring)."""
+        """Play a claimed delivery and send its reply (see the module docstring), under a heartbeat."""
         loop = asyncio.get_running_loop()
 
         def db(fn: Any, *args: Any) -> Any:
             return loop.run_in_executor(ex, fn, *args)
 
-        playing = asyncio.ensure_future(self._play(delivery, db))
-        heartbeat = asyncio.ensure_future(self._heartbeat(delivery, db, playing))
+        handling = asyncio.ensure_future(self._handle(delivery, db))
+        heartbeat = asyncio.ensure_future(self._heartbeat(delivery, db, handling))
         try:
-            answer = await asyncio.shield(playing)
+            await asyncio.shield(handling)
         except asyncio.CancelledError:
-            if not playing.done():  # this worker is being cancelled: roll the turn back, requeue
-                playing.cancel()
-                await asyncio.gather(playing, return_exceptions=True)
+            if not handling.done():  # this worker is being cancelled: roll the turn back, requeue
+                handling.cancel()
+                await asyncio.gather(handling, return_exceptions=True)
                 await asyncio.shield(db(taskqueue.release, delivery, self.owner))
                 raise
             logger.warning("Delivery %s: lease lost, turn cancelled", delivery.pk)
-            return
-        except Exception as err:  # noqa: BLE001 - an engine or store failure: the turn was rolled back
-            if await db(taskqueue.turn_committed, delivery):
-                answer = await db(taskqueue.last_answer, delivery.session_id)
-            else:
-                await self._failed(delivery, db, err)
-                return
         finally:
             heartbeat.cancel()
             await asyncio.gather(heartbeat, return_exceptions=True)
-        self.processed += 1
+
+    async def _handle(self, delivery: InboundDelivery, db: Any) -> None:
         replies_out = delivery.provider in (InboundDelivery.Provider.WHATSAPP, InboundDelivery.Provider.TELEGRAM)
-        if await db(taskqueue.finish, delivery, self.owner, answer, Reply.SENDING if replies_out else Reply.NONE):
-            if replies_out:
-                await self._send(delivery, answer, db)
+        reply = Reply.SENDING if replies_out else Reply.NONE
+        if delivery.reply_status == Reply.SENDING:
+            # Claimed again after its worker died while sending the reply: it may have gone out; never twice.
+            await db(taskqueue.complete, delivery, self.owner, Reply.SENDING,
+                     "The worker stopped while sending the reply; it is not sent again.")
+            return
+        try:
+            answer = await self._play(delivery, db)
+        except Exception as err:  # noqa: BLE001 - an engine or store failure: the turn was rolled back
+            if not await db(taskqueue.turn_committed, delivery):
+                logger.warning("Delivery %s failed: %s: %s", delivery.pk, type(err).__name__, err)
+                error = f"{type(err).__name__}: {err}"
+                if await db(taskqueue.fail, delivery, self.owner, error, FALLBACK_REPLY, reply) and replies_out:
+                    await self._send(delivery, FALLBACK_REPLY, db)
+                return
+            answer = await db(taskqueue.last_answer, delivery.session_id)
+        self.processed += 1
+        if await db(taskqueue.finish, delivery, self.owner, answer, reply) and replies_out:
+            await self._send(delivery, answer, db)
 
     async def _play(self, delivery: InboundDelivery, db: Any) -> str:
         if delivery.kind == Kind.UNSUPPORTED:
@@ -194,21 +206,14 @@ class Worker:
                 playing.cancel()
                 return
 
-    async def _failed(self, delivery: InboundDelivery, db: Any, err: BaseException) -> None:
-        logger.warning("Delivery %s failed: %s: %s", delivery.pk, type(err).__name__, err)
-        replies_out = delivery.provider in (InboundDelivery.Provider.WHATSAPP, InboundDelivery.Provider.TELEGRAM)
-        error = f"{type(err).__name__}: {err}"
-        reply = Reply.SENDING if replies_out else Reply.NONE
-        if await db(taskqueue.fail, delivery, self.owner, error, FALLBACK_REPLY, reply) and replies_out:
-            await self._send(delivery, FALLBACK_REPLY, db)
-
     async def _send(self, delivery: InboundDelivery, text: str, db: Any) -> None:
+        """Send, then record sent/failed and finish the delivery (``sending`` was committed before)."""
         if self._http is None:
             self._http = replies.client()
         try:
             await replies.send(self._http, delivery, text)
         except Exception as err:  # noqa: BLE001 - recorded on the delivery, shown in the ledger
             logger.warning("Delivery %s: reply failed: %s", delivery.pk, err)
-            await db(taskqueue.set_reply, delivery, Reply.FAILED, f"{type(err).__name__}: {err}")
+            await db(taskqueue.complete, delivery, self.owner, Reply.FAILED, f"{type(err).__name__}: {err}")
         else:
-            await db(taskqueue.set_reply, delivery, Reply.SENT)
+            await db(taskqueue.complete, delivery, self.owner, Reply.SENT)

@@ -120,15 +120,43 @@ def test_telegram_acks_at_once_during_a_5s_turn_and_a_redelivery_3s_later_plays_
     server, base = s.start_daphne(env, tmp_path / "d.log")
     procs.append(server)
     body = p.telegram(7001, "think hard [slow 5]")
-    status, _, took = s.post(f"{base}/webhooks/telegram/", body, s.tg_headers())
-    assert status == 200 and took < 0.5, took
+    status, _, _ = s.post(f"{base}/webhooks/telegram/", body, s.tg_headers())
+    # Acknowledged before the turn ended (no timing asserted: the answer came while nothing was played).
+    assert status == 200 and InboundDelivery.objects.get().status in ("queued", "running") and not tg.bodies()
     s.wait_until(lambda: len(s.engine_calls(tmp_path)) == 1, 10, "the turn to start")
     time.sleep(3)
-    status, answer, took = s.post(f"{base}/webhooks/telegram/", body, s.tg_headers())
-    assert status == 200 and took < 0.5 and b'"duplicates": 1' in answer
+    status, answer, _ = s.post(f"{base}/webhooks/telegram/", body, s.tg_headers())
+    assert status == 200 and b'"duplicates": 1' in answer
+    assert InboundDelivery.objects.get().status == "running" and not tg.bodies()  # the 5 s turn still runs
     tg.wait_for(1, timeout=15)
     time.sleep(1.0)
     assert [b["text"] for b in tg.bodies()] == ["echo: think hard [slow 5]"]
     assert len(s.engine_calls(tmp_path)) == 1
     d = InboundDelivery.objects.get()
     assert (d.status, d.duplicates_suppressed) == ("done", 1)
+
+
+def test_several_worker_processes_share_the_queue_each_delivery_once_and_each_sender_in_order(
+        apis, procs, tmp_path, client):
+    wa, tg = apis
+    env = s.child_env(wa.base, tg.base, tmp_path)
+    for i in range(3):
+        procs.append(s.start_worker(env, tmp_path / f"w{i}.log", "--slots", "4"))
+    for n in range(30):  # 6 senders × 5 messages, interleaved
+        sender = f"1555000{n % 6}"
+        body = p.whatsapp(p.wa_text(f"wamid.M{n}", f"msg {n // 6} [slow 0.05]", wa_id=sender), wa_id=sender)
+        r = client.post("/webhooks/whatsapp/", body, content_type="application/json",
+                        HTTP_X_HUB_SIGNATURE_256=p.sign(body, p.WA_SECRET))
+        assert r.status_code == 200
+    wa.wait_for(30, timeout=120)
+    time.sleep(0.5)
+    assert len(wa.bodies()) == 30 and len(s.engine_calls(tmp_path)) == 30
+    workers = {line.split("\t")[0] for line in s.engine_calls(tmp_path)}
+    assert len(workers) >= 2  # the queue was shared
+    for k in range(6):
+        sender = f"1555000{k}"
+        users = [c for r, c in messages(sender) if r == "user"]
+        assert users == [f"msg {i} [slow 0.05]" for i in range(5)]
+        sent = [b["text"]["body"] for b in wa.bodies() if b["to"] == sender]
+        assert sent == [f"echo: msg {i} [slow 0.05]" for i in range(5)]
+    assert set(InboundDelivery.objects.values_list("status", "attempts")) == {("done", 1)}

@@ -217,3 +217,26 @@ def test_the_ttl_window_is_fixed_from_the_first_delivery(client, apis, settings)
     assert (d.status, d.duplicates_suppressed) == ("queued", 0)
     drain()
     assert [c for r, c in texts("15550100") if r == "user"] == ["hi", "hi"]
+
+
+def test_a_delivery_reclaimed_while_its_reply_was_sending_is_finished_without_sending_again(client, apis):
+    """SIGKILL after the ``sending`` write, simulated: the reply may have gone out, so it is never re-sent."""
+    wa, _ = apis
+    post_wa(client, p.whatsapp(p.wa_text("wamid.S", "hello")))
+    dead = taskqueue.claim_next("worker:dead", 30)
+    assert taskqueue.finish(dead, "worker:dead", "echo: hello", InboundDelivery.Reply.SENDING)
+    InboundDelivery.objects.filter(pk=dead.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    drain()
+    d = InboundDelivery.objects.get()
+    assert (d.status, d.reply_status, d.attempts) == ("done", "sending", 2) and "not sent again" in d.reply_error
+    assert wa.bodies() == []
+
+
+def test_a_failed_reply_is_recorded_and_the_delivery_is_done(client, apis):
+    wa, _ = apis
+    wa.fail_status = 500
+    post_wa(client, p.whatsapp(p.wa_text("wamid.R", "hello")))
+    drain()
+    d = InboundDelivery.objects.get()
+    assert (d.status, d.reply_status) == ("done", "failed") and "500" in d.reply_error
+    assert len(wa.bodies()) == 1  # tried once, not retried
