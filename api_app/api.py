@@ -252,7 +252,7 @@ def list_sessions(request: HttpRequest, filters: Query[Filters], cursor: str = "
 @api.get("/sessions/{anypath:session_id}/transcript", url_name="api-export-transcript",
          response={200: dict[str, Any], 400: ErrorOut, 404: ErrorOut},
          summary="One session's transcript as json (turn-grouped), jsonl, md or csv",
-         openapi_extra={"responses": {"200": {"description": "The transcript as a download", "content": {
+         openapi_extra={"responses": {200: {"description": "The transcript as a download", "content": {
              "application/json": {}, "application/x-ndjson": {}, "text/markdown": {}, "text/csv": {}}}}})
 def session_transcript(request: HttpRequest, session_id: str, format: str = "json", redact: str = ""):
     caller = _caller(request)
@@ -284,7 +284,7 @@ def show_session(request: HttpRequest, session_id: str, redact: str = ""):
 
 @api.get("/export.jsonl", url_name="api-export-sessions", response={200: dict[str, Any], 400: ErrorOut},
          summary="Every session matching the filters, one JSON transcript per line (streamed)",
-         openapi_extra={"responses": {"200": {"description": "JSONL download",
+         openapi_extra={"responses": {200: {"description": "JSONL download",
                                               "content": {"application/x-ndjson": {}}}}})
 def export_sessions(request: HttpRequest, filters: Query[Filters]):
     caller = _caller(request)

@@ -284,6 +284,21 @@ def test_the_openapi_schema_lists_the_endpoints():
     assert "BearerToken" in schema["components"]["securitySchemes"]
 
 
+def test_the_openapi_schema_has_no_duplicate_keys():
+    """Swagger UI parses the schema as YAML and refuses a duplicated key ("duplicated mapping key"): an
+    ``openapi_extra`` response keyed "200" beside ninja's int 200 used to serialise as two "200" keys."""
+    def no_duplicates(pairs):
+        keys = [k for k, _ in pairs]
+        assert len(keys) == len(set(keys)), f"duplicated keys in {keys}"
+        return dict(pairs)
+
+    schema = json.loads(Client().get("/api/v1/openapi.json").content, object_pairs_hook=no_duplicates)
+    transcript = schema["paths"]["/api/v1/sessions/{session_id}/transcript"]["get"]["responses"]["200"]
+    assert {"application/json", "application/x-ndjson", "text/markdown", "text/csv"} <= set(transcript["content"])
+    bulk = schema["paths"]["/api/v1/export.jsonl"]["get"]["responses"]["200"]
+    assert "application/x-ndjson" in bulk["content"]
+
+
 def test_the_docs_page_works_offline():
     response = Client().get("/api/v1/docs")
 
