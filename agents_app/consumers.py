@@ -21,6 +21,7 @@ from django.template.loader import render_to_string
 
 from agents_app import registry
 from agents_app.views import CHAT as CHAT_PERMISSION
+from chatflow_agent._jsonsafe import clean_text
 from sessions_app import fragments
 from sessions_app.access import may
 
@@ -57,10 +58,11 @@ class ChatConsumer(AsyncWebsocketConsumer):
                 raise ValueError
         except ValueError:
             return
-        text = str(data.get("message") or "").strip()
-        session_id = str(data.get("session_id") or "").strip()
+        # clean_text: no NUL (PostgreSQL text cannot hold it) and no lone surrogates reach the store.
+        text = clean_text(str(data.get("message") or "")).strip()
+        session_id = clean_text(str(data.get("session_id") or "")).strip()
         agent = registry.get_agent(str(data.get("agent") or "")) or registry.starting_agent()
-        channel = str(data.get("channel") or "").strip()[:100]
+        channel = clean_text(str(data.get("channel") or "")).strip()[:100]
         if not text or not session_id or len(text) > MAX_MESSAGE or len(session_id) > MAX_SESSION_ID:
             await self.send(text_data=render_to_string(f"{CHAT}#chat-error", {
                 "error": f"A message (at most {MAX_MESSAGE} characters) and a session id "

@@ -91,7 +91,7 @@ class SessionConsumer(_ConsoleConsumer):
         if not await self._allowed():
             return
         session_id = self.scope["url_route"]["kwargs"]["session_id"]
-        if not await database_sync_to_async(ChatSession.objects.filter(pk=session_id).exists)():
+        if "\x00" in session_id or not await database_sync_to_async(ChatSession.objects.filter(pk=session_id).exists)():
             await self.close(code=4404)
             return
         cookies = self.scope.get("cookies") or {}

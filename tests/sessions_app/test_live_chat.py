@@ -71,7 +71,8 @@ async def test_a_new_session_starts_with_the_chosen_agent_and_bad_input_is_refus
         await ws.send_json_to({"message": "", "session_id": "x"})
         assert "A message" in await ws.receive_from(timeout=5)
         await ws.send_to(text_data="not json")
-        await ws.send_json_to({"message": "<b>hi</b>", "session_id": "web:chat:2", "agent": "Tech"})
+        await ws.send_json_to({"message": "<b>hi</b>\x00", "session_id": "web:chat:2\x00", "agent": "Tech",
+                               "channel": "\ud800"})
         frames = await frames_until(ws, "badge answered", timeout=20)
     text = "\n".join(frames)
     assert "&lt;b&gt;hi&lt;/b&gt;" in text and "<b>hi</b>" not in text

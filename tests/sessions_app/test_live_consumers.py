@@ -81,8 +81,9 @@ async def test_only_operators_may_play_turns_from_the_live_chat(people, story):
 
 
 async def test_it_refuses_an_unknown_session_and_a_foreign_origin(people, story):
-    async with connected("/ws/sessions/nope/", people["viewer"]) as ws:
-        assert await ws.connect() == (False, 4404)
+    for path in ("/ws/sessions/nope/", "/ws/sessions/a\x00b/"):
+        async with connected(path, people["viewer"]) as ws:
+            assert await ws.connect() == (False, 4404)
     from channels.testing import WebsocketCommunicator
 
     from chatflow_site.asgi import application
