@@ -9,6 +9,7 @@ from django.views.decorators.http import require_GET
 
 from agents_app import registry
 from agents_app.graph import layout
+from chatflow_agent._jsonsafe import clean_text
 from chatflow_agent.core.agent import handoff_tool_name
 from sessions_app.access import console_required
 from sessions_app.timeline import pretty_json
@@ -55,7 +56,7 @@ def chat_page(request: HttpRequest) -> HttpResponse:
 
     from sessions_app.models import ChatSession
 
-    session_id = request.GET.get("session", "").strip()[:200] or f"web-{token_hex(4)}"
+    session_id = clean_text(request.GET.get("session", "")).strip()[:200] or f"web-{token_hex(4)}"  # no NUL
     existing = ChatSession.objects.filter(pk=session_id).first()
     names = list(registry.agents())
     ctx = {

@@ -1,20 +1,24 @@
 """Console URLs. Session ids are arbitrary strings (``+15550100``, ``tg:998877``, ``a/b``, ``olá 👋``): they
-are captured with ``<path:…>`` at the end of the URL, and actions live under ``actions/<verb>/`` (one prefix per
-verb) rather than after the id, so no session id can be mistaken for an action."""
+are captured with ``<session:…>`` (``<path:…>`` minus NUL, see :mod:`sessions_app.converters`) at the end of
+the URL, and actions live under ``actions/<verb>/`` (one prefix per verb) rather than after the id, so no
+session id can be mistaken for an action."""
 
 from django.urls import path
 
-from sessions_app import views
+from sessions_app import (
+    converters,  # noqa: F401 - registers <session:…>
+    views,
+)
 
 urlpatterns = [
     path("", views.home, name="site-home"),
     path("sessions/", views.session_list, name="sessions-list-sessions"),
-    path("sessions/<path:session_id>/", views.session_detail, name="sessions-show-session"),
-    path("actions/handoff/<path:session_id>/", views.session_handoff, name="sessions-handoff-session"),
-    path("actions/rollback-preview/<path:session_id>/", views.session_rollback_preview,
+    path("sessions/<session:session_id>/", views.session_detail, name="sessions-show-session"),
+    path("actions/handoff/<session:session_id>/", views.session_handoff, name="sessions-handoff-session"),
+    path("actions/rollback-preview/<session:session_id>/", views.session_rollback_preview,
          name="sessions-preview-rollback"),
-    path("actions/rollback/<path:session_id>/", views.session_rollback, name="sessions-rollback-session"),
-    path("actions/delete-confirm/<path:session_id>/", views.session_delete_confirm, name="sessions-confirm-delete"),
-    path("actions/delete/<path:session_id>/", views.session_delete, name="sessions-delete-session"),
+    path("actions/rollback/<session:session_id>/", views.session_rollback, name="sessions-rollback-session"),
+    path("actions/delete-confirm/<session:session_id>/", views.session_delete_confirm, name="sessions-confirm-delete"),
+    path("actions/delete/<session:session_id>/", views.session_delete, name="sessions-delete-session"),
     path("audit/", views.audit_list, name="sessions-list-actions"),
 ]

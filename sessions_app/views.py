@@ -21,6 +21,7 @@ from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
 from agents_app import registry
+from chatflow_agent._jsonsafe import clean_text
 from chatflow_agent.types import Role
 from sessions_app import actions, listing
 from sessions_app.access import DELETE, FORCE_HANDOFF, ROLLBACK, console_required, may
@@ -242,9 +243,10 @@ def session_delete(request: HttpRequest, session_id: str) -> HttpResponse:
 @require_GET
 @console_required()
 def audit_list(request: HttpRequest) -> HttpResponse:
-    actor = request.GET.get("actor", "").strip()[:150]
+    # clean_text: NUL (which PostgreSQL text cannot hold: a 500) and lone surrogates never reach a filter.
+    actor = clean_text(request.GET.get("actor", "")).strip()[:150]
     action = request.GET.get("action", "").strip()
-    session_id = request.GET.get("session", "")[:1000]
+    session_id = clean_text(request.GET.get("session", ""))[:1000]
     before = _int(request.GET.get("before"), 0)
     qs = OperatorAction.objects.order_by("-id")
     if actor:

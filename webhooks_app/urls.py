@@ -2,6 +2,7 @@
 
 from django.urls import path
 
+from sessions_app import converters  # noqa: F401 - registers <session:…>
 from webhooks_app import views
 
 urlpatterns = [
@@ -9,5 +10,5 @@ urlpatterns = [
     path("webhooks/telegram/", views.telegram, name="webhooks-receive-telegram"),
     path("webhooks/generic/", views.generic, name="webhooks-receive-generic"),
     path("webhooks/deliveries/<int:delivery_id>/retry/", views.retry_delivery, name="webhooks-retry-delivery"),
-    path("webhooks/ledger/<path:session_id>/", views.session_ledger, name="webhooks-show-ledger"),
+    path("webhooks/ledger/<session:session_id>/", views.session_ledger, name="webhooks-show-ledger"),
 ]

@@ -174,6 +174,24 @@ def test_an_unknown_session_is_404(op_client):
     assert op_client.get("/sessions/nope/").status_code == 404
 
 
+@pytest.mark.parametrize("url", [
+    "/sessions/a%00b/", "/actions/rollback-preview/a%00b/?turn=1", "/actions/delete-confirm/a%00b/",
+    "/webhooks/ledger/a%00b/",
+])
+def test_a_session_id_with_nul_is_404_not_a_500_on_postgresql(op_client, url):
+    assert op_client.get(url).status_code == 404
+
+
+@pytest.mark.parametrize("url", ["/actions/handoff/a%00b/", "/actions/rollback/a%00b/", "/actions/delete/a%00b/"])
+def test_an_action_on_a_session_id_with_nul_is_404(op_client, url):
+    assert op_client.post(url, {"agent": "Billing", "turn": "1"}).status_code == 404
+
+
+@pytest.mark.parametrize("url", ["/audit/?session=a%00b", "/audit/?actor=a%00b", "/chat/?session=a%00b"])
+def test_nul_in_a_filter_or_the_chat_session_is_dropped_not_a_500(op_client, url):
+    assert op_client.get(url).status_code == 200
+
+
 def test_the_detail_renders_as_a_full_page_and_its_history_as_a_fragment(op_client):
     cv.store("tg:998877", cv.support_story(), metadata={"channel": "telegram", "user": {"id": 7}})
 
