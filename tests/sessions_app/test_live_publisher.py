@@ -58,3 +58,41 @@ def test_chatflow_chat_warns_at_start_up_with_the_in_memory_layer(tmp_path):
     quiet = chat(REDIS_URL="redis://127.0.0.1:6379/9")
     assert quiet.returncode == 0, quiet.stderr
     assert "in-memory channel layer" not in quiet.stderr
+
+
+XSS = "<script>alert(1)</script>"
+
+
+def test_live_fragments_escape_what_users_and_models_wrote():
+    """Invariant 9 on the live path: every event kind, rendered, shows the payload as text."""
+    from chatflow_agent.core.events import (
+        HandoffOccurred,
+        TextDelta,
+        ToolCallFinished,
+        ToolCallStarted,
+        TurnFailed,
+        TurnStarted,
+    )
+    from chatflow_agent.types import Handoff, ToolResult
+    from sessions_app.fragments import DetailView, render_event
+
+    view = DetailView(user=None, session_id=XSS)
+    call = ToolCall(id=XSS, name=XSS, args={XSS: XSS})
+    events = [
+        TurnStarted(session_id=XSS, turn_id="t", agent_name=XSS, user_message=XSS),
+        MessageAppended(session_id=XSS, turn_id="t", message=Message(role=Role.USER, content=XSS), agent_name=XSS,
+                        index=0),
+        MessageAppended(session_id=XSS, turn_id="t", message=Message(role=Role.MODEL, content=XSS, tool_calls=[call]),
+                        agent_name=XSS, index=1),
+        ToolCallStarted(session_id=XSS, turn_id="t", call=call, agent_name=XSS),
+        ToolCallFinished(session_id=XSS, turn_id="t", agent_name=XSS, duration_ms=1,
+                         result=ToolResult(tool_call_id=XSS, name=XSS, content={XSS: XSS})),
+        HandoffOccurred(session_id=XSS, turn_id="t", from_agent=XSS, to_agent=XSS,
+                        handoff=Handoff(target_agent_name=XSS, reason=XSS)),
+        TextDelta(session_id=XSS, turn_id="t", text=XSS, agent_name=XSS),
+        TurnFailed(session_id=XSS, turn_id="t", error_type=XSS, error=XSS),
+    ]
+    for event in events:
+        html = render_event(view, encode_event(event))
+        assert html and "<script>" not in html, event.type
+        assert "&lt;script&gt;" in html, event.type
