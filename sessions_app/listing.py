@@ -125,13 +125,9 @@ def filtered(query: ListQuery):
     return qs
 
 
-def _annotated(qs):
+def counted(qs):
+    """``qs`` with ``message_count`` and ``turn_count`` (USER messages) per session, as subqueries (one query)."""
     per_session = ChatMessage.objects.filter(session_id=OuterRef("pk")).order_by().values("session_id")
-    last = (
-        ChatMessage.objects.filter(session_id=OuterRef("pk"), role__in=[Role.USER.value, Role.MODEL.value])
-        .exclude(content__isnull=True).exclude(content="")
-        .order_by("-id")
-    )
     return qs.annotate(
         message_count=Coalesce(Subquery(per_session.annotate(c=Count("id")).values("c")), Value(0),
                                output_field=IntegerField()),
@@ -139,6 +135,16 @@ def _annotated(qs):
             Subquery(per_session.filter(role=Role.USER.value).annotate(c=Count("id")).values("c")),
             Value(0), output_field=IntegerField(),
         ),
+    )
+
+
+def _annotated(qs):
+    last = (
+        ChatMessage.objects.filter(session_id=OuterRef("pk"), role__in=[Role.USER.value, Role.MODEL.value])
+        .exclude(content__isnull=True).exclude(content="")
+        .order_by("-id")
+    )
+    return counted(qs).annotate(
         last_role=Subquery(last.values("role")[:1]),
         last_text=Subquery(last.values("content")[:1]),
         running=Exists(SessionLease.objects.filter(session_id=OuterRef("pk"), expires_at__gt=time.time())),

@@ -11,8 +11,7 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from django.contrib import messages
-from django.db.models import Count, IntegerField, Max, OuterRef, Subquery, Value
-from django.db.models.functions import Coalesce
+from django.db.models import Max
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -22,7 +21,6 @@ from django_htmx.http import HttpResponseClientRedirect
 
 from agents_app import registry
 from chatflow_agent._jsonsafe import clean_text
-from chatflow_agent.types import Role
 from sessions_app import actions, listing
 from sessions_app.access import DELETE, FORCE_HANDOFF, ROLLBACK, console_required, may
 from sessions_app.models import ChatMessage, ChatSession, OperatorAction
@@ -80,14 +78,7 @@ def session_list(request: HttpRequest) -> HttpResponse:
 # ---- detail ----------------------------------------------------------------------------------
 def _session(session_id: str) -> ChatSession:
     """The session with its message and turn counts (one query), or 404."""
-    per = ChatMessage.objects.filter(session_id=OuterRef("pk")).order_by().values("session_id")
-    qs = ChatSession.objects.annotate(
-        message_count=Coalesce(Subquery(per.annotate(c=Count("id")).values("c")), Value(0),
-                               output_field=IntegerField()),
-        turn_count=Coalesce(Subquery(per.filter(role=Role.USER.value).annotate(c=Count("id")).values("c")),
-                            Value(0), output_field=IntegerField()),
-    )
-    return get_object_or_404(qs, pk=session_id)
+    return get_object_or_404(listing.counted(ChatSession.objects.all()), pk=session_id)
 
 
 def _int(value: str | None, default: int) -> int:
