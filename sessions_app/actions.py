@@ -20,6 +20,7 @@ from django.db import transaction
 from django.http import Http404
 
 from agents_app import registry, runtime
+from chatflow_agent._jsonsafe import json_safe
 from chatflow_agent.core._persistent import StoredRow, parse_row
 from chatflow_agent.core._pruning import group_turns
 from chatflow_agent.exceptions import SessionBusyError
@@ -69,13 +70,14 @@ def _locked_session(session_id: str) -> ChatSession:
 
 
 def _audit(user: Any, action: str, session_id: str, before: dict, after: dict) -> OperatorAction:
+    # json_safe: an operator's free text (a handoff reason) may hold NUL, which PostgreSQL's jsonb refuses.
     return OperatorAction.objects.create(
         actor=user if getattr(user, "pk", None) else None,
         actor_username=getattr(user, "username", "") or "",
         action=action,
         session_id=session_id,
-        before=before,
-        after=after,
+        before=json_safe(before),
+        after=json_safe(after),
     )
 
 

@@ -65,6 +65,17 @@ def test_force_handoff_sets_the_active_agent_and_is_audited(op_client, olga):
     assert actions.site_store().get("tg:998877").active_agent is registry.get_agent("Tech")
 
 
+def test_a_handoff_reason_with_nul_is_audited_without_it_not_a_500(op_client):
+    # PostgreSQL's jsonb refuses \u0000: the audit entry's JSON is made safe before it is written.
+    cv.store("s", cv.support_story())
+
+    response = op_client.post(url("sessions-handoff-session", "s"), {"agent": "Tech", "reason": "scr\x00een"})
+
+    assert response.status_code == 302
+    assert OperatorAction.objects.get().after == {"active_agent": "Tech", "reason": "screen"}
+    assert ChatSession.objects.get(pk="s").active_agent_name == "Tech"
+
+
 def test_force_handoff_over_htmx_returns_the_updated_session_panel(op_client):
     cv.store("s", cv.support_story())
 
