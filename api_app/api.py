@@ -31,7 +31,7 @@ from pydantic import Field
 
 from api_app.models import ApiToken
 from chatflow_agent._jsonsafe import clean_text, json_safe
-from sessions_app import export, listing
+from sessions_app import actions, export, listing
 from sessions_app.access import EXPORT, may
 from sessions_app.models import ChatSession, OperatorAction
 
@@ -136,9 +136,7 @@ def _caller(request: HttpRequest) -> Caller:
 
 
 def _audit(caller: Caller, session_id: str, **details: Any) -> None:
-    OperatorAction.objects.create(actor=caller.user, actor_username=caller.user.get_username(),
-                                  action=OperatorAction.Kind.EXPORT, session_id=session_id,
-                                  before={}, after={"via": caller.via, **json_safe(details)})
+    actions.audit(caller.user, OperatorAction.Kind.EXPORT, session_id, {}, {"via": caller.via, **details})
 
 
 def _redacted(redact: str) -> bool:

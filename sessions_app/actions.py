@@ -30,7 +30,7 @@ from sessions_app.timeline import handoff_of, pretty_json
 
 __all__ = [
     "ActionError", "InvalidAction", "SessionBusy", "StalePlan", "RollbackPlan",
-    "delete_session", "force_handoff", "plan_rollback", "rollback", "session_counts", "site_store",
+    "audit", "delete_session", "force_handoff", "plan_rollback", "rollback", "session_counts", "site_store",
 ]
 
 
@@ -69,8 +69,13 @@ def _locked_session(session_id: str) -> ChatSession:
     return row
 
 
-def _audit(user: Any, action: str, session_id: str, before: dict, after: dict) -> OperatorAction:
-    # json_safe: an operator's free text (a handoff reason) may hold NUL, which PostgreSQL's jsonb refuses.
+def audit(user: Any, action: str, session_id: str, before: dict, after: dict) -> OperatorAction:
+    """Write one audit log entry (call it inside the action's transaction); saving it broadcasts it live.
+
+    ``action`` is an ``OperatorAction.Kind`` value; ``before``/``after`` are made JSON-safe (an operator's free
+    text, e.g. a handoff reason, may hold NUL, which PostgreSQL's jsonb refuses). An anonymous ``user`` is
+    recorded without an actor.
+    """
     return OperatorAction.objects.create(
         actor=user if getattr(user, "pk", None) else None,
         actor_username=getattr(user, "username", "") or "",
@@ -103,7 +108,7 @@ def force_handoff(user: Any, session_id: str, agent_name: str, reason: str = "")
                 session.set_active_agent(agent)
         except SessionBusyError:
             raise _busy(session_id) from None
-        return _audit(user, OperatorAction.Kind.FORCE_HANDOFF, session_id,
+        return audit(user, OperatorAction.Kind.FORCE_HANDOFF, session_id,
                       {"active_agent": before}, {"active_agent": agent.name, "reason": reason})
 
 
@@ -238,7 +243,7 @@ def rollback(user: Any, session_id: str, turn: int, fingerprint: str | None = No
             raise StalePlan("The store's result differed from the preview; nothing was changed.")
         before = {"turn_count": plan.turn_count, "active_agent": plan.agent_before, "fingerprint": plan.fingerprint}
         after = {**plan.summary(), "turn_count": plan.turn, "active_agent": agent_now}
-        return plan, _audit(user, OperatorAction.Kind.ROLLBACK, session_id, before, after)
+        return plan, audit(user, OperatorAction.Kind.ROLLBACK, session_id, before, after)
 
 
 def _apply_plan(session: Any, plan: RollbackPlan) -> str:
@@ -271,4 +276,4 @@ def delete_session(user: Any, session_id: str) -> OperatorAction:
                   "created_at": row.created_at.isoformat(), "updated_at": row.updated_at.isoformat(),
                   **session_counts(session_id)}
         store.delete(session_id)
-        return _audit(user, OperatorAction.Kind.DELETE, session_id, before, {"deleted": True})
+        return audit(user, OperatorAction.Kind.DELETE, session_id, before, {"deleted": True})

@@ -9,8 +9,8 @@ from typing import Any
 
 from django.db import connections, transaction
 
+from sessions_app import actions
 from sessions_app.access import may
-from sessions_app.models import OperatorAction
 from webhooks_app import inbox
 from webhooks_app.models import InboundDelivery
 
@@ -39,14 +39,8 @@ def retry(user: Any, delivery: InboundDelivery) -> InboundDelivery:
                   "provider_message_id": delivery.provider_message_id, "status": delivery.status,
                   "error": delivery.error[:500], "attempts": delivery.attempts}
         queued = inbox.retry(delivery.pk)
-        OperatorAction.objects.create(
-            actor=user if getattr(user, "pk", None) else None,
-            actor_username=getattr(user, "username", "") or "",
-            action=RETRY_ACTION,
-            session_id=delivery.session_id,
-            before=before,
-            after={"delivery": queued.pk, "status": queued.status},
-        )
+        actions.audit(user, RETRY_ACTION, delivery.session_id, before,
+                      {"delivery": queued.pk, "status": queued.status})
     return queued
 
 
