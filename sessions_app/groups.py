@@ -12,8 +12,13 @@ ACTIONS = ["force_handoff", "rollback_session", "delete_session", "export_transc
            "add_chatmessage"]  # add_chatmessage: play turns from the live chat page (/chat/)
 
 
-def ensure_console_groups(sender=None, using: str = "default", apps=None, **kwargs) -> None:
-    """post_migrate receiver: create the groups if missing and give them their permissions."""
+def grant_console_groups(app_label: str, model: str, operators: list[str], viewers: list[str], *,
+                         using: str = "default", apps=None) -> None:
+    """Create the Operators and Viewers groups if missing and add ``app_label``'s permissions by codename.
+
+    For post_migrate receivers: nothing happens while ``model`` (``app_label``'s) is not in the
+    migration state ``apps`` (migrating backwards past it).
+    """
     from django.apps import apps as global_apps
     from django.contrib.auth.management import create_permissions
 
@@ -21,12 +26,16 @@ def ensure_console_groups(sender=None, using: str = "default", apps=None, **kwar
     try:
         Group = apps.get_model("auth", "Group")
         Permission = apps.get_model("auth", "Permission")
-        apps.get_model("sessions_app", "OperatorAction")
+        apps.get_model(app_label, model)
     except LookupError:
-        return  # migrating backwards past the models: nothing to do
-    create_permissions(global_apps.get_app_config("sessions_app"), verbosity=0, using=using, apps=apps)
-    perms = Permission.objects.using(using).filter(content_type__app_label="sessions_app")
-    operators, _ = Group.objects.using(using).get_or_create(name="Operators")
-    operators.permissions.add(*perms.filter(codename__in=VIEW + ACTIONS))
-    viewers, _ = Group.objects.using(using).get_or_create(name="Viewers")
-    viewers.permissions.add(*perms.filter(codename__in=VIEW))
+        return
+    create_permissions(global_apps.get_app_config(app_label), verbosity=0, using=using, apps=apps)
+    perms = Permission.objects.using(using).filter(content_type__app_label=app_label)
+    for name, codenames in (("Operators", operators), ("Viewers", viewers)):
+        group, _ = Group.objects.using(using).get_or_create(name=name)
+        group.permissions.add(*perms.filter(codename__in=codenames))
+
+
+def ensure_console_groups(sender=None, using: str = "default", apps=None, **kwargs) -> None:
+    """post_migrate receiver: create the groups if missing and give them their permissions."""
+    grant_console_groups("sessions_app", "OperatorAction", VIEW + ACTIONS, VIEW, using=using, apps=apps)
