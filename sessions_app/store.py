@@ -31,7 +31,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError, connections, transaction
-from django.db.models import Count, Max, OuterRef, Subquery, TextField, Value
+from django.db.models import TextField, Value
 from django.db.models.functions import Cast, Coalesce
 
 from chatflow_agent._jsonsafe import json_object
@@ -174,22 +174,20 @@ class DjangoSessionStore(PersistentSessionStore):
         moment = datetime.fromtimestamp(at, UTC)
         return moment.strftime("%Y-%m-%d %H:%M:%S.%f") if self._vendor == "sqlite" else moment
 
-    def _head_query(self, session_id: str):
-        per_session = ChatMessage.objects.filter(session_id=OuterRef("pk")).order_by().values("session_id")
-        return (
-            self._sessions()
-            .filter(pk=session_id)
-            .annotate(
-                token=_text("created_at"),
-                stamp=_text("updated_at"),
-                max_id=Coalesce(Subquery(per_session.annotate(m=Max("id")).values("m")), Value(0)),
-                count=Coalesce(Subquery(per_session.annotate(c=Count("id")).values("c")), Value(0)),
-            )
-            .values_list("active_agent_name", "metadata", "token", "stamp", "max_id", "count")
-        )
-
     def _head(self, session_id: str) -> StoredSession | None:
-        row = self._head_query(session_id).first()
+        """The session row and its version in one statement (raw SQL: this runs twice per turn,
+        and compiling the equivalent annotated queryset cost ~1.5 ms, most of a turn)."""
+        text = "::text" if self._vendor == "postgresql" else ""
+        sql = (
+            f"SELECT s.active_agent_name, s.metadata_json, COALESCE(s.created_at{text}, ''), "
+            f"COALESCE(s.updated_at{text}, ''), "
+            "(SELECT COALESCE(MAX(m.id), 0) FROM chatflow_messages m WHERE m.session_id = s.session_id), "
+            "(SELECT COUNT(*) FROM chatflow_messages m WHERE m.session_id = s.session_id) "
+            "FROM chatflow_sessions s WHERE s.session_id = %s"
+        )
+        with connections[self.using].cursor() as cursor:
+            cursor.execute(sql, [session_id])
+            row = cursor.fetchone()
         if row is None:
             return None
         agent, metadata, token, stamp, max_id, count = row
