@@ -18,7 +18,8 @@ from tests.sessions_app import personas
 
 pytestmark = pytest.mark.django_db
 
-WEIRD_IDS = ["+15550100", "tg:998877", "a/b", "olá 👋", "x" * 255, "spaces and ?query#hash", "50% off/", "a//b"]
+WEIRD_IDS = ["+15550100", "tg:998877", "a/b", "olá 👋", "x" * 255, "spaces and ?query#hash", "50% off/", "a//b",
+             "line1\nline2", "cr\r\nlf\n", "tab\there"]
 
 
 @pytest.fixture
