@@ -4,8 +4,10 @@ a failed turn's rollback, operator actions broadcast, reconnect replaying exactl
 from __future__ import annotations
 
 import asyncio
+from urllib.parse import quote
 
 import pytest
+from channels.db import database_sync_to_async
 from channels.layers import channel_layers
 
 from chatflow_agent.core.engines.base import EngineTurnResult
@@ -69,6 +71,15 @@ async def test_it_rejects_users_without_the_view_permission(people, story, path,
 @pytest.mark.parametrize("path", ["/ws/sessions/", "/ws/sessions/tg:998877/"])
 async def test_it_accepts_a_viewer(people, story, path):
     async with connected(path, people["viewer"]) as ws:
+        accepted, _ = await ws.connect()
+        assert accepted
+
+
+@pytest.mark.parametrize("session_id", ["a/b", "olá 👋", "line1\nline2", "cr\r\nlf\n", "ends/with/slash/"])
+async def test_a_viewer_follows_a_session_whatever_its_id(people, session_id):
+    await database_sync_to_async(cv.store)(session_id, cv.support_story())
+    # Percent-encoded as the page sends it (the communicator unquotes it into the ASGI path, as daphne does).
+    async with connected(f"/ws/sessions/{quote(session_id, safe='/')}/", people["viewer"]) as ws:
         accepted, _ = await ws.connect()
         assert accepted
 
