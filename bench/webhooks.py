@@ -11,10 +11,12 @@ Per database, on a fresh migrated database:
    message) sent open-loop at ``--rate`` per second (httpx). The worker plays the turns (demo engine) and
    sends replies to a fake Graph API in this process while the load runs. Reported: p50/p90/p99/max of
    the request round trip and the turns completed during the load; then a closed-loop saturation run
-   over ``--concurrency`` connections (acks per second, its p99).
+   over ``--concurrency`` connections (acks per second, its p99). Repeated with the turns played by a
+   ``chatflow_worker`` process instead (``CHATFLOW_EMBEDDED_WORKER=off`` on daphne), and with no turns
+   at all (the acknowledgement path alone; its deliveries stay queued and count in no turn figure).
 2. **Queue throughput.** ``--turns`` deliveries are queued (daphne with the embedded worker off), then
    ``manage.py chatflow_worker --drain`` processes (1, and on PostgreSQL also 4, × 8 slots) play them:
-   turns per second from the workers' start to the last exit, replies included.
+   turns per second from the first worker's "ready" (Django set up) to the last exit, replies included.
 
 Prints a table and a JSON line; the README's performance section records the figures.
 """
@@ -202,6 +204,44 @@ def wait_drained(db_url: str, total: int, timeout: float) -> float:
     return time.perf_counter() - started
 
 
+def ack_run(db_url: str, graph: FakeGraph, args: argparse.Namespace, mode: str) -> dict:
+    """Open-loop latency at ``--rate`` while turns run, then a closed-loop saturation run."""
+    embedded, turns = mode == "embedded", mode != "no turns"
+    env = env_for(db_url, graph.base, "on" if embedded else "off")
+    server, base = start_daphne(env)
+    worker = None if embedded or not turns else subprocess.Popen(
+        [sys.executable, "manage.py", "chatflow_worker", "--slots", "8", "--poll", "0.05"], cwd=REPO, env=env,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    tag = {"embedded": "emb", "worker process": "sep"}.get(mode, "idle")
+
+    def drained(total: int) -> None:
+        if turns:
+            wait_drained(db_url, total, 600)
+
+    try:
+        base_done = count(db_url, "done")
+        asyncio.run(load(base, 50, 4, f"{tag}warm"))  # warm-up: imports, connections, first turns
+        drained(base_done + 45)
+        before = count(db_url, "done")
+        started = time.perf_counter()
+        lat = asyncio.run(load(base, args.requests, args.concurrency, f"{tag}load", rate=args.rate))
+        elapsed = time.perf_counter() - started
+        during = count(db_url, "done") - before
+        unique = len({i - 7 if i % 10 == 9 else i for i in range(args.requests)})
+        drained(before + unique)
+        sat = asyncio.run(load(base, args.requests // 2, args.concurrency, f"{tag}sat"))
+        sat_s = sum(sat) / args.concurrency
+        drained(before + unique + len({i - 7 if i % 10 == 9 else i for i in range(args.requests // 2)}))
+    finally:
+        stop(server)
+        if worker is not None:
+            stop(worker)
+    return {"requests": args.requests, "rate_per_s": args.rate, "achieved_per_s": round(args.requests / elapsed),
+            "p50_ms": round(pct(lat, 50), 1), "p90_ms": round(pct(lat, 90), 1),
+            "p99_ms": round(pct(lat, 99), 1), "max_ms": round(max(lat) * 1000, 1), "turns_during_load": during,
+            "saturation_acks_per_s": round(len(sat) / sat_s), "saturation_p99_ms": round(pct(sat, 99), 1)}
+
+
 def bench_db(kind: str, args: argparse.Namespace, graph: FakeGraph) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="chatflow-bench-webhooks-"))
     name = f"chatflow_bench_webhooks_{os.getpid()}"
@@ -216,33 +256,12 @@ def bench_db(kind: str, args: argparse.Namespace, graph: FakeGraph) -> dict:
         db_url = PG.format(name=name)
     out: dict = {"db": kind}
     try:
-        env_on = env_for(db_url, graph.base, "on")
         subprocess.run([sys.executable, "manage.py", "migrate", "-v", "0"], cwd=REPO,
                        env=env_for(db_url, graph.base, "off"), check=True)
-        # 1. ack latency while the embedded worker plays turns
-        server, base = start_daphne(env_on)
-        try:
-            asyncio.run(load(base, 50, 4, "warm"))  # warm-up: imports, connections, first turns
-            wait_drained(db_url, 45, 60)
-            before = count(db_url, "done")
-            started = time.perf_counter()
-            lat = asyncio.run(load(base, args.requests, args.concurrency, "load", rate=args.rate))
-            elapsed = time.perf_counter() - started
-            during = count(db_url, "done") - before
-            unique = len({i - 7 if i % 10 == 9 else i for i in range(args.requests)})
-            drain_s = wait_drained(db_url, before + unique, 600)
-            sat = asyncio.run(load(base, args.requests // 2, args.concurrency, "sat"))
-            sat_s = sum(sat) / args.concurrency
-            wait_drained(db_url, before + unique + len({i - 7 if i % 10 == 9 else i
-                                                          for i in range(args.requests // 2)}), 600)
-        finally:
-            stop(server)
-        out["ack"] = {"requests": args.requests, "rate_per_s": args.rate,
-                      "achieved_per_s": round(args.requests / elapsed),
-                      "p50_ms": round(pct(lat, 50), 1), "p90_ms": round(pct(lat, 90), 1),
-                      "p99_ms": round(pct(lat, 99), 1), "max_ms": round(max(lat) * 1000, 1),
-                      "turns_during_load": during, "embedded_drain_s_after_load": round(drain_s, 1),
-                      "saturation_acks_per_s": round(len(sat) / sat_s), "saturation_p99_ms": round(pct(sat, 99), 1)}
+        # 1. ack latency while turns run: in the server process (embedded), or in a worker process
+        out["ack"] = {}
+        for mode in ("embedded", "worker process", "no turns"):
+            out["ack"][mode] = ack_run(db_url, graph, args, mode)
         # 2. queue throughput with standalone workers
         out["throughput"] = []
         for workers in ([1] if kind == "sqlite" else [1, 4]):
@@ -255,12 +274,24 @@ def bench_db(kind: str, args: argparse.Namespace, graph: FakeGraph) -> dict:
                 stop(server)
             queued = count(db_url, "queued")
             replies_before = graph.count
-            started = time.perf_counter()
             procs = [subprocess.Popen([sys.executable, "manage.py", "chatflow_worker", "--drain", "--slots", "8",
-                                       "--poll", "0.05"], cwd=REPO, env=env_off, stdout=subprocess.DEVNULL,
-                                      stderr=subprocess.DEVNULL) for _ in range(workers)]
+                                       "--poll", "0.05"], cwd=REPO, env=env_off, stdout=subprocess.PIPE,
+                                      stderr=subprocess.DEVNULL, text=True) for _ in range(workers)]
+            ready: list[float] = []
+
+            def wait_ready(proc: subprocess.Popen, ready: list[float] = ready) -> None:
+                proc.stdout.readline()  # "… ready": Django is set up, the worker polls from now on
+                ready.append(time.perf_counter())
+                proc.stdout.read()
+
+            readers = [threading.Thread(target=wait_ready, args=(p,)) for p in procs]
+            for t in readers:
+                t.start()
             for p in procs:
                 p.wait()
+            for t in readers:
+                t.join()
+            started = min(ready)  # process start-up (imports, Django setup) is not queue time
             elapsed = time.perf_counter() - started
             out["throughput"].append({"workers": workers, "slots": 8, "turns": queued,
                                       "turns_per_s": round(queued / elapsed, 1),
@@ -284,12 +315,13 @@ def main() -> None:
     args = parser.parse_args()
     graph = FakeGraph()
     results = [bench_db(kind, args, graph) for kind in (["sqlite", "postgres"] if args.db == "both" else [args.db])]
-    print(f"{'db':<9}{'rate/s':>7}{'p50 ms':>8}{'p90 ms':>8}{'p99 ms':>8}{'max ms':>8}{'turns during':>13}"
-          f"{'sat. acks/s':>12}{'sat. p99':>9}")
+    print(f"{'db':<9}{'turns run in':<16}{'rate/s':>7}{'p50 ms':>8}{'p90 ms':>8}{'p99 ms':>8}{'max ms':>8}"
+          f"{'turns during':>13}{'sat. acks/s':>12}{'sat. p99':>9}")
     for r in results:
-        a = r["ack"]
-        print(f"{r['db']:<9}{a['achieved_per_s']:>7}{a['p50_ms']:>8}{a['p90_ms']:>8}{a['p99_ms']:>8}{a['max_ms']:>8}"
-              f"{a['turns_during_load']:>13}{a['saturation_acks_per_s']:>12}{a['saturation_p99_ms']:>9}")
+        for mode, a in r["ack"].items():
+            print(f"{r['db']:<9}{mode:<16}{a['achieved_per_s']:>7}{a['p50_ms']:>8}{a['p90_ms']:>8}{a['p99_ms']:>8}"
+                  f"{a['max_ms']:>8}{a['turns_during_load']:>13}{a['saturation_acks_per_s']:>12}"
+                  f"{a['saturation_p99_ms']:>9}")
     print(f"\n{'db':<9}{'workers×slots':>14}{'turns':>7}{'turns/s':>9}{'replies':>9}")
     for r in results:
         for t in r["throughput"]:
