@@ -30,6 +30,7 @@ logger = logging.getLogger("agents_app.chat")
 CHAT = "agents_app/chat.html"
 MAX_MESSAGE = 4000
 MAX_SESSION_ID = 200
+MAX_QUEUED = 10  # turns one page may have waiting or running: each is a (possibly paid) model call
 STATES = {"queued": "queued", "running": "running", "answered": "answered", "failed": "failed · rolled back"}
 
 
@@ -67,6 +68,10 @@ class ChatConsumer(AsyncWebsocketConsumer):
             await self.send(text_data=render_to_string(f"{CHAT}#chat-error", {
                 "error": f"A message (at most {MAX_MESSAGE} characters) and a session id "
                          f"(at most {MAX_SESSION_ID}) are needed."}))
+            return
+        if len(self.tasks) >= MAX_QUEUED:
+            await self.send(text_data=render_to_string(f"{CHAT}#chat-error", {
+                "error": f"{MAX_QUEUED} messages are already waiting; send more when they have been answered."}))
             return
         self.count += 1
         n = self.count

@@ -394,6 +394,8 @@ class SessionStore(BaseSessionStore):
 
     De-duplication remembers at most 10,000 ids (the oldest evicted in O(1)) for
     ``dedup_ttl_hours`` from their first claim; a repeat inside the window does not extend it.
+    The cap bounds memory, so an id evicted by it can be claimed again while its TTL still
+    runs: webhooks that must be processed exactly once (invariant 6) need a persistent store.
     """
 
     _DEDUP_MAX_ENTRIES: int = 10_000
