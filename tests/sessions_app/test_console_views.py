@@ -293,6 +293,18 @@ def test_the_audit_log_renders_as_a_page_and_a_fragment_and_filters(op_client):
     assert b"No operator actions match." in by_actor.content
 
 
+def test_a_bulk_export_entry_names_no_session_link(op_client):
+    """The API's bulk export is audited with session id "*": not a session, so no link to /sessions/*/ (a 404)."""
+    user = personas.operator("otto.exporter")
+    actions.audit(user, "export", "*", {}, {"via": "session", "format": "jsonl", "bulk": True})
+    actions.audit(user, "export", "s1", {}, {"via": "session", "format": "md"})
+
+    body = op_client.get("/audit/").content.decode()
+
+    assert 'href="/sessions/*/"' not in body and 'href="/sessions/%2A/"' not in body
+    assert 'href="/sessions/s1/"' in body
+
+
 def test_the_session_detail_links_to_its_audit_entries(op_client):
     cv.store("olá 👋", [cv.user("hi")])
     body = op_client.get(reverse("sessions-show-session", args=["olá 👋"])).content.decode()
