@@ -105,6 +105,8 @@ def force_handoff(user: Any, session_id: str, agent_name: str, reason: str = "")
         try:
             with store.sync_turn(session_id, registry.starting_agent(), wait=False) as session:
                 before = session.active_agent.name
+                if before == agent.name:
+                    raise InvalidAction(f"{agent.name} is already the active agent of this session.")
                 session.set_active_agent(agent)
         except SessionBusyError:
             raise _busy(session_id) from None

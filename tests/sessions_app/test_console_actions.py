@@ -76,6 +76,18 @@ def test_a_handoff_reason_with_nul_is_audited_without_it_not_a_500(op_client):
     assert ChatSession.objects.get(pk="s").active_agent_name == "Tech"
 
 
+def test_a_handoff_to_the_active_agent_is_refused_and_not_audited(op_client):
+    cv.store("s", cv.support_story())
+
+    response = op_client.post("/actions/handoff/s/", {"agent": "Support"})
+    page = op_client.get(url("sessions-show-session", "s")).content.decode()
+
+    assert response.status_code == 400
+    assert "Support is already the active agent of this session." in response.content.decode()
+    assert not OperatorAction.objects.exists()
+    assert '<option value="Support">' not in page and '<option value="Billing">' in page
+
+
 def test_force_handoff_over_htmx_returns_the_updated_session_panel(op_client):
     cv.store("s", cv.support_story())
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import sys
+import uuid
 
 import pytest
 from channels.db import database_sync_to_async
@@ -63,7 +64,7 @@ def viewer_cookie():
 
 
 async def test_an_event_published_by_another_process_reaches_the_consumer(redis_layer, viewer_cookie):
-    session_id = "redis:live:1"
+    session_id = f"redis:live:{uuid.uuid4().hex[:8]}"  # its own group: other runs may share this Redis
     await database_sync_to_async(cv.store)(session_id, [cv.user("hi"), cv.model("hello")])
     seen = await database_sync_to_async(
         lambda: ChatMessage.objects.filter(session_id=session_id).order_by("-id").values_list("id", flat=True)[0])()
