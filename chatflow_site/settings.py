@@ -147,8 +147,8 @@ INSTALLED_APPS = [
     "ninja",  # its templates and vendored Swagger UI assets: the API docs page works offline
     "sessions_app",
     "agents_app",
-    "webhooks_app",
     "api_app",
+    "webhooks_app",
 ]
 
 MIDDLEWARE = [
@@ -236,7 +236,12 @@ LOGGING = {
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": "WARNING"},
-    "loggers": {name: {"level": "INFO"} for name in ("chatflow_agent", "sessions_app", "agents_app", "webhooks_app")},
+    "loggers": {
+        **{name: {"level": "INFO"} for name in ("chatflow_agent", "sessions_app", "agents_app", "webhooks_app")},
+        # Django's default config gives "django" a console handler of its own; records also reach the
+        # root handler, so each 4xx/5xx line printed twice. Configured here, it keeps only the root's.
+        "django": {"level": "INFO"},
+    },
 }
 
 # --- Chatflow runtime -------------------------------------------------------------------------
