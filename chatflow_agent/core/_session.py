@@ -296,14 +296,18 @@ class BaseSessionStore(ABC):
     async def _run_blocking(self, fn: Callable[..., Any], *args: Any) -> Any:
         return await asyncio.to_thread(fn, *args)
 
+    async def _run_blocking_on(self, key: str | None, fn: Callable[..., Any], *args: Any) -> Any:
+        """:meth:`_run_blocking` for work on one session (stores may keep it on one thread)."""
+        return await self._run_blocking(fn, *args)
+
     async def aget_or_create(self, session_id: str, default_agent: Agent, metadata: dict[str, Any] | None = None) -> SessionContext:  # noqa: E501
-        return await self._run_blocking(self.get_or_create, session_id, default_agent, metadata)
+        return await self._run_blocking_on(session_id, self.get_or_create, session_id, default_agent, metadata)
 
     async def aget(self, session_id: str) -> SessionContext | None:
-        return await self._run_blocking(self.get, session_id)
+        return await self._run_blocking_on(session_id, self.get, session_id)
 
     async def adelete(self, session_id: str) -> bool:
-        return await self._run_blocking(self.delete, session_id)
+        return await self._run_blocking_on(session_id, self.delete, session_id)
 
     async def alist_sessions(self) -> list[str]:
         return await self._run_blocking(self.list_sessions)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -88,7 +88,7 @@ FROM chatflow_sessions s WHERE s.session_id = ?
 
 def utc_stamp(at: float | None = None) -> str:
     """UTC time as ``YYYY-MM-DD HH:MM:SS.ffffff`` — sorts with 0.3.4's ``CURRENT_TIMESTAMP`` text."""
-    moment = datetime.fromtimestamp(time.time() if at is None else at, timezone.utc)
+    moment = datetime.fromtimestamp(time.time() if at is None else at, UTC)
     return moment.strftime("%Y-%m-%d %H:%M:%S.%f")
 
 

@@ -96,7 +96,17 @@ class Agent:
             f"Hand off the dialogue to '{target_agent.name}'. "
             f"Target agent specialty: {target_agent.get_instructions()[:120]}"
         )
+        # Building a Tool builds a pydantic model (~1 ms): reuse it while name and description hold.
+        cache: dict[tuple[str, str], Tool] = self.__dict__.setdefault("_handoff_tools", {})
+        key = (target_agent.name, desc)
+        if key not in cache:
+            if len(cache) > 64:  # callable instructions that change every call: stay bounded
+                cache.clear()
+            cache[key] = self._build_handoff_tool(target_agent, desc)
+        return cache[key]
 
+    @staticmethod
+    def _build_handoff_tool(target_agent: Agent, desc: str) -> Tool:
         def handoff_executor(reason: str | None = None) -> Handoff:
             """Transfer the conversation to another specialized agent."""
             return Handoff(target_agent_name=target_agent.name, reason=reason)
