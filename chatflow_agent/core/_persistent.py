@@ -97,6 +97,7 @@ class CommitResult:
 
 
 def _lease_owner() -> str:
+    """``host:pid:random``: unique per turn, and says which process holds a lease."""
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
 
 
@@ -431,8 +432,8 @@ class PersistentSessionStore(BaseSessionStore):
 
     async def _heartbeat(self, session_id: str, owner: str) -> None:
         while True:
-            await asyncio.sleep(self.lease_ttl_seconds / 3)
             await self._run_blocking_on(session_id, self._renew_blocking, session_id, owner)
+            await asyncio.sleep(self.lease_ttl_seconds / 3)
 
     @asynccontextmanager
     async def turn(
@@ -445,7 +446,12 @@ class PersistentSessionStore(BaseSessionStore):
         try:
             owner = _lease_owner()
             stored = await self._acquire_lease_async(session_id, owner, wait)
-            heartbeat = asyncio.ensure_future(self._heartbeat(session_id, owner))
+            # The lease is renewed every third of its TTL; most turns end before the first renewal,
+            # so the renewing task is only started by a timer (a task per turn costs ~5 % of a turn).
+            tasks: list[asyncio.Task[None]] = []
+            timer = asyncio.get_running_loop().call_later(
+                self.lease_ttl_seconds / 3,
+                lambda: tasks.append(asyncio.ensure_future(self._heartbeat(session_id, owner))))
             committed = False
             try:
                 session = self._materialise(session_id, stored, default_agent, metadata)
@@ -459,9 +465,11 @@ class PersistentSessionStore(BaseSessionStore):
                     raise
                 session._end_turn()
             finally:
-                heartbeat.cancel()
-                with suppress(asyncio.CancelledError):
-                    await heartbeat
+                timer.cancel()
+                for heartbeat in tasks:
+                    heartbeat.cancel()
+                    with suppress(asyncio.CancelledError):
+                        await heartbeat
                 if not committed:
                     await asyncio.shield(self._run_blocking_on(session_id, self._db_release_lease, session_id, owner))
         finally:
