@@ -87,6 +87,7 @@ class Changes:
     inserts: list[Message] = field(default_factory=list)
     delete_ids: list[int] = field(default_factory=list)
     release_owner: str | None = None  # release this lease in the same transaction
+    version: Any = None  # the session's version when it was loaded (what the store last saw)
 
 
 @dataclass
@@ -381,6 +382,7 @@ class PersistentSessionStore(BaseSessionStore):
             inserts=inserts,
             delete_ids=sorted(set(delete_ids)),
             release_owner=release_owner,
+            version=getattr(session, "_version", None),
         )
 
     def _apply_commit(self, session: SessionContext, changes: Changes, result: CommitResult) -> None:

@@ -54,11 +54,48 @@ def engine_view(history: Sequence[Message]) -> list[Message]:
     empty by that is dropped. Messages that need no change are passed through as they are;
     the stored history is never modified (copies are made where something is left out).
     """
+    if _already_well_formed(history):
+        return list(history)  # the common case, in one cheap pass (this runs before every model call)
     system, turns, _ = group_turns(history)
     out: list[Message] = list(system)
     for turn in turns:
         out.extend(_well_formed_turn(turn))
     return out
+
+
+def _already_well_formed(history: Sequence[Message]) -> bool:
+    """True when :func:`engine_view` would return ``history`` unchanged (strictly: each tool call
+    answered by the TOOL message(s) right after its MODEL message); False sends it the long way."""
+    seen_other = seen_user = False
+    open_calls: set[str] = set()
+    for msg in history:
+        role = msg.role
+        if role is Role.SYSTEM:
+            if seen_other:
+                return False
+            continue
+        seen_other = True
+        if role is Role.TOOL:
+            results = msg.tool_results
+            if not results or not open_calls:
+                return False
+            for result in results:
+                if result.tool_call_id not in open_calls:
+                    return False
+                open_calls.discard(result.tool_call_id)
+            continue
+        if open_calls:  # a USER or MODEL message while calls still wait for their results
+            return False
+        if role is Role.USER:
+            seen_user = True
+        elif not seen_user:
+            return False
+        elif msg.tool_calls:
+            for call in msg.tool_calls:
+                if call.id in open_calls:
+                    return False
+                open_calls.add(call.id)
+    return not open_calls
 
 
 def _well_formed_turn(turn: list[Message]) -> list[Message]:

@@ -256,11 +256,12 @@ class SQLiteSessionStore(PersistentSessionStore):
                 (changes.agent_name, changes.metadata_json, now, sid, changes.token),
             ).rowcount == 0:
                 raise SessionDeletedError(sid)  # deleted (maybe re-created) since it was loaded
+            deleted = 0
             if changes.delete_ids:
-                conn.executemany(
+                deleted = conn.executemany(
                     "DELETE FROM chatflow_messages WHERE id = ? AND session_id = ?",
                     [(i, sid) for i in changes.delete_ids],
-                )
+                ).rowcount
             new_ids = [
                 conn.execute(
                     "INSERT INTO chatflow_messages (session_id, role, content, message_json, created_at) "
@@ -276,6 +277,12 @@ class SQLiteSessionStore(PersistentSessionStore):
                 # The lease expired (its renewals stalled) and may have gone to another turn:
                 # committing now could interleave with it, so this turn fails and writes nothing.
                 raise SessionBusyError(sid)
+            prev = changes.version
+            if changes.release_owner and changes.token is not None and new_ids and isinstance(prev, tuple):
+                # A turn's commit: the version read when its lease was taken is current (nobody else
+                # ran a turn since), so the new one follows without reading the head again. A
+                # non-turn write elsewhere meanwhile only makes it differ, which forces a reload.
+                return CommitResult(new_ids, changes.token, (now, new_ids[-1], prev[2] - deleted + len(new_ids)))
             head = self._db_head(sid)
             assert head is not None
             return CommitResult(new_ids, head.token, head.version)

@@ -91,3 +91,38 @@ def test_engine_view_passes_well_formed_messages_through_as_they_are() -> None:
     history = [system("s"), user("u1"), model(None, "c1", "c2"), results("c1", "c2"), model("a1")]
     view = engine_view(history)
     assert all(a is b for a, b in zip(view, history, strict=True))
+
+
+def test_the_fast_path_of_engine_view_agrees_with_the_full_pass_on_random_histories() -> None:
+    import random
+
+    from chatflow_agent.core._pruning import _already_well_formed, _well_formed_turn
+
+    def full_pass(history):
+        system, turns, _ = group_turns(history)
+        return system + [m for turn in turns for m in _well_formed_turn(turn)]
+
+    rng = random.Random(7)
+    fast_hits = 0
+    for _ in range(3000):
+        history, ids = [], iter(range(10_000))
+        for _ in range(rng.randint(0, 9)):
+            kind = rng.choice(["user", "user", "model", "call", "result", "system", "orphan"])
+            if kind in ("user", "model", "system"):
+                history.append(Message(role=Role(kind), content=kind))
+            elif kind == "call":
+                calls = [ToolCall(id=f"c{next(ids)}", name="t") for _ in range(rng.randint(1, 2))]
+                history.append(Message(role=Role.MODEL, tool_calls=calls))
+                if rng.random() < 0.8:
+                    history.append(Message(role=Role.TOOL, tool_results=[
+                        ToolResult(tool_call_id=c.id, name="t", content=1) for c in calls]))
+            else:
+                target = f"c{rng.randint(0, 5)}" if kind == "result" else "gone"
+                history.append(Message(role=Role.TOOL, tool_results=[ToolResult(tool_call_id=target, name="t",
+                                                                                content=1)]))
+        expected = [m.model_dump() for m in full_pass(history)]
+        assert [m.model_dump() for m in engine_view(history)] == expected, history
+        if _already_well_formed(history):
+            fast_hits += 1
+            assert [m.model_dump() for m in history] == expected
+    assert fast_hits > 300  # the fast path was exercised, not only the full pass

@@ -572,3 +572,20 @@ def test_a_waiter_that_gives_up_does_not_block_the_line(tmp_path, store_factory)
     assert store._db_acquire_lease("s", "c", 30) is True
     assert store._db_acquire_lease("s", "d", 30, queue=False) is False  # no-wait callers never queue
     assert not store._read("SELECT 1 FROM chatflow_session_waiters WHERE owner = 'd'")
+
+
+@pytest.mark.asyncio
+async def test_a_turn_commit_knows_the_new_version_so_the_next_turn_does_not_reload(tmp_path, store_factory):
+    from chatflow_agent import Agent, Runner
+    from chatflow_agent.core.engines import ScriptedEngine
+
+    store = store_factory(str(tmp_path / "version.db"), default_max_turns=2)
+    runner = Runner(Agent(name="Bot", instructions="x"), session_store=store,
+                    engine=ScriptedEngine("a1", "a2", "a3", "a4"))
+    loads = []
+    original = store._db_load
+    store._db_load = lambda sid: loads.append(sid) or original(sid)
+    for n in range(1, 5):  # turns 3 and 4 also prune (delete) rows
+        await runner.run_async("v", f"u{n}")
+        assert store.get("v")._version == store._db_head("v").version
+    assert loads == []  # the session was loaded once (by nobody: it was new) and kept current since
