@@ -457,15 +457,10 @@ class PersistentSessionStore(BaseSessionStore):
             committed = False
             try:
                 session = self._materialise(session_id, stored, default_agent, metadata)
-                session._begin_turn()
-                try:
+                with session._atomic():
                     yield session
                     await self._run_blocking_on(session_id, self._commit_blocking, session, owner)
                     committed = True
-                except BaseException:
-                    session._restore_turn()
-                    raise
-                session._end_turn()
             finally:
                 timer.cancel()
                 for heartbeat in tasks:
@@ -521,15 +516,10 @@ class PersistentSessionStore(BaseSessionStore):
             self._keep_lease(session_id, owner)  # no event loop here: a thread renews the lease
             try:
                 session = self._materialise(session_id, stored, default_agent, metadata)
-                session._begin_turn()
-                try:
+                with session._atomic():
                     yield session
                     self._commit_blocking(session, owner)
                     committed = True
-                except BaseException:
-                    session._restore_turn()
-                    raise
-                session._end_turn()
             finally:
                 self._release_kept_lease(session_id, owner)
                 if not committed:

@@ -214,6 +214,20 @@ class SessionContext:
         if self._store is not None and self._turn is None:
             await self._store._flush_async(self)
 
+    @contextmanager
+    def _atomic(self) -> Iterator[SessionContext]:
+        """Changes inside the block are kept in memory; on an exception they are undone.
+
+        The store's ``turn`` / ``sync_turn`` commit them inside the block (so a failed commit is
+        undone too)."""
+        self._begin_turn()
+        try:
+            yield self
+        except BaseException:
+            self._restore_turn()
+            raise
+        self._end_turn()
+
     def _begin_turn(self) -> None:
         self._check()
         self._turn = _Snapshot(self)
@@ -353,14 +367,9 @@ class BaseSessionStore(ABC):
             raise SessionBusyError(session_id)
         try:
             session = await self.aget_or_create(session_id, default_agent, metadata)
-            session._begin_turn()
-            try:
+            with session._atomic():
                 yield session
                 await self._commit_turn_async(session)
-            except BaseException:
-                session._restore_turn()
-                raise
-            session._end_turn()
         finally:
             self._locks.release(session_id)
 
@@ -375,14 +384,9 @@ class BaseSessionStore(ABC):
             raise SessionBusyError(session_id)
         try:
             session = self.get_or_create(session_id, default_agent, metadata)
-            session._begin_turn()
-            try:
+            with session._atomic():
                 yield session
                 self._commit_turn_sync(session)
-            except BaseException:
-                session._restore_turn()
-                raise
-            session._end_turn()
         finally:
             self._locks.release(session_id)
 
