@@ -352,6 +352,20 @@ def test_memory_and_storage_agree_on_greetings_and_late_system_messages(kit: Sto
     assert_reload_equals(kit, store, "agree", s)
 
 
+def test_one_message_object_added_twice_is_stored_twice_and_pruned_as_two(kit: StoreKit) -> None:
+    store = kit.make(default_max_turns=2)
+    s = store.get_or_create("twice", default_agent=Agent(name="Bot", instructions="x"))
+    ping = Message(role=Role.USER, content="ping")
+    for _ in range(2):
+        s.add_message(ping)
+        s.add_message(Message(role=Role.MODEL, content="pong"))
+    assert contents(s.history) == ["ping", "pong", "ping", "pong"]
+    assert_reload_equals(kit, store, "twice", s)
+    s.add_message(Message(role=Role.USER, content="third"))  # prunes the first "ping" turn only
+    assert contents(s.history) == ["ping", "pong", "third"]
+    assert_reload_equals(kit, store, "twice", s)
+
+
 @pytest.mark.asyncio
 async def test_the_runner_resolves_stored_agent_names(kit: StoreKit) -> None:
     store = kit.make()

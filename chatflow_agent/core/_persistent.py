@@ -364,15 +364,33 @@ class PersistentSessionStore(BaseSessionStore):
 
     # ---- commits --------------------------------------------------------------------------
     def _changes(self, session: SessionContext, release_owner: str | None = None) -> Changes:
-        kept: set[int] = set()
-        inserts: list[Message] = []
-        for m in session._history:
-            entry = session._rows.get(id(m))
-            if entry is not None and entry[0] is m:
-                kept.add(id(m))
-            else:
-                inserts.append(m)
-        delete_ids = [rid for key, (_m, rid) in session._rows.items() if key not in kept]
+        """What ``session`` must write: messages without a row, rows no longer in its history.
+
+        Messages are matched to rows by identity (``session._rows`` holds each persisted message,
+        so its ``id()`` cannot be reused while the row is known). Set operations instead of a
+        per-message loop: this runs on every turn over the whole (pruned) history.
+        """
+        history, rows = session._history, session._rows
+        ids = list(map(id, history))
+        live = set(ids)
+        if len(live) != len(ids):
+            # One message object added twice: each occurrence needs its own row, so the repeats
+            # become copies (otherwise one row would stand for two messages, and be lost on reload).
+            seen: set[int] = set()
+            for i, m in enumerate(history):
+                if id(m) in seen:
+                    history[i] = m = m.model_copy()
+                    ids[i] = id(m)
+                seen.add(id(m))
+            live = set(ids)
+        new = live.difference(rows)
+        if not new:
+            inserts: list[Message] = []
+        elif new.issuperset(ids[-len(new):]):  # the usual case: the new messages are the newest
+            inserts = history[-len(new):]
+        else:
+            inserts = [m for m, i in zip(history, ids, strict=True) if i in new]
+        delete_ids = [rows[key][1] for key in rows.keys() - live]
         delete_ids.extend(session._stale_ids)
         return Changes(
             session_id=session.session_id,
@@ -386,11 +404,10 @@ class PersistentSessionStore(BaseSessionStore):
         )
 
     def _apply_commit(self, session: SessionContext, changes: Changes, result: CommitResult) -> None:
-        live = {id(m) for m in session._history}
-        rows = {k: v for k, v in session._rows.items() if k in live}
-        for msg, rid in zip(changes.inserts, result.new_ids, strict=True):
-            rows[id(msg)] = (msg, rid)
-        session._rows = rows
+        rows = session._rows
+        for key in rows.keys() - set(map(id, session._history)):
+            del rows[key]
+        rows.update(zip(map(id, changes.inserts), zip(changes.inserts, result.new_ids, strict=True)))
         session._stale_ids = set()
         session._token = result.token
         session._version = result.version  # type: ignore[attr-defined]

@@ -126,3 +126,21 @@ def test_the_fast_path_of_engine_view_agrees_with_the_full_pass_on_random_histor
             fast_hits += 1
             assert [m.model_dump() for m in history] == expected
     assert fast_hits > 300  # the fast path was exercised, not only the full pass
+
+
+def test_pruning_agrees_with_grouping_whole_turns_on_random_histories() -> None:
+    import random
+
+    def by_turns(history, max_turns):  # the rule, written out: SYSTEM first, newest whole turns
+        system, turns, _ = group_turns(history)
+        return system + [m for turn in turns[-max_turns:] for m in turn]
+
+    rng = random.Random(11)
+    for _ in range(3000):
+        history = [Message(role=rng.choice([Role.USER, Role.USER, Role.MODEL, Role.TOOL, Role.SYSTEM]),
+                           content=str(i)) for i in range(rng.randint(0, 12))]
+        max_turns = rng.randint(1, 4)
+        pruned = prune_history(history, max_turns)
+        expected = by_turns(history, max_turns)
+        assert len(pruned) == len(expected) and all(a is b for a, b in zip(pruned, expected, strict=True)), (
+            shape(history), max_turns)
