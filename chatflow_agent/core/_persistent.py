@@ -97,9 +97,26 @@ class CommitResult:
     version: Any
 
 
+def _process_tag() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}:"
+
+
+_owner_prefix = _process_tag()
+_owner_serial = itertools.count(1)
+
+
+def _new_process() -> None:
+    global _owner_prefix, _owner_serial
+    _owner_prefix, _owner_serial = _process_tag(), itertools.count(1)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_process)
+
+
 def _lease_owner() -> str:
-    """``host:pid:random``: unique per turn, and says which process holds a lease."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+    """``host:pid:random:serial``: unique per turn, and says which process holds a lease."""
+    return f"{_owner_prefix}{next(_owner_serial)}"
 
 
 def parse_row(row: StoredRow) -> Message | None:
