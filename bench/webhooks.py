@@ -45,6 +45,7 @@ import httpx
 REPO = Path(__file__).resolve().parent.parent
 SECRET = "bench-app-secret"
 PG = "postgres://postgres@127.0.0.1:5432/{name}"
+MODES = ("embedded", "worker process", "no turns")
 
 
 class FakeGraph:
@@ -260,11 +261,11 @@ def bench_db(kind: str, args: argparse.Namespace, graph: FakeGraph) -> dict:
                        env=env_for(db_url, graph.base, "off"), check=True)
         # 1. ack latency while turns run: in the server process (embedded), or in a worker process
         out["ack"] = {}
-        for mode in ("embedded", "worker process", "no turns"):
+        for mode in args.modes:
             out["ack"][mode] = ack_run(db_url, graph, args, mode)
         # 2. queue throughput with standalone workers
         out["throughput"] = []
-        for workers in ([1] if kind == "sqlite" else [1, 4]):
+        for workers in ([] if args.no_throughput else [1] if kind == "sqlite" else [1, 4]):
             env_off = env_for(db_url, graph.base, "off")
             server, base = start_daphne(env_off)
             try:
@@ -312,6 +313,9 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=50.0, help="webhooks per second in the latency run")
     parser.add_argument("--concurrency", type=int, default=16, help="connections in the saturation run")
     parser.add_argument("--turns", type=int, default=1000)
+    parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES),
+                        help="which acknowledgement runs (default: all three)")
+    parser.add_argument("--no-throughput", action="store_true", help="skip the queue throughput runs")
     args = parser.parse_args()
     graph = FakeGraph()
     results = [bench_db(kind, args, graph) for kind in (["sqlite", "postgres"] if args.db == "both" else [args.db])]
