@@ -188,6 +188,11 @@ if REDIS_URL:
     if urlsplit(REDIS_URL).scheme not in {"redis", "rediss", "unix"}:
         raise ImproperlyConfigured(f"REDIS_URL must be a redis://host:port/db URL; got {_redact(REDIS_URL)!r}")
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}}}
+elif env.str("CHATFLOW_LIVE_RELAY_FD", default="").strip():
+    # Set by the server for its embedded worker process only (webhooks_app.embedded): the worker's
+    # publishes go to the server over this pipe and out on the server's in-memory layer.
+    CHANNEL_LAYERS = {"default": {"BACKEND": "webhooks_app.relay.RelayChannelLayer",
+                                  "CONFIG": {"fd": _positive_int("CHATFLOW_LIVE_RELAY_FD", 0)}}}
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 
@@ -274,7 +279,8 @@ for _name in ("WHATSAPP_API_BASE", "TELEGRAM_API_BASE"):
     if urlsplit(globals()[_name]).scheme not in {"http", "https"}:
         raise ImproperlyConfigured(f"{_name} must be an http(s) URL; got {globals()[_name]!r}")
 CHATFLOW_WEBHOOK_MAX_BYTES = _positive_int("CHATFLOW_WEBHOOK_MAX_BYTES", 256 * 1024)
-# The in-process queue worker: auto = only under an ASGI server (daphne, uvicorn, runserver).
+# The embedded queue worker (a child process of the server): auto = only under an ASGI server
+# (daphne, uvicorn, runserver); on = in every process that loads the site; off = never.
 CHATFLOW_EMBEDDED_WORKER = _choice("CHATFLOW_EMBEDDED_WORKER", "auto", ("auto", "on", "off"))
 # Seconds a claimed delivery stays invisible to other workers without a heartbeat (crash recovery time).
 CHATFLOW_QUEUE_VISIBILITY_SECONDS = _positive_int("CHATFLOW_QUEUE_VISIBILITY_SECONDS", 30)

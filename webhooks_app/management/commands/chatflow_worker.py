@@ -2,16 +2,23 @@
 
 SIGTERM/SIGINT: finish the deliveries in hand, then exit; a second signal cancels them (their turns
 roll back and the deliveries go back to the queue). ``--drain`` exits once nothing is queued.
+``--embedded``: started by an ASGI server as its embedded worker (``webhooks_app.embedded``): stdin
+is the server's pipe — a byte wakes the worker, end of input (the server is gone) stops it like a
+first signal, and a turn still running 60 s later is cancelled.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
+import sys
 
 from django.core.management.base import BaseCommand
 
 from webhooks_app.worker import Worker
+
+PARENT_GONE_GRACE = 60.0
 
 
 class Command(BaseCommand):
@@ -21,18 +28,21 @@ class Command(BaseCommand):
         parser.add_argument("--slots", type=int, default=4, help="Deliveries played at once (default 4).")
         parser.add_argument("--poll", type=float, default=0.5, help="Seconds between polls when idle (default 0.5).")
         parser.add_argument("--drain", action="store_true", help="Exit when no delivery is queued or running.")
+        parser.add_argument("--embedded", action="store_true",
+                            help="Run as an ASGI server's embedded worker: stdin is the server's pipe (a byte "
+                                 "wakes the worker; end of input stops it).")
 
-    def handle(self, *args, slots: int, poll: float, drain: bool, **options) -> None:
+    def handle(self, *args, slots: int, poll: float, drain: bool, embedded: bool, **options) -> None:
         if slots < 1 or poll <= 0:
             self.stderr.write("--slots must be at least 1 and --poll positive")
             raise SystemExit(2)
         worker = Worker(slots=slots, poll=poll)
         self.stdout.write(f"chatflow_worker {worker.owner}: {slots} slot(s), ready", ending="\n")
         self.stdout.flush()
-        processed = asyncio.run(self._run(worker, drain))
+        processed = asyncio.run(self._run(worker, drain, embedded))
         self.stdout.write(f"chatflow_worker {worker.owner}: stopped after {processed} deliveries")
 
-    async def _run(self, worker: Worker, drain: bool) -> int:
+    async def _run(self, worker: Worker, drain: bool, embedded: bool) -> int:
         loop = asyncio.get_running_loop()
         task = asyncio.ensure_future(worker.run(drain=drain))
         signals = 0
@@ -44,7 +54,28 @@ class Command(BaseCommand):
 
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, on_signal)
+        if embedded:
+            self._watch_server(loop, worker, task)
         try:
             return await task
         except asyncio.CancelledError:
             return worker.processed
+
+    def _watch_server(self, loop: asyncio.AbstractEventLoop, worker: Worker, task: asyncio.Future) -> None:
+        fd = sys.stdin.fileno()
+        os.set_blocking(fd, False)
+
+        def on_stdin() -> None:
+            try:
+                data = os.read(fd, 4096)
+            except BlockingIOError:
+                return
+            if data:
+                worker.wake()
+                return
+            loop.remove_reader(fd)  # end of input: the server exited or was killed
+            self.stderr.write(f"chatflow_worker {worker.owner}: the server is gone; finishing and exiting")
+            worker.stop()
+            loop.call_later(PARENT_GONE_GRACE, task.cancel)
+
+        loop.add_reader(fd, on_stdin)
