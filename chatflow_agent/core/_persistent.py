@@ -631,8 +631,10 @@ class _BlockingPool:
                 ok, value = True, fn(*args)
             except BaseException as err:  # noqa: BLE001 - handed to the awaiting task
                 ok, value = False, err
-            with suppress(RuntimeError):  # the loop closed while we worked
+            try:
                 loop.call_soon_threadsafe(_deliver, fut, ok, value)
+            except RuntimeError:  # the loop closed while we worked
+                pass
 
     def shutdown(self) -> None:
         for jobs in self._queues:

@@ -258,6 +258,30 @@ def test_a_newer_schema_version_is_refused_clearly(tmp_path) -> None:
     assert user_version(path) == 99  # left alone
 
 
+def test_a_lease_table_with_a_rowid_is_rebuilt_without_one_keeping_its_leases(tmp_path, store_factory) -> None:
+    path = tmp_path / "django-made.db"
+    store_factory(str(path)).close()
+    conn = sqlite3.connect(path)  # the lease table as Django's migration 0002 creates it, one lease held
+    conn.execute("DROP TABLE chatflow_session_leases")
+    conn.execute("CREATE TABLE chatflow_session_leases (session_id TEXT PRIMARY KEY, owner TEXT NOT NULL, "
+                 "expires_at REAL NOT NULL)")
+    conn.execute("INSERT INTO chatflow_session_leases VALUES ('held', 'other-process', 9e99)")
+    conn.commit()
+    conn.close()
+    store = store_factory(str(path))
+    ddl = sqlite3.connect(path).execute(
+        "SELECT sql FROM sqlite_master WHERE name = 'chatflow_session_leases'").fetchone()[0]
+    assert "WITHOUT ROWID" in ddl.upper()
+    assert count(path, "SELECT COUNT(*) FROM chatflow_session_leases WHERE owner = 'other-process'") == 1
+    agent = Agent(name="Bot", instructions="x")
+    with pytest.raises(SessionBusyError):  # the lease it held still holds
+        with store.sync_turn("held", agent, wait=False):
+            pass
+    with store.sync_turn("free", agent) as session:
+        session.add_message(Message(role=Role.USER, content="hi"))
+    assert [m.content for m in store.get("free").history] == ["hi"]
+
+
 def test_a_034_file_is_upgraded_in_place(fixture_db, store_factory) -> None:
     assert user_version(fixture_db) == 1
     assert count(fixture_db, "SELECT COUNT(*) FROM sqlite_master WHERE name = 'chatflow_session_leases'") == 0
