@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
+import uuid
 from pathlib import Path
 
 import pytest
@@ -22,6 +24,16 @@ from webhooks_app.models import InboundDelivery
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
+REDIS_URL = "redis://127.0.0.1:6379/11"
+
+
+def _redis_up() -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", 6379), timeout=1).close()
+        return True
+    except OSError:
+        return False
+
 
 @pytest.fixture
 def apis():
@@ -30,10 +42,12 @@ def apis():
 
 
 @pytest.fixture
-def server(apis, tmp_path):
-    """daphne with the embedded worker (``auto``), on the test database; stopped (group) afterwards."""
+def server(apis, tmp_path, request):
+    """daphne with the embedded worker (``auto``), on the test database; stopped (group) afterwards.
+    Indirect parameter ``"redis"``: with the Redis channel layer (else the default in-memory one)."""
     wa, tg = apis
-    env = s.child_env(wa.base, tg.base, tmp_path, CHATFLOW_QUEUE_VISIBILITY_SECONDS="2")
+    layer = {"REDIS_URL": REDIS_URL} if getattr(request, "param", "memory") == "redis" else {}
+    env = s.child_env(wa.base, tg.base, tmp_path, CHATFLOW_QUEUE_VISIBILITY_SECONDS="2", **layer)
     proc, base = s.start_daphne(env, tmp_path / "daphne.log")
     yield proc, base
     stop(proc)
@@ -75,8 +89,8 @@ def the_worker(server_pid: int, other_than: int | None = None) -> int:
     return found[0]
 
 
-def post_wa(base: str, wamid: str, text: str) -> None:
-    body = p.whatsapp(p.wa_text(wamid, text))
+def post_wa(base: str, wamid: str, text: str, wa_id: str = "15550100") -> None:
+    body = p.whatsapp(p.wa_text(wamid, text, wa_id=wa_id), wa_id=wa_id)
     assert s.post(f"{base}/webhooks/whatsapp/", body, s.wa_headers(body))[0] == 200
 
 
@@ -84,24 +98,29 @@ def engine_pids(tmp: Path) -> list[int]:
     return [int(line.split("\t")[0]) for line in s.engine_calls(tmp)]
 
 
+@pytest.mark.parametrize("server", [
+    "memory",  # the child's publishes relayed over a pipe to the server's in-memory layer
+    pytest.param("redis", marks=pytest.mark.skipif(not _redis_up(), reason="no Redis on 127.0.0.1:6379")),
+], indirect=True)
 def test_a_webhook_turn_is_played_by_the_servers_child_process_and_streamed_live_to_the_console(
         apis, server, tmp_path):
     wa, _ = apis
     proc, base = server
     child = the_worker(proc.pid)
     assert child != proc.pid
-    post_wa(base, "wamid.L1", "first")
+    sender = f"1555{uuid.uuid4().int % 10**8:08d}"  # its own group: other test runs may share this Redis
+    post_wa(base, "wamid.L1", "first", sender)
     wa.wait_for(1)
     staff = User.objects.create_superuser("root", "root@example.test", p.WA_SECRET)
     client = Client()
     client.force_login(staff)
-    last = ChatMessage.objects.filter(session_id="15550100").order_by("-id").values_list("id", flat=True)[0]
-    page = WebSocket(int(base.rsplit(":", 1)[1]), "/ws/sessions/15550100/",
+    last = ChatMessage.objects.filter(session_id=sender).order_by("-id").values_list("id", flat=True)[0]
+    page = WebSocket(int(base.rsplit(":", 1)[1]), f"/ws/sessions/{sender}/",
                      cookie=f"sessionid={client.cookies['sessionid'].value}")
     try:
         page.send({"type": "resume", "after": last, "order": "newest", "tail": True, "page": 1})
         page.receive_until("Live updates on.")
-        post_wa(base, "wamid.L2", "second [slow 0.3]")
+        post_wa(base, "wamid.L2", "second [slow 0.3]", sender)
         text = page.receive_until('id="live-cursor"')
     finally:
         page.close()
