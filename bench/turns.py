@@ -3,6 +3,7 @@
 
     python bench/turns.py                                  # 2,000 turns per workload
     python bench/turns.py --upstream-python /tmp/venv034/bin/python   # adds 0.3.4 side by side
+    python bench/turns.py -n 4000 -r 5 --upstream-python ...          # 5 interleaved rounds, medians
 
 Workload: an instant engine (answers text after ``await asyncio.sleep(0)``); "sequential" is
 N turns on one session; "concurrent" splits N turns over 20 sessions under asyncio.gather. The
@@ -18,6 +19,7 @@ import argparse
 import asyncio
 import json
 import sqlite3
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -84,33 +86,44 @@ def upstream(python: str, turns: int, concurrent: int) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--turns", "-n", type=int, default=2000)
+    ap.add_argument("--rounds", "-r", type=int, default=1,
+                    help="repeat every workload this many times, interleaved, and report medians: the ratios "
+                         "then compare runs made under the same machine conditions")
     ap.add_argument("--upstream-python", metavar="PATH", help="a Python with chatflow-agent==0.3.4 installed")
     args = ap.parse_args()
     n = args.turns
-    results: dict[str, float] = {}
+    runs: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory() as d:
-        results["memory_sequential"] = asyncio.run(run_turns(SessionStore(), n, 1))
-        results["memory_concurrent20"] = asyncio.run(run_turns(SessionStore(), n, 20))
-        for label, sessions in (("sqlite_sequential", 1), ("sqlite_concurrent20", 20)):
-            store = SQLiteSessionStore(Path(d) / f"{label}.db")
-            results[label] = asyncio.run(run_turns(store, n, sessions))
-            store.close()
-        results["raw_sqlite3_floor"] = raw_floor(Path(d) / "raw.db", n)
-        if args.upstream_python:
-            results["upstream_034_sequential"] = upstream(args.upstream_python, n, 0)
-            results["upstream_034_concurrent20"] = upstream(args.upstream_python, n, 20)
+        for r in range(args.rounds):
+            print(f"[turns] round {r + 1}/{args.rounds}", file=sys.stderr, flush=True)
+            runs.setdefault("memory_sequential", []).append(asyncio.run(run_turns(SessionStore(), n, 1)))
+            runs.setdefault("memory_concurrent20", []).append(asyncio.run(run_turns(SessionStore(), n, 20)))
+            for label, sessions in (("sqlite_sequential", 1), ("sqlite_concurrent20", 20)):
+                store = SQLiteSessionStore(Path(d) / f"{label}-{r}.db")
+                runs.setdefault(label, []).append(asyncio.run(run_turns(store, n, sessions)))
+                store.close()
+            runs.setdefault("raw_sqlite3_floor", []).append(raw_floor(Path(d) / f"raw-{r}.db", n))
+            if args.upstream_python:
+                runs.setdefault("upstream_034_sequential", []).append(upstream(args.upstream_python, n, 0))
+                runs.setdefault("upstream_034_concurrent20", []).append(upstream(args.upstream_python, n, 20))
+    results = {k: statistics.median(v) for k, v in runs.items()}
     rows = {k: {"turns_per_s": round(n / v), "ms_per_turn": round(v * 1000 / n, 3)} for k, v in results.items()}
     mem, sql = rows["memory_sequential"]["ms_per_turn"], rows["sqlite_sequential"]["ms_per_turn"]
+    # Ratios per round (same conditions), then their median.
+    vs_floor = [s / f for s, f in zip(runs["sqlite_sequential"], runs["raw_sqlite3_floor"], strict=True)]
     summary = {
         "turns": n,
+        "rounds": args.rounds,
         "results": rows,
         "runner_overhead_ms_per_turn": mem,
         "sqlite_store_cost_ms_per_turn": round(sql - mem, 3),
-        "sqlite_vs_raw_floor": round(sql / rows["raw_sqlite3_floor"]["ms_per_turn"], 2),
+        "sqlite_vs_raw_floor": round(statistics.median(vs_floor), 2),
+        "sqlite_vs_raw_floor_per_round": [round(x, 2) for x in vs_floor],
     }
-    if "upstream_034_sequential" in rows:
-        summary["speedup_vs_034_sequential"] = round(
-            rows["sqlite_sequential"]["turns_per_s"] / rows["upstream_034_sequential"]["turns_per_s"], 1)
+    if "upstream_034_sequential" in runs:
+        speedups = [u / s for u, s in zip(runs["upstream_034_sequential"], runs["sqlite_sequential"], strict=True)]
+        summary["speedup_vs_034_sequential"] = round(statistics.median(speedups), 1)
+        summary["speedup_vs_034_sequential_per_round"] = [round(x, 1) for x in speedups]
     print(f"{'workload':28} {'turns/s':>10} {'ms/turn':>9}")
     for k, v in rows.items():
         print(f"{k:28} {v['turns_per_s']:>10} {v['ms_per_turn']:>9}")
