@@ -19,7 +19,8 @@ The child and the server are tied by two pipes:
 
 A child that dies is logged as an error and started again (1 s, doubling to 30 s between attempts);
 what it held comes back through the queue's visibility timeout. At exit the server closes the
-child's stdin and waits for it (then SIGTERM: its turns roll back and their deliveries are requeued).
+child's stdin and waits for it; after 10 s a SIGTERM cancels what it still holds (the turns roll back,
+the deliveries are queued again), and 5 s later a SIGKILL ends it (the visibility timeout then).
 """
 
 from __future__ import annotations
@@ -184,7 +185,8 @@ class EmbeddedWorker:
             pass  # full: wakes are pending; broken/closed: the supervisor restarts it
 
     def stop(self, grace: float = _STOP_GRACE) -> None:
-        """Close the child's stdin (it finishes what it holds and exits), wait ``grace`` s, then SIGTERM it."""
+        """Close the child's stdin (it finishes what it holds and exits); after ``grace`` s SIGTERM (it
+        cancels what it holds), after 5 s more SIGKILL."""
         self._stopping.set()
         with self._lock:
             proc = self.proc

@@ -163,3 +163,18 @@ def test_a_killed_worker_process_is_replaced_and_its_delivery_played_exactly_onc
     assert engine_pids(tmp_path) == [doomed, successor]
     log = (tmp_path / "daphne.log").read_text()
     assert f"The embedded queue worker (pid {doomed}) exited with status -9" in log
+
+
+def test_a_server_stopped_during_a_stuck_turn_cancels_it_and_requeues_the_delivery(apis, server, tmp_path):
+    wa, _ = apis
+    proc, base = server
+    child = the_worker(proc.pid)
+    (tmp_path / "block").touch()
+    post_wa(base, "wamid.S1", "stuck [block]")
+    s.wait_until(lambda: len(s.engine_calls(tmp_path)) == 1, 20, "the turn to start")
+    os.kill(proc.pid, signal.SIGTERM)  # the server alone: it closes the child's stdin, then signals it
+    proc.wait(60)
+    s.wait_until(lambda: not alive(child), 60, "the worker process to exit")
+    assert ChatMessage.objects.filter(session_id="15550100").count() == 0 and wa.bodies() == []
+    d = InboundDelivery.objects.get()
+    assert (d.status, d.attempts, d.lease_owner) == ("queued", 0, "")  # rolled back, given back to the queue

@@ -4,7 +4,7 @@ SIGTERM/SIGINT: finish the deliveries in hand, then exit; a second signal cancel
 roll back and the deliveries go back to the queue). ``--drain`` exits once nothing is queued.
 ``--embedded``: started by an ASGI server as its embedded worker (``webhooks_app.embedded``): stdin
 is the server's pipe — a byte wakes the worker, end of input (the server is gone) stops it like a
-first signal, and a turn still running 60 s later is cancelled.
+first signal, and a turn still running 60 s later is cancelled, as by any signal after it.
 """
 
 from __future__ import annotations
@@ -45,23 +45,24 @@ class Command(BaseCommand):
     async def _run(self, worker: Worker, drain: bool, embedded: bool) -> int:
         loop = asyncio.get_running_loop()
         task = asyncio.ensure_future(worker.run(drain=drain))
-        signals = 0
+        state = {"signals": 0, "server_gone": False}
 
         def on_signal() -> None:
-            nonlocal signals
-            signals += 1
-            worker.stop() if signals == 1 else task.cancel()
+            state["signals"] += 1
+            # A signal after the server closed our stdin is its "stop now" (embedded.EmbeddedWorker.stop).
+            worker.stop() if state["signals"] == 1 and not state["server_gone"] else task.cancel()
 
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, on_signal)
         if embedded:
-            self._watch_server(loop, worker, task)
+            self._watch_server(loop, worker, task, state)
         try:
             return await task
         except asyncio.CancelledError:
             return worker.processed
 
-    def _watch_server(self, loop: asyncio.AbstractEventLoop, worker: Worker, task: asyncio.Future) -> None:
+    def _watch_server(self, loop: asyncio.AbstractEventLoop, worker: Worker, task: asyncio.Future,
+                      state: dict) -> None:
         fd = sys.stdin.fileno()
         os.set_blocking(fd, False)
 
@@ -74,6 +75,7 @@ class Command(BaseCommand):
                 worker.wake()
                 return
             loop.remove_reader(fd)  # end of input: the server exited or was killed
+            state["server_gone"] = True
             self.stderr.write(f"chatflow_worker {worker.owner}: the server is gone; finishing and exiting")
             worker.stop()
             loop.call_later(PARENT_GONE_GRACE, task.cancel)
