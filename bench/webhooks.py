@@ -9,7 +9,7 @@ Per database, on a fresh migrated database:
    ``/webhooks/whatsapp/``; this script, a second process, is the load generator: ``--requests`` signed
    Cloud API payloads (one text message each, from 200 senders, 10 % of them redeliveries of an earlier
    message) sent open-loop at ``--rate`` per second (httpx). The worker plays the turns (demo engine) and
-   sends replies to a fake Graph API in this process while the load runs. Reported: p50/p90/p99/max of
+   sends replies to a fake Graph API (a process of its own) while the load runs. Reported: p50/p90/p99/max of
    the request round trip and the turns completed during the load; then a closed-loop saturation run
    over ``--concurrency`` connections (acks per second, its p99). Repeated with the turns played by a
    ``chatflow_worker`` process instead (``CHATFLOW_EMBEDDED_WORKER=off`` on daphne), and with no turns
@@ -29,6 +29,7 @@ import contextlib
 import hashlib
 import hmac
 import json
+import multiprocessing
 import os
 import secrets
 import statistics
@@ -49,37 +50,52 @@ MODES = ("embedded", "worker process", "no turns")
 
 
 class FakeGraph:
-    """A loopback Graph API: counts POST /{phone_number_id}/messages."""
+    """A loopback Graph API in a process of its own: counts POST /{phone_number_id}/messages.
+
+    Its own process, so that receiving the replies does not compete for the load generator's GIL
+    (which would add to the acknowledgement latencies this script measures).
+    """
 
     def __init__(self) -> None:
-        self.count = 0
-        graph = self
+        ctx = multiprocessing.get_context("spawn")
+        self._count = ctx.Value("q", 0)
+        ready = ctx.Queue()
+        self.process = ctx.Process(target=_serve_graph, args=(self._count, ready), daemon=True)
+        self.process.start()
+        self.base = f"http://127.0.0.1:{ready.get(timeout=30)}"
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
+    @property
+    def count(self) -> int:
+        return self._count.value
 
-            def do_POST(self) -> None:  # noqa: N802
-                self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                graph.count += 1
-                body = b'{"messages": [{"id": "wamid.out"}]}'
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
 
-            def log_message(self, *args) -> None:
-                pass
+def _serve_graph(counter, ready) -> None:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
 
-        class Server(ThreadingHTTPServer):
-            daemon_threads = True
+        def do_POST(self) -> None:  # noqa: N802
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            with counter.get_lock():
+                counter.value += 1
+            body = b'{"messages": [{"id": "wamid.out"}]}'
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
 
-            def handle_error(self, request, client_address) -> None:
-                pass  # a worker stopped with a keep-alive connection open: not news
+        def log_message(self, *args) -> None:
+            pass
 
-        self.server = Server(("127.0.0.1", 0), Handler)
-        self.base = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+    class Server(ThreadingHTTPServer):
+        daemon_threads = True
+
+        def handle_error(self, request, client_address) -> None:
+            pass  # a worker stopped with a keep-alive connection open: not news
+
+    server = Server(("127.0.0.1", 0), Handler)
+    ready.put(server.server_address[1])
+    server.serve_forever()
 
 
 def payload(wamid: str, sender: int, text: str) -> bytes:
