@@ -424,7 +424,7 @@ class PersistentSessionStore(BaseSessionStore):
         rows = session._rows
         for key in rows.keys() - set(map(id, session._history)):
             del rows[key]
-        rows.update(zip(map(id, changes.inserts), zip(changes.inserts, result.new_ids, strict=True)))
+        rows.update(zip(map(id, changes.inserts), zip(changes.inserts, result.new_ids, strict=True), strict=True))
         session._stale_ids = set()
         session._token = result.token
         session._version = result.version  # type: ignore[attr-defined]

@@ -399,12 +399,14 @@ def _leases_without_rowid(conn: sqlite3.Connection) -> None:
     time). Same columns, so older code reads and writes it as before; runs inside the schema
     transaction, leases in it are kept.
     """
-    row = conn.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'chatflow_session_leases'").fetchone()
+    row = conn.execute(
+        "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'chatflow_session_leases'").fetchone()
     if row is None or "WITHOUT ROWID" in row[0].upper():
         return
     conn.execute("CREATE TABLE chatflow_session_leases_new (session_id TEXT PRIMARY KEY, owner TEXT NOT NULL, "
                  "expires_at REAL NOT NULL) WITHOUT ROWID")
-    conn.execute("INSERT INTO chatflow_session_leases_new SELECT session_id, owner, expires_at FROM chatflow_session_leases")
+    conn.execute("INSERT INTO chatflow_session_leases_new "
+                 "SELECT session_id, owner, expires_at FROM chatflow_session_leases")
     conn.execute("DROP TABLE chatflow_session_leases")
     conn.execute("ALTER TABLE chatflow_session_leases_new RENAME TO chatflow_session_leases")
 
