@@ -140,7 +140,8 @@ class EmbeddedWorker:
             read_fd, write_fd = os.pipe()
             env[RELAY_FD_VARIABLE] = str(write_fd)
         try:
-            proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, env=env, pass_fds=() if write_fd is None else (write_fd,))
+            fds = () if write_fd is None else (write_fd,)
+            proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, env=env, pass_fds=fds)
         finally:
             if write_fd is not None:
                 os.close(write_fd)  # the child holds the only write end: its exit is the reader's EOF
