@@ -22,7 +22,6 @@ import itertools
 import json
 import logging
 import os
-import queue
 import socket
 import threading
 import time
@@ -37,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from chatflow_agent._jsonsafe import json_safe
+from chatflow_agent.core._pool import BlockingPool
 from chatflow_agent.core._pruning import prune_history
 from chatflow_agent.core._session import (
     DEFAULT_DEDUP_TTL_HOURS,
@@ -162,7 +162,7 @@ class PersistentSessionStore(BaseSessionStore):
         self._weak: weakref.WeakValueDictionary[str, SessionContext] = weakref.WeakValueDictionary()
         self._lru: OrderedDict[str, SessionContext] = OrderedDict()
         self._cache_mutex = threading.RLock()
-        self._pool: _BlockingPool | None = None
+        self._pool: BlockingPool | None = None
         self._executor_mutex = threading.Lock()
         self._kept_leases: set[tuple[str, str]] = set()  # leases of running sync turns
         self._keeper: threading.Thread | None = None
@@ -210,7 +210,7 @@ class PersistentSessionStore(BaseSessionStore):
         if pool is None:
             with self._executor_mutex:
                 if self._pool is None:
-                    self._pool = _BlockingPool(self._BLOCKING_IO_WORKERS)
+                    self._pool = BlockingPool(self._BLOCKING_IO_WORKERS)
                 pool = self._pool
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
@@ -593,51 +593,3 @@ class PersistentSessionStore(BaseSessionStore):
 
     async def _commit_turn_async(self, session: SessionContext) -> None:  # pragma: no cover
         await self._run_blocking_on(session.session_id, self._commit_blocking, session)
-
-
-def _deliver(fut: asyncio.Future[Any], ok: bool, value: Any) -> None:
-    if fut.cancelled():
-        return
-    if ok:
-        fut.set_result(value)
-    else:
-        fut.set_exception(value)
-
-
-class _BlockingPool:
-    """A fixed set of daemon threads running blocking calls for event loops; a call with a key
-    always runs on the thread the key maps to, calls without one go round the threads."""
-
-    def __init__(self, workers: int) -> None:
-        self._queues: list[queue.SimpleQueue[Any]] = [queue.SimpleQueue() for _ in range(workers)]
-        self._next = itertools.count()
-        self._threads = [
-            threading.Thread(target=self._work, args=(q,), name=f"chatflow-db-{i}", daemon=True)
-            for i, q in enumerate(self._queues)
-        ]
-        for t in self._threads:
-            t.start()
-
-    def submit(self, key: str | None, loop: asyncio.AbstractEventLoop, fut: asyncio.Future[Any],
-               fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
-        index = hash(key) if key is not None else next(self._next)
-        self._queues[index % len(self._queues)].put((loop, fut, fn, args))
-
-    @staticmethod
-    def _work(jobs: queue.SimpleQueue[Any]) -> None:
-        while (item := jobs.get()) is not None:
-            loop, fut, fn, args = item
-            try:
-                ok, value = True, fn(*args)
-            except BaseException as err:  # noqa: BLE001 - handed to the awaiting task
-                ok, value = False, err
-            try:
-                loop.call_soon_threadsafe(_deliver, fut, ok, value)
-            except RuntimeError:  # the loop closed while we worked
-                pass
-
-    def shutdown(self) -> None:
-        for jobs in self._queues:
-            jobs.put(None)
-        for t in self._threads:
-            t.join()
