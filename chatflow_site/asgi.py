@@ -1,4 +1,7 @@
-"""ASGI entry point: HTTP through Django, websockets through channels' URL router."""
+"""ASGI entry point: HTTP through Django, websockets through channels' URL router.
+
+Webhook POSTs (views marked ``lean_webhook``) skip the browser middleware: see webhooks_app.asgi.
+"""
 
 import os
 
@@ -13,12 +16,13 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 
 from agents_app.routing import websocket_urlpatterns as chat_routes  # noqa: E402
 from sessions_app.routing import websocket_urlpatterns as console_routes  # noqa: E402
+from webhooks_app.asgi import LeanWebhookRouter  # noqa: E402
 
 websocket_urlpatterns: list = [*console_routes, *chat_routes]  # every route lives under ws/
 
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        "http": LeanWebhookRouter(django_asgi_app),
         "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

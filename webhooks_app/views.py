@@ -20,6 +20,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from sessions_app.access import console_required
 from webhooks_app import channels, inbox, ledger
+from webhooks_app.asgi import lean_webhook
 from webhooks_app.channels import Refused
 from webhooks_app.models import InboundDelivery
 
@@ -72,6 +73,7 @@ def _acknowledged(accepted: inbox.Accepted, status: int = 200) -> JsonResponse:
 
 
 # ---- WhatsApp ------------------------------------------------------------------------------------
+@lean_webhook  # POSTs skip the browser middleware: see webhooks_app.asgi
 @csrf_exempt
 @require_http_methods(["GET", "POST"])
 async def whatsapp(request: HttpRequest) -> HttpResponse:
@@ -94,6 +96,7 @@ async def whatsapp(request: HttpRequest) -> HttpResponse:
 
 
 # ---- Telegram ------------------------------------------------------------------------------------
+@lean_webhook  # POSTs skip the browser middleware: see webhooks_app.asgi
 @csrf_exempt
 @require_POST
 async def telegram(request: HttpRequest) -> HttpResponse:
@@ -116,6 +119,7 @@ async def _generic_accept(request: HttpRequest) -> inbox.Accepted:
     return await _accept([channels.generic_message(channels.parse_json(body))])
 
 
+@lean_webhook  # POSTs skip the browser middleware: see webhooks_app.asgi
 @csrf_exempt
 @require_POST
 async def generic(request: HttpRequest) -> HttpResponse:
