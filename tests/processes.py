@@ -25,6 +25,19 @@ SITE_VARIABLES = (
 )
 
 
+# Database 11 of the local Redis: the tests' own, flushed by nothing else.
+TEST_REDIS_URL = "redis://127.0.0.1:6379/11"
+
+
+def redis_up() -> bool:
+    """True when a Redis server answers on 127.0.0.1:6379 (tests that need one skip otherwise)."""
+    try:
+        socket.create_connection(("127.0.0.1", 6379), timeout=1).close()
+        return True
+    except OSError:
+        return False
+
+
 def site_env(**overrides: str) -> dict[str, str]:
     """The current environment without the site's variables (and no .env file), plus ``overrides``."""
     env = {k: v for k, v in os.environ.items() if k not in SITE_VARIABLES}

@@ -4,7 +4,6 @@ a websocket consumer connected to this one."""
 from __future__ import annotations
 
 import asyncio
-import socket
 import sys
 import uuid
 
@@ -14,7 +13,7 @@ from channels.layers import channel_layers, get_channel_layer
 from django.db import connection
 
 from sessions_app.models import ChatMessage
-from tests.processes import REPO, site_env
+from tests.processes import REPO, TEST_REDIS_URL, redis_up, site_env
 from tests.sessions_app import conversations as cv
 from tests.sessions_app import personas
 from tests.sessions_app.live_support import (  # noqa: F401  (fixture)
@@ -29,15 +28,7 @@ from tests.sessions_app.live_support import (  # noqa: F401  (fixture)
 pytestmark = [pytest.mark.redis, pytest.mark.slow, pytest.mark.django_db(transaction=True), pytest.mark.asyncio,
               pytest.mark.usefixtures("close_consumer_connections")]
 
-REDIS_URL = "redis://127.0.0.1:6379/11"
-
-
-def _redis_up() -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", 6379), timeout=1).close()
-        return True
-    except OSError:
-        return False
+REDIS_URL = TEST_REDIS_URL
 
 
 def database_url() -> str:
@@ -49,7 +40,7 @@ def database_url() -> str:
 
 @pytest.fixture
 def redis_layer(settings):
-    if not _redis_up():
+    if not redis_up():
         pytest.skip("no Redis server on 127.0.0.1:6379")
     settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer",
                                            "CONFIG": {"hosts": [REDIS_URL]}}}

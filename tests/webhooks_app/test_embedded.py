@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import uuid
 from pathlib import Path
 
@@ -15,7 +14,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from sessions_app.models import ChatMessage
-from tests.processes import stop
+from tests.processes import TEST_REDIS_URL, redis_up, stop
 from tests.webhooks_app import payloads as p
 from tests.webhooks_app import servers as s
 from tests.webhooks_app.fakes import FakeProviderAPI
@@ -24,15 +23,7 @@ from webhooks_app.models import InboundDelivery
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
-REDIS_URL = "redis://127.0.0.1:6379/11"
-
-
-def _redis_up() -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", 6379), timeout=1).close()
-        return True
-    except OSError:
-        return False
+REDIS_URL = TEST_REDIS_URL
 
 
 @pytest.fixture
@@ -100,7 +91,7 @@ def engine_pids(tmp: Path) -> list[int]:
 
 @pytest.mark.parametrize("server", [
     "memory",  # the child's publishes relayed over a pipe to the server's in-memory layer
-    pytest.param("redis", marks=pytest.mark.skipif(not _redis_up(), reason="no Redis on 127.0.0.1:6379")),
+    pytest.param("redis", marks=pytest.mark.skipif(not redis_up(), reason="no Redis on 127.0.0.1:6379")),
 ], indirect=True)
 def test_a_webhook_turn_is_played_by_the_servers_child_process_and_streamed_live_to_the_console(
         apis, server, tmp_path):
