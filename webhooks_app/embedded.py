@@ -182,7 +182,7 @@ class EmbeddedWorker:
             return
         try:
             os.write(proc.stdin.fileno(), b"w")
-        except (BlockingIOError, BrokenPipeError, ValueError, OSError):
+        except (OSError, ValueError):  # BlockingIOError, BrokenPipeError; ValueError: stdin closed
             pass  # full: wakes are pending; broken/closed: the supervisor restarts it
 
     def stop(self, grace: float = _STOP_GRACE) -> None:
