@@ -95,14 +95,56 @@ class Worker:
         self.wake()
 
     async def run(self, *, drain: bool = False) -> int:
-        """Process deliveries until ``stop()`` (or, with ``drain``, until none is queued); returns how many."""
+        """Process deliveries until ``stop()`` (or, with ``drain``, until none is queued); returns how many.
+
+        One loop claims for the idle slots, one claim at a time, and hands each delivery to a slot; a
+        wake-up (or a finished delivery, or the poll interval) makes it claim again until the queue has
+        nothing claimable or every slot is busy. So a webhook costs one claim transaction, not one per
+        idle slot: on SQLite every claim takes the write lock the webhook acknowledgements need.
+        """
         from webhooks_app import embedded
 
-        self._loop, self._wake = asyncio.get_running_loop(), asyncio.Event()
+        loop = self._loop = asyncio.get_running_loop()
+        wake = self._wake = asyncio.Event()
         executors = [ThreadPoolExecutor(1, thread_name_prefix=f"chatflow-queue-{i}") for i in range(self.slots)]
+        idle = list(executors)  # slots without a delivery; each slot has its own thread and connection
+        in_hand: set[asyncio.Future[None]] = set()
+
+        def freed(task: asyncio.Future[None], ex: ThreadPoolExecutor) -> None:
+            in_hand.discard(task)
+            if not task.cancelled() and (err := task.exception()) is not None:
+                # e.g. the database went away: the delivery keeps its lease and is played again after it
+                logger.error("A delivery failed in the worker: %s", err, exc_info=err)
+            idle.append(ex)
+            wake.set()  # the session's next delivery may be claimable now
+
         embedded.register(self)
         try:
-            await asyncio.gather(*(self._slot(ex, drain) for ex in executors))
+            while not self._stopping:
+                wake.clear()
+                while idle and not self._stopping:
+                    ex = idle[-1]
+                    delivery = await loop.run_in_executor(ex, taskqueue.claim_next, self.owner, self.visibility)
+                    if delivery is None:
+                        break
+                    idle.pop()
+                    task = asyncio.ensure_future(self.process(delivery, ex))
+                    in_hand.add(task)
+                    task.add_done_callback(lambda t, ex=ex: freed(t, ex))
+                if self._stopping:
+                    break
+                if drain and not in_hand and await loop.run_in_executor(idle[-1], taskqueue.pending) == 0:
+                    break
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(wake.wait(), None if drain and in_hand else self.poll)
+            if in_hand:  # stopping: finish the deliveries in hand
+                await asyncio.wait(in_hand)
+        except asyncio.CancelledError:  # roll back what is in hand and requeue it (see process)
+            for task in in_hand:
+                task.cancel()
+            if in_hand:
+                await asyncio.wait(in_hand)
+            raise
         finally:
             embedded.unregister(self)
             if self._http is not None:
@@ -112,22 +154,6 @@ class Worker:
                     ex.submit(connections.close_all).result()
                 ex.shutdown()
         return self.processed
-
-    async def _slot(self, ex: ThreadPoolExecutor, drain: bool) -> None:
-        loop = asyncio.get_running_loop()
-        assert self._wake is not None
-        while not self._stopping:
-            self._wake.clear()
-            delivery = await loop.run_in_executor(ex, taskqueue.claim_next, self.owner, self.visibility)
-            if delivery is not None:
-                await self.process(delivery, ex)
-                continue
-            if drain and await loop.run_in_executor(ex, taskqueue.pending) == 0:
-                return
-            try:
-                await asyncio.wait_for(self._wake.wait(), self.poll)
-            except TimeoutError:
-                pass
 
     # ---- one delivery ---------------------------------------------------------------------------
     async def process(self, delivery: InboundDelivery, ex: ThreadPoolExecutor) -> None:
