@@ -90,6 +90,8 @@ def main() -> None:
                     help="repeat every workload this many times, interleaved, and report medians: the ratios "
                          "then compare runs made under the same machine conditions")
     ap.add_argument("--upstream-python", metavar="PATH", help="a Python with chatflow-agent==0.3.4 installed")
+    ap.add_argument("--sequential-only", action="store_true",
+                    help="skip the concurrent workloads (the targets are about sequential turns)")
     args = ap.parse_args()
     n = args.turns
     runs: dict[str, list[float]] = {}
@@ -97,15 +99,18 @@ def main() -> None:
         for r in range(args.rounds):
             print(f"[turns] round {r + 1}/{args.rounds}", file=sys.stderr, flush=True)
             runs.setdefault("memory_sequential", []).append(asyncio.run(run_turns(SessionStore(), n, 1)))
-            runs.setdefault("memory_concurrent20", []).append(asyncio.run(run_turns(SessionStore(), n, 20)))
-            for label, sessions in (("sqlite_sequential", 1), ("sqlite_concurrent20", 20)):
+            if not args.sequential_only:
+                runs.setdefault("memory_concurrent20", []).append(asyncio.run(run_turns(SessionStore(), n, 20)))
+            workloads = [("sqlite_sequential", 1)] + ([] if args.sequential_only else [("sqlite_concurrent20", 20)])
+            for label, sessions in workloads:
                 store = SQLiteSessionStore(Path(d) / f"{label}-{r}.db")
                 runs.setdefault(label, []).append(asyncio.run(run_turns(store, n, sessions)))
                 store.close()
             runs.setdefault("raw_sqlite3_floor", []).append(raw_floor(Path(d) / f"raw-{r}.db", n))
             if args.upstream_python:
                 runs.setdefault("upstream_034_sequential", []).append(upstream(args.upstream_python, n, 0))
-                runs.setdefault("upstream_034_concurrent20", []).append(upstream(args.upstream_python, n, 20))
+                if not args.sequential_only:
+                    runs.setdefault("upstream_034_concurrent20", []).append(upstream(args.upstream_python, n, 20))
     results = {k: statistics.median(v) for k, v in runs.items()}
     rows = {k: {"turns_per_s": round(n / v), "ms_per_turn": round(v * 1000 / n, 3)} for k, v in results.items()}
     mem, sql = rows["memory_sequential"]["ms_per_turn"], rows["sqlite_sequential"]["ms_per_turn"]
