@@ -200,6 +200,28 @@ async def test_an_unsubscribed_subscriber_gets_no_more_events() -> None:
     assert set(seen) == {"first"}
 
 
+@pytest.mark.asyncio
+async def test_a_subscriber_added_during_a_turn_gets_the_rest_of_it_under_one_turn_id() -> None:
+    # Events are only built while someone listens: one that starts listening mid-turn still
+    # gets every later event of that turn, all with the same turn id.
+    agent = make_agent(engine=ScriptedEngine(call("watch"), "Done."))
+    runner = Runner(agent)
+    seen: list[RunEvent] = []
+
+    @agent.tool
+    async def watch() -> str:
+        runner.subscribe(seen.append)
+        return "watching"
+
+    await runner.run_async("s1", "go")
+    assert [summary(e) for e in seen] == [
+        "tool_call_finished:watch", "message_appended:tool", "message_appended:model", "turn_completed",
+    ]
+    assert len({e.turn_id for e in seen}) == 1
+    assert [e.index for e in seen if e.type == "message_appended"] == [2, 3]
+    assert seen[-1].response.content == "Done."
+
+
 # ---- the tool loop -------------------------------------------------------------------------
 
 
