@@ -74,6 +74,9 @@ class InboundDelivery(models.Model):
         indexes = [
             models.Index(fields=["status", "id"], name="idx_inbound_status"),
             models.Index(fields=["session_id", "id"], name="idx_inbound_session"),
+            # The queue's "no earlier open delivery of this session" check: two seeks, however long the
+            # session's history of done deliveries is.
+            models.Index(fields=["session_id", "status", "id"], name="idx_inbound_session_status"),
         ]
         permissions = [("retry_delivery", "Can retry a failed webhook delivery")]
 

@@ -31,23 +31,44 @@ Status = InboundDelivery.Status
 MARKER_KEY = "webhook_delivery"  # session metadata: the marker of the last delivery whose turn committed
 
 
-def _claimable(now: Any):
+def _unblocked(qs: Any) -> Any:
+    """``qs`` without the deliveries that wait behind an earlier open one of the same session."""
     earlier = InboundDelivery.objects.filter(
         session_id=OuterRef("session_id"), id__lt=OuterRef("id"), status__in=[Status.QUEUED, Status.RUNNING]
     )
-    return (
-        InboundDelivery.objects.filter(Q(status=Status.QUEUED) | Q(status=Status.RUNNING, lease_expires_at__lt=now))
-        .filter(~Exists(earlier))
-        .order_by("id")
-    )
+    return qs.filter(~Exists(earlier)).order_by("id")
 
 
-def _take(qs: Any, owner: str, visibility: float, now: Any) -> InboundDelivery | None:
-    if connection.vendor == "postgresql":
-        qs = qs.select_for_update(skip_locked=True, of=("self",))
-    delivery = qs.first()
-    if delivery is None:
+def _claimable(now: Any):
+    return _unblocked(InboundDelivery.objects.filter(
+        Q(status=Status.QUEUED) | Q(status=Status.RUNNING, lease_expires_at__lt=now)
+    ))
+
+
+def _candidates(now: Any) -> list[Any]:
+    """The two ways to be claimable, each as its own query in id order.
+
+    One query with ``queued OR (running AND expired)`` cannot walk an index in id order: SQLite
+    (and PostgreSQL) then test every queued row of a backlog and sort them, inside the claim's
+    write transaction (measured: ~60 ms per claim with 5,000 queued, 14 turns/s). Each of these walks
+    ``(status, id)`` and stops at its first unblocked row; the older of the two is the claim.
+    """
+    return [
+        _unblocked(InboundDelivery.objects.filter(status=Status.RUNNING, lease_expires_at__lt=now)),
+        _unblocked(InboundDelivery.objects.filter(status=Status.QUEUED)),
+    ]
+
+
+def _take(candidates: list[Any], owner: str, visibility: float, now: Any) -> InboundDelivery | None:
+    found = []
+    for qs in candidates:
+        if connection.vendor == "postgresql":
+            qs = qs.select_for_update(skip_locked=True, of=("self",))
+        if (first := qs.first()) is not None:
+            found.append(first)
+    if not found:
         return None
+    delivery = min(found, key=lambda d: d.pk)
     delivery.status = Status.RUNNING
     delivery.attempts += 1
     delivery.lease_owner = owner
@@ -59,21 +80,21 @@ def _take(qs: Any, owner: str, visibility: float, now: Any) -> InboundDelivery |
 def claim_next(owner: str, visibility: float) -> InboundDelivery | None:
     """Claim the oldest claimable delivery for ``owner`` for ``visibility`` seconds, or None.
 
-    An idle poll is one read outside any transaction: on SQLite a write transaction (BEGIN
+    An idle poll is reads outside any transaction: on SQLite a write transaction (BEGIN
     IMMEDIATE) per poll would take the write lock from the webhooks many times a second.
     """
     now = timezone.now()
-    if not _claimable(now).exists():
+    if not any(qs.exists() for qs in _candidates(now)):
         return None
     with transaction.atomic():
-        return _take(_claimable(now), owner, visibility, now)
+        return _take(_candidates(now), owner, visibility, now)
 
 
 def claim(delivery_id: int, owner: str, visibility: float) -> InboundDelivery | None:
     """Claim this delivery if it is claimable now (``?wait=true`` plays it in the request)."""
     now = timezone.now()
     with transaction.atomic():
-        return _take(_claimable(now).filter(pk=delivery_id), owner, visibility, now)
+        return _take([_claimable(now).filter(pk=delivery_id)], owner, visibility, now)
 
 
 def _mine(delivery: InboundDelivery, owner: str):

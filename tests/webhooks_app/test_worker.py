@@ -148,6 +148,37 @@ def test_a_delivery_whose_worker_died_is_claimed_again_after_the_visibility_time
     assert InboundDelivery.objects.get().status == "done"
 
 
+def test_claims_take_the_oldest_unblocked_delivery_whether_queued_or_expired(client, apis):
+    """Claimable = queued, or running with an expired lease; never behind an earlier open delivery of
+    its session. The oldest such delivery goes first, whichever of the two kinds it is."""
+    def send(wamid: str, wa_id: str) -> None:
+        post_wa(client, p.whatsapp(p.wa_text(wamid, "hi", wa_id=wa_id), wa_id=wa_id))
+
+    send("wamid.A1", "15550101")  # A1 (oldest)
+    send("wamid.B1", "15550102")  # B1
+    send("wamid.A2", "15550101")  # A2: behind A1 while A1 is open
+    send("wamid.C1", "15550103")  # C1
+    ids = dict(InboundDelivery.objects.values_list("provider_message_id", "pk"))
+
+    def claimed(owner: str) -> str | None:
+        d = taskqueue.claim_next(owner, 30)
+        return None if d is None else d.provider_message_id
+
+    assert [claimed("w1"), claimed("w1")] == ["wamid.A1", "wamid.B1"]
+    assert claimed("w1") == "wamid.C1"  # A2 waits behind the running A1
+    assert claimed("w1") is None
+    # A1's worker dies: once its lease expires A1 (older than everything queued) is claimed again
+    # before anything else, and A2 still waits.
+    InboundDelivery.objects.filter(pk=ids["wamid.A1"]).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    send("wamid.D1", "15550104")
+    assert [claimed("w2"), claimed("w2"), claimed("w2")] == ["wamid.A1", "wamid.D1", None]
+    # A1 done, B1 expired: B1 (running, older) is claimed before A2 (queued, newer).
+    InboundDelivery.objects.filter(pk=ids["wamid.A1"]).update(status="done")
+    InboundDelivery.objects.filter(pk=ids["wamid.B1"]).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    assert [claimed("w3"), claimed("w3"), claimed("w3")] == ["wamid.B1", "wamid.A2", None]
+    assert InboundDelivery.objects.get(pk=ids["wamid.A1"]).attempts == 2
+
+
 def test_telegram_long_answers_are_split_and_reset_clears_history(client, apis):
     _, tg = apis
     post_tg(client, p.telegram(10, "hello"))
