@@ -399,7 +399,20 @@ class PersistentSessionStore(BaseSessionStore):
                     history[i] = m = m.model_copy()
                     ids[i] = id(m)
                 seen.add(id(m))
-            live = set(ids)
+        last_row, after_new = -1, False
+        for i, m in enumerate(history):
+            entry = rows.get(ids[i])
+            if entry is None:
+                after_new = True
+            elif after_new or entry[1] < last_row:
+                # A stored message now behind a new message or one stored after it (an object added
+                # again once its first occurrence was pruned): rows load in id order, so it needs
+                # a new row at its new place.
+                history[i] = m.model_copy()
+                ids[i] = id(history[i])
+            else:
+                last_row = entry[1]
+        live = set(ids)
         new = live.difference(rows)
         if not new:
             inserts: list[Message] = []

@@ -162,7 +162,8 @@ class SessionContext:
         history = self._history
         # Appending a MODEL/TOOL message to a pruned history that ends inside a turn leaves it
         # pruned: skip the O(n) pass. Otherwise (USER, SYSTEM, no turn yet) prune.
-        fast = message.role in (Role.MODEL, Role.TOOL) and history and history[-1].role != Role.SYSTEM
+        # (``len(history) > 0``, not ``history``: the list itself would be truthy once appended to.)
+        fast = message.role in (Role.MODEL, Role.TOOL) and len(history) > 0 and history[-1].role != Role.SYSTEM
         history.append(message)
         if not fast:
             self._prune_history()
