@@ -31,6 +31,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager, suppress
 from dataclasses import dataclass, field
+from operator import is_
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
@@ -281,6 +282,7 @@ class PersistentSessionStore(BaseSessionStore):
         kept = {id(m) for m in history}
         session._history = history
         session._rows = {k: v for k, v in row_of.items() if k in kept}
+        session._synced = list(history)
         session._stale_ids = {rid for m, rid in parsed if id(m) not in kept}
         session._metadata = dict(stored.metadata)
         session._active_agent = self._resolve_agent(stored.agent_name, default_agent)
@@ -380,13 +382,61 @@ class PersistentSessionStore(BaseSessionStore):
         return self._db_purge_processed(self.dedup_ttl_seconds)
 
     # ---- commits --------------------------------------------------------------------------
-    def _changes(self, session: SessionContext, release_owner: str | None = None) -> Changes:
+    @staticmethod
+    def _delta(session: SessionContext) -> tuple[list[Message], list[Message]] | None:
+        """``(new messages, messages whose rows go)`` when the history is the one last written or
+        loaded (``session._synced``) with messages dropped from its front and new ones appended,
+        else None.
+
+        That is the shape of nearly every commit (a turn appends, pruning drops the oldest turn),
+        and checking it costs O(changed messages) plus one identity comparison in C, where the
+        general path in :meth:`_changes` takes ``id()`` of every message twice per commit.
+        """
+        synced = session._synced
+        if synced is None:
+            return None
+        history, rows = session._history, session._rows
+        kept = len(history)
+        while kept and id(history[kept - 1]) not in rows:
+            kept -= 1
+        dropped = len(synced) - kept
+        if dropped < 0 or not all(map(is_, history[:kept], synced[dropped:])):
+            return None
+        new = history[kept:]
+        if len(new) > 1 and len(set(map(id, new))) != len(new):
+            return None  # one object added twice: the general path gives each occurrence its own row
+        return new, synced[:dropped]
+
+    def _changes(self, session: SessionContext, release_owner: str | None = None,
+                 delta: tuple[list[Message], list[Message]] | None = None) -> Changes:
         """What ``session`` must write: messages without a row, rows no longer in its history.
 
         Messages are matched to rows by identity (``session._rows`` holds each persisted message,
-        so its ``id()`` cannot be reused while the row is known). Set operations instead of a
-        per-message loop: this runs on every turn over the whole (pruned) history.
+        so its ``id()`` cannot be reused while the row is known). ``delta`` (from :meth:`_delta`)
+        gives both directly; otherwise set operations over the whole (pruned) history find them.
         """
+        if delta is not None:
+            inserts, dropped = delta
+            rows = session._rows
+            delete_ids = [rows[id(m)][1] for m in dropped]
+        else:
+            inserts, delete_ids = self._compare_all(session)
+        delete_ids.extend(session._stale_ids)
+        metadata = session._metadata
+        return Changes(
+            session_id=session.session_id,
+            token=session._token,
+            agent_name=session._active_agent.name,
+            metadata_json=json.dumps(metadata, ensure_ascii=False, default=str) if metadata else "{}",
+            inserts=inserts,
+            delete_ids=sorted(set(delete_ids)),
+            release_owner=release_owner,
+            version=getattr(session, "_version", None),
+        )
+
+    @staticmethod
+    def _compare_all(session: SessionContext) -> tuple[list[Message], list[int]]:
+        """Messages of the history without a row, and ids of rows whose message left it."""
         history, rows = session._history, session._rows
         ids = list(map(id, history))
         live = set(ids)
@@ -399,6 +449,7 @@ class PersistentSessionStore(BaseSessionStore):
                     history[i] = m = m.model_copy()
                     ids[i] = id(m)
                 seen.add(id(m))
+            live = set(ids)
         last_row, after_new = -1, False
         for i, m in enumerate(history):
             entry = rows.get(ids[i])
@@ -420,38 +471,34 @@ class PersistentSessionStore(BaseSessionStore):
             inserts = history[-len(new):]
         else:
             inserts = [m for m, i in zip(history, ids, strict=True) if i in new]
-        delete_ids = [rows[key][1] for key in rows.keys() - live]
-        delete_ids.extend(session._stale_ids)
-        return Changes(
-            session_id=session.session_id,
-            token=session._token,
-            agent_name=session._active_agent.name,
-            metadata_json=json.dumps(session._metadata, ensure_ascii=False, default=str),
-            inserts=inserts,
-            delete_ids=sorted(set(delete_ids)),
-            release_owner=release_owner,
-            version=getattr(session, "_version", None),
-        )
+        return inserts, [rows[key][1] for key in rows.keys() - live]
 
-    def _apply_commit(self, session: SessionContext, changes: Changes, result: CommitResult) -> None:
+    def _apply_commit(self, session: SessionContext, changes: Changes, result: CommitResult,
+                      delta: tuple[list[Message], list[Message]] | None = None) -> None:
         rows = session._rows
-        for key in rows.keys() - set(map(id, session._history)):
-            del rows[key]
+        if delta is not None:
+            for m in delta[1]:
+                del rows[id(m)]
+        else:
+            for key in rows.keys() - set(map(id, session._history)):
+                del rows[key]
         rows.update(zip(map(id, changes.inserts), zip(changes.inserts, result.new_ids, strict=True), strict=True))
+        session._synced = list(session._history)  # now every message has its row, and no other row is known
         session._stale_ids = set()
         session._token = result.token
         session._version = result.version  # type: ignore[attr-defined]
 
     def _commit_blocking(self, session: SessionContext, release_owner: str | None = None) -> None:
         session._check()
-        changes = self._changes(session, release_owner)
+        delta = self._delta(session)
+        changes = self._changes(session, release_owner, delta)
         try:
             result = self._db_commit(changes)
         except SessionDeletedError:
             session._deleted = True
             self._forget(session.session_id)
             raise
-        self._apply_commit(session, changes, result)
+        self._apply_commit(session, changes, result, delta)
 
     def _flush_sync(self, session: SessionContext) -> None:
         self._commit_blocking(session)

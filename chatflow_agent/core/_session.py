@@ -40,12 +40,13 @@ def _positive_number(name: str, value: Any) -> float:
 
 
 class _Snapshot:
-    __slots__ = ("history", "rows", "stale", "agent", "metadata")
+    __slots__ = ("history", "rows", "stale", "synced", "agent", "metadata")
 
     def __init__(self, s: SessionContext) -> None:
         self.history = list(s._history)
         self.rows = dict(s._rows)
         self.stale = set(s._stale_ids)
+        self.synced = s._synced  # replaced, never changed in place
         self.agent = s._active_agent
         self.metadata = dict(s._metadata)
 
@@ -81,6 +82,9 @@ class SessionContext:
         # for messages of ``history`` that have a row, and rows on disk not in ``history``.
         self._rows: dict[int, tuple[Message, int]] = {}
         self._stale_ids: set[int] = set()
+        # The history as last written or loaded (each of its messages has its row, no other row is
+        # known), or None: lets a commit find what changed without comparing every message.
+        self._synced: list[Message] | None = None
         self._token: Any = None  # the store's incarnation token for this session's row
 
     # -- state -------------------------------------------------------------------------------
@@ -238,6 +242,7 @@ class SessionContext:
         self._turn = None
         if snap is not None:
             self._history, self._rows, self._stale_ids = snap.history, snap.rows, snap.stale
+            self._synced = snap.synced
             self._active_agent, self._metadata = snap.agent, snap.metadata
 
     def _end_turn(self) -> None:
