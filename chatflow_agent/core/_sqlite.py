@@ -11,10 +11,10 @@ timeout). ``:memory:`` and in-memory URIs (``file::memory:?cache=shared``,
 
 from __future__ import annotations
 
+import math
 import sqlite3
 import threading
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -86,10 +86,24 @@ FROM chatflow_sessions s WHERE s.session_id = ?
 """
 
 
+_second_text: tuple[int, str] = (0, "1970-01-01 00:00:00")
+
+
 def utc_stamp(at: float | None = None) -> str:
-    """UTC time as ``YYYY-MM-DD HH:MM:SS.ffffff`` — sorts with 0.3.4's ``CURRENT_TIMESTAMP`` text."""
-    moment = datetime.fromtimestamp(time.time() if at is None else at, UTC)
-    return moment.strftime("%Y-%m-%d %H:%M:%S.%f")
+    """UTC time as ``YYYY-MM-DD HH:MM:SS.ffffff`` — sorts with 0.3.4's ``CURRENT_TIMESTAMP`` text.
+
+    The text of the whole second is kept from the previous call (a turn commit makes one stamp;
+    building it through ``datetime`` and ``strftime`` every time cost ~2 µs).
+    """
+    global _second_text
+    fraction, whole = math.modf(time.time() if at is None else at)
+    second, micro = int(whole), round(fraction * 1e6)  # datetime.fromtimestamp's rounding
+    if not 0 <= micro < 1_000_000:
+        second, micro = second + micro // 1_000_000, micro % 1_000_000
+    cached = _second_text
+    if cached[0] != second:
+        cached = _second_text = (second, time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(second)))
+    return f"{cached[1]}.{micro:06d}"
 
 
 def is_memory_database(db_path: str) -> bool:
