@@ -207,6 +207,9 @@ class PersistentSessionStore(BaseSessionStore):
         """
         if self._inline:
             return fn(*args)
+        return await self._submit(key, fn, args)
+
+    def _submit(self, key: str | None, fn: Callable[..., Any], args: tuple[Any, ...]) -> asyncio.Future[Any]:
         pool = self._pool
         if pool is None:
             with self._executor_mutex:
@@ -216,7 +219,34 @@ class PersistentSessionStore(BaseSessionStore):
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
         pool.submit(key, loop, fut, fn, args)
-        return await fut
+        return fut
+
+    async def _finish_blocking_on(self, key: str | None, fn: Callable[..., Any], *args: Any) -> tuple[Any, bool]:
+        """Like :meth:`_run_blocking_on`, for work whose outcome the caller must know: ``(result, cancelled)``.
+
+        A thread cannot be stopped, so a cancellation that arrives while ``fn`` runs does not
+        abandon it: this waits for ``fn`` to finish and reports the cancellation as ``cancelled``
+        for the caller to re-raise once it has applied the result (a commit that was written
+        must stay in memory, invariant 4). If ``fn`` raised, that error is raised (or, after a
+        cancellation, ``CancelledError`` from it).
+        """
+        if self._inline:
+            return fn(*args), False
+        fut = self._submit(key, fn, args)
+        cancelled = False
+        while not fut.done():
+            try:
+                await asyncio.shield(fut)
+            except asyncio.CancelledError:
+                cancelled = True
+            except BaseException:
+                break
+        error = fut.exception()
+        if error is not None:
+            if cancelled:
+                raise asyncio.CancelledError() from error
+            raise error
+        return fut.result(), cancelled
 
     def close(self) -> None:
         """Stop the pool's threads (connections are closed by subclasses)."""
@@ -553,8 +583,10 @@ class PersistentSessionStore(BaseSessionStore):
                 session = self._materialise(session_id, stored, default_agent, metadata)
                 with session._atomic():
                     yield session
-                    await self._run_blocking_on(session_id, self._commit_blocking, session, owner)
+                    _, cancelled = await self._finish_blocking_on(session_id, self._commit_blocking, session, owner)
                     committed = True
+                if cancelled:  # cancelled while the commit was written: the turn is kept, then cancelled
+                    raise asyncio.CancelledError()
             finally:
                 timer.cancel()
                 for heartbeat in tasks:
@@ -578,9 +610,17 @@ class PersistentSessionStore(BaseSessionStore):
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 0.05)
         except BaseException:
-            if wait:  # leave the cross-process waiting line we may have joined
-                await asyncio.shield(self._run_blocking_on(session_id, self._db_leave_queue, session_id, owner))
+            # Leave the cross-process waiting line we may have joined, and give back the lease a
+            # cancelled ``_begin_blocking`` may still have won on its thread (this runs after it,
+            # on the same thread).
+            await asyncio.shield(
+                self._run_blocking_on(session_id, self._abandon_lease_blocking, session_id, owner, wait))
             raise
+
+    def _abandon_lease_blocking(self, session_id: str, owner: str, queued: bool) -> None:
+        if queued:
+            self._db_leave_queue(session_id, owner)
+        self._db_release_lease(session_id, owner)
 
     @contextmanager
     def sync_turn(

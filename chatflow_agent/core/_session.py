@@ -364,8 +364,10 @@ class BaseSessionStore(ABC):
         Waits (FIFO) for the session's lock — or raises ``SessionBusyError`` at once when
         ``wait`` is false and a turn is running. Changes made through ``session`` inside the
         block are committed together on exit; on any exception (cancellation and timeouts
-        included) they are undone and nothing is written. ``SessionDeletedError`` if the session
-        is deleted meanwhile.
+        included) they are undone and nothing is written. A cancellation that arrives once the
+        commit is being written (on a persistent store's thread, which cannot be stopped) waits
+        for it: the turn is then kept, in memory as on disk, and ``CancelledError`` raised after.
+        ``SessionDeletedError`` if the session is deleted meanwhile.
         """
         if wait:
             await self._locks.acquire(session_id)

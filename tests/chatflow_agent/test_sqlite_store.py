@@ -613,3 +613,78 @@ async def test_a_turn_commit_knows_the_new_version_so_the_next_turn_does_not_rel
         await runner.run_async("v", f"u{n}")
         assert store.get("v")._version == store._db_head("v").version
     assert loads == []  # the session was loaded once (by nobody: it was new) and kept current since
+
+
+@pytest.mark.asyncio
+async def test_a_turn_cancelled_while_its_commit_is_written_keeps_memory_equal_to_the_file(tmp_path, store_factory):
+    """Cancellation cannot stop a commit already running on a pool thread: the turn waits for
+    it, keeps what was written (memory equals the file, invariant 4) and then re-raises."""
+    db = tmp_path / "cancel.db"
+    store = store_factory(str(db))
+    agent = Agent(name="Bot", instructions="x")
+    async with store.turn("s", agent) as session:
+        await session.aadd_message(Message(role=Role.USER, content="U1"))
+
+    writer = sqlite3.connect(db, isolation_level=None)  # another connection, holding the write lock
+    writing = asyncio.Event()
+
+    async def second_turn() -> None:
+        async with store.turn("s", agent) as session:
+            await session.aadd_message(Message(role=Role.USER, content="U2"))
+            writer.execute("BEGIN IMMEDIATE")
+            writing.set()
+        # the commit now waits for the lock on a pool thread
+
+    task = asyncio.create_task(second_turn())
+    await writing.wait()
+    await asyncio.sleep(0.2)
+    task.cancel()
+    await asyncio.sleep(0.1)
+    assert not task.done()  # still waiting for its commit
+    writer.execute("COMMIT")
+    writer.close()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+    on_file = [r[2] for r in raw_rows(db, "s")]
+    assert on_file == ["U1", "U2"]
+    assert [m.content for m in store.get("s").history] == on_file
+    async with store.turn("s", agent) as session:
+        await session.aadd_message(Message(role=Role.USER, content="U3"))
+    fresh = store_factory(str(db))
+    assert [r[2] for r in raw_rows(db, "s")] == ["U1", "U2", "U3"]
+    assert [m.content for m in fresh.get("s").history] == ["U1", "U2", "U3"]
+    assert [m.content for m in store.get("s").history] == ["U1", "U2", "U3"]
+
+
+@pytest.mark.asyncio
+async def test_a_turn_cancelled_while_taking_the_lease_leaves_no_lease_behind(tmp_path, store_factory):
+    """The lease may be won on the pool thread after the waiting task was cancelled; it is
+    released then, instead of blocking the session until its TTL runs out."""
+    db = tmp_path / "lease.db"
+    store = store_factory(str(db))
+    agent = Agent(name="Bot", instructions="x")
+    async with store.turn("s", agent) as session:
+        await session.aadd_message(Message(role=Role.USER, content="U1"))
+
+    writer = sqlite3.connect(db, isolation_level=None)
+    writer.execute("BEGIN IMMEDIATE")  # the turn's lease write waits for this lock
+
+    async def turn() -> None:
+        async with store.turn("s", agent) as session:
+            await session.aadd_message(Message(role=Role.USER, content="never"))
+
+    task = asyncio.create_task(turn())
+    await asyncio.sleep(0.3)
+    task.cancel()
+    await asyncio.sleep(0.1)
+    writer.execute("COMMIT")
+    writer.close()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert count(db, "SELECT count(*) FROM chatflow_session_leases") == 0
+    other = store_factory(str(db))  # another owner gets the session at once
+    async with asyncio.timeout(5):
+        async with other.turn("s", agent) as session:
+            await session.aadd_message(Message(role=Role.USER, content="U2"))
+    assert [r[2] for r in raw_rows(db, "s")] == ["U1", "U2"]
