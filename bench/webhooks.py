@@ -14,6 +14,8 @@ Per database, on a fresh migrated database:
    over ``--concurrency`` connections (acks per second, its p99). Repeated with the turns played by a
    ``chatflow_worker`` process instead (``CHATFLOW_EMBEDDED_WORKER=off`` on daphne), and with no turns
    at all (the acknowledgement path alone; its deliveries stay queued and count in no turn figure).
+   First of all, the same open-loop run against the fake Graph API (a stdlib server that only answers
+   200) measures the load generator's own share of a round trip, printed under the table.
 2. **Queue throughput.** ``--turns`` deliveries are queued (daphne with the embedded worker off), then
    ``manage.py chatflow_worker --drain`` processes (1, and on PostgreSQL also 4, × 8 slots) play them:
    turns per second from the first worker's "ready" (Django set up) to the last exit, replies included.
@@ -334,6 +336,10 @@ def main() -> None:
     parser.add_argument("--no-throughput", action="store_true", help="skip the queue throughput runs")
     args = parser.parse_args()
     graph = FakeGraph()
+    # The load generator's own share of every round trip: the same open-loop run against the fake
+    # Graph API (a stdlib HTTP server that only answers 200), before any database run.
+    floor = asyncio.run(load(graph.base, args.requests, args.concurrency, "floor", rate=args.rate))
+    floor_ms = {f"p{q}_ms": round(pct(floor, q), 1) for q in (50, 90, 99)} | {"max_ms": round(max(floor) * 1000, 1)}
     results = [bench_db(kind, args, graph) for kind in (["sqlite", "postgres"] if args.db == "both" else [args.db])]
     print(f"{'db':<9}{'turns run in':<16}{'rate/s':>7}{'p50 ms':>8}{'p90 ms':>8}{'p99 ms':>8}{'max ms':>8}"
           f"{'turns during':>13}{'sat. acks/s':>12}{'sat. p99':>9}")
@@ -342,12 +348,14 @@ def main() -> None:
             print(f"{r['db']:<9}{mode:<16}{a['achieved_per_s']:>7}{a['p50_ms']:>8}{a['p90_ms']:>8}{a['p99_ms']:>8}"
                   f"{a['max_ms']:>8}{a['turns_during_load']:>13}{a['saturation_acks_per_s']:>12}"
                   f"{a['saturation_p99_ms']:>9}")
+    print(f"{'(load generator alone, no-op server)':<32}{floor_ms['p50_ms']:>8}{floor_ms['p90_ms']:>8}"
+          f"{floor_ms['p99_ms']:>8}{floor_ms['max_ms']:>8}")
     print(f"\n{'db':<9}{'workers×slots':>14}{'turns':>7}{'turns/s':>9}{'replies':>9}")
     for r in results:
         for t in r["throughput"]:
             print(f"{r['db']:<9}{str(t['workers']) + '×' + str(t['slots']):>14}{t['turns']:>7}"
                   f"{t['turns_per_s']:>9}{t['replies']:>9}")
-    print(json.dumps(results))
+    print(json.dumps({"load_generator_alone": floor_ms, "databases": results}))
 
 
 if __name__ == "__main__":
