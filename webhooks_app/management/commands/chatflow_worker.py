@@ -10,6 +10,7 @@ first signal, and a turn still running 60 s later is cancelled, as by any signal
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import signal
 import sys
@@ -39,6 +40,7 @@ class Command(BaseCommand):
         worker = Worker(slots=slots, poll=poll)
         self.stdout.write(f"chatflow_worker {worker.owner}: {slots} slot(s), ready", ending="\n")
         self.stdout.flush()
+        gc.freeze()  # Django and the apps stay for the process's life: keep full collections short (see asgi.py)
         processed = asyncio.run(self._run(worker, drain, embedded))
         self.stdout.write(f"chatflow_worker {worker.owner}: stopped after {processed} deliveries")
 
