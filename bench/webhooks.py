@@ -74,6 +74,9 @@ class FakeGraph:
 def _serve_graph(counter, ready) -> None:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        # Headers and body go out in two writes; with Nagle's algorithm the second waits for the
+        # client's delayed ACK (~40 ms on Linux loopback) — every reply and floor request did before.
+        disable_nagle_algorithm = True
 
         def do_POST(self) -> None:  # noqa: N802
             self.rfile.read(int(self.headers.get("Content-Length") or 0))
