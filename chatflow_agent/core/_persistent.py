@@ -148,9 +148,6 @@ def parse_row(row: StoredRow) -> Message | None:
     return msg
 
 
-def _nothing() -> None:
-    return None
-
 
 class PersistentSessionStore(BaseSessionStore):
     """Base class of stores that persist to a database (see the module docstring)."""
@@ -229,11 +226,12 @@ class PersistentSessionStore(BaseSessionStore):
         """Like :meth:`_run_blocking_on`, for work whose outcome the caller must know: ``(result, cancelled)``.
 
         A thread cannot be stopped, so a cancellation that arrives while ``fn`` runs does not
-        abandon it: this waits for ``fn`` to finish and reports the cancellation as ``cancelled``
-        for the caller to re-raise once it has applied the result (a commit that was written
-        must stay in memory, invariant 4). If ``fn`` raised, that error is raised (or, after a
-        cancellation, ``CancelledError`` from it). The common, uncancelled path costs what
-        :meth:`_run_blocking_on` costs (no shield: it would add a turn of the event loop).
+        abandon it: this waits for ``fn`` to finish — as long as the write takes, up to the
+        database's lock timeout; further cancellations meanwhile are absorbed — and reports the
+        cancellation as ``cancelled``, for the caller to re-raise once it has applied the result
+        (a commit that was written must stay in memory, invariant 4). If ``fn`` raised, that error
+        is raised (after a cancellation: ``CancelledError`` from it). The common, uncancelled path
+        costs what :meth:`_run_blocking_on` costs (a shield would add a turn of the event loop).
         """
         if self._inline:
             return fn(*args), False
@@ -252,11 +250,9 @@ class PersistentSessionStore(BaseSessionStore):
             return await self._submit(key, job, ()), False
         except asyncio.CancelledError:
             pass
-        # Cancelled: wait for the job through a no-op queued behind it on the same thread.
-        barrier = self._submit(key, _nothing, ())
-        while not barrier.done():
+        while not outcome:  # the job still runs on its thread: poll for its end (a rare path)
             with suppress(asyncio.CancelledError):
-                await asyncio.shield(barrier)
+                await asyncio.sleep(0.002)
         ok, value = outcome[0]
         if not ok:
             raise asyncio.CancelledError() from value
@@ -598,7 +594,7 @@ class PersistentSessionStore(BaseSessionStore):
                 with session._atomic():
                     yield session
                     _, cancelled = await self._finish_blocking_on(session_id, self._commit_blocking, session, owner)
-                    committed = True
+                    committed = session._committed = True
                 if cancelled:  # cancelled while the commit was written: the turn is kept, then cancelled
                     raise asyncio.CancelledError()
             finally:
@@ -608,7 +604,7 @@ class PersistentSessionStore(BaseSessionStore):
                     with suppress(asyncio.CancelledError):
                         await heartbeat
                 if not committed:
-                    await asyncio.shield(self._run_blocking_on(session_id, self._db_release_lease, session_id, owner))
+                    await asyncio.shield(self._submit(session_id, self._db_release_lease, (session_id, owner)))
         finally:
             self._locks.release(session_id)
 
@@ -623,12 +619,15 @@ class PersistentSessionStore(BaseSessionStore):
                     raise SessionBusyError(session_id)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 0.05)
+        except asyncio.CancelledError:
+            # Leave the cross-process waiting line we may have joined, and give back the lease that
+            # ``_begin_blocking`` may still have won on its thread after we were cancelled (this
+            # runs after it, on the same thread). Its own errors already released the lease.
+            await asyncio.shield(self._submit(session_id, self._abandon_lease_blocking, (session_id, owner, wait)))
+            raise
         except BaseException:
-            # Leave the cross-process waiting line we may have joined, and give back the lease a
-            # cancelled ``_begin_blocking`` may still have won on its thread (this runs after it,
-            # on the same thread).
-            await asyncio.shield(
-                self._run_blocking_on(session_id, self._abandon_lease_blocking, session_id, owner, wait))
+            if wait:  # leave the cross-process waiting line we may have joined
+                await asyncio.shield(self._submit(session_id, self._db_leave_queue, (session_id, owner)))
             raise
 
     def _abandon_lease_blocking(self, session_id: str, owner: str, queued: bool) -> None:

@@ -77,6 +77,7 @@ class SessionContext:
         self._store: BaseSessionStore | None = None
         self._deleted = False
         self._turn: _Snapshot | None = None
+        self._committed = False  # the current (or last) turn's commit was written
         self._own_lock: asyncio.Lock | None = None
         # Persistence bookkeeping (used by persistent stores): id(message) -> (message, row id)
         # for messages of ``history`` that have a row, and rows on disk not in ``history``.
@@ -235,6 +236,7 @@ class SessionContext:
 
     def _begin_turn(self) -> None:
         self._check()
+        self._committed = False
         self._turn = _Snapshot(self)
 
     def _restore_turn(self) -> None:
@@ -366,7 +368,9 @@ class BaseSessionStore(ABC):
         block are committed together on exit; on any exception (cancellation and timeouts
         included) they are undone and nothing is written. A cancellation that arrives once the
         commit is being written (on a persistent store's thread, which cannot be stopped) waits
-        for it: the turn is then kept, in memory as on disk, and ``CancelledError`` raised after.
+        for the write, however long it takes (up to the database's lock timeout): if it was
+        written, the turn is kept, in memory as on disk, and ``CancelledError`` raised after; if
+        it failed, the turn is undone and ``CancelledError`` raised from that error.
         ``SessionDeletedError`` if the session is deleted meanwhile.
         """
         if wait:

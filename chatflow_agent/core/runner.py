@@ -3,9 +3,11 @@
 Each turn runs inside ``store.turn``: serialised FIFO per session id (across processes for the
 persistent stores) and atomic — on an error, a cancellation or a timeout, the session is exactly
 as before the turn (history, active agent, rows), even when the user message had pruned an older
-turn. The visible tool-loop behaviour is chatflow-agent 0.3.4's: an unknown tool gets an error
-result; a tool that raises gives the model a generic message with a trace id, and the full error
-is logged with that trace id.
+turn; only a cancellation that arrives while the commit is being written keeps the turn (the
+write cannot be stopped; ``TurnCompleted`` is emitted, then ``CancelledError`` raised). The
+visible tool-loop behaviour is chatflow-agent 0.3.4's: an unknown tool gets an error result; a tool
+that raises gives the model a generic message with a trace id, and the full error is logged with
+that trace id.
 """
 
 from __future__ import annotations
@@ -200,15 +202,24 @@ class Runner:
                 turn.session = session
                 response = await self._play(turn, user_message)
         except BaseException as err:
+            if isinstance(err, asyncio.CancelledError) and getattr(getattr(turn, "session", None), "_committed", False):
+                if turn.watched:  # cancelled while the commit was written: the turn is kept (see store.turn)
+                    await self._completed(turn, emit, response, started)
+                raise
             if turn.watched:
                 await emit(TurnFailed(session_id=session_id, turn_id=turn.turn_id, error_type=type(err).__name__,
                                       error=str(err) or type(err).__name__))
             raise
         if turn.watched:
-            ids = tuple(rid for m in session.history[-turn.count:] if (rid := _row_id(session, m)) is not None)
-            await emit(TurnCompleted(session_id=session_id, turn_id=turn.turn_id, response=response,
-                                     duration_ms=(time.perf_counter() - started) * 1000, message_ids=ids))
+            await self._completed(turn, emit, response, started)
         return response
+
+    @staticmethod
+    async def _completed(turn: _Turn, emit: _Emit, response: AgentResponse, started: float) -> None:
+        session = turn.session
+        ids = tuple(rid for m in session.history[-turn.count:] if (rid := _row_id(session, m)) is not None)
+        await emit(TurnCompleted(session_id=session.session_id, turn_id=turn.turn_id, response=response,
+                                 duration_ms=(time.perf_counter() - started) * 1000, message_ids=ids))
 
     async def _play(self, turn: _Turn, user_message: str) -> AgentResponse:
         session = turn.session

@@ -636,13 +636,14 @@ async def test_a_turn_cancelled_while_its_commit_is_written_keeps_memory_equal_t
         # the commit now waits for the lock on a pool thread
 
     task = asyncio.create_task(second_turn())
-    await writing.wait()
-    await asyncio.sleep(0.2)
-    task.cancel()
-    await asyncio.sleep(0.1)
-    assert not task.done()  # still waiting for its commit
-    writer.execute("COMMIT")
-    writer.close()
+    try:
+        await writing.wait()
+        await asyncio.sleep(0.2)
+        task.cancel()
+        await asyncio.sleep(0.1)
+        assert not task.done()  # still waiting for its commit
+    finally:
+        writer.close()  # rolls back BEGIN IMMEDIATE: the commit proceeds
     with pytest.raises(asyncio.CancelledError):
         await task
 
@@ -675,11 +676,12 @@ async def test_a_turn_cancelled_while_taking_the_lease_leaves_no_lease_behind(tm
             await session.aadd_message(Message(role=Role.USER, content="never"))
 
     task = asyncio.create_task(turn())
-    await asyncio.sleep(0.3)
-    task.cancel()
-    await asyncio.sleep(0.1)
-    writer.execute("COMMIT")
-    writer.close()
+    try:
+        await asyncio.sleep(0.3)
+        task.cancel()
+        await asyncio.sleep(0.1)
+    finally:
+        writer.close()
     with pytest.raises(asyncio.CancelledError):
         await task
     assert count(db, "SELECT count(*) FROM chatflow_session_leases") == 0
@@ -688,3 +690,36 @@ async def test_a_turn_cancelled_while_taking_the_lease_leaves_no_lease_behind(tm
         async with other.turn("s", agent) as session:
             await session.aadd_message(Message(role=Role.USER, content="U2"))
     assert [r[2] for r in raw_rows(db, "s")] == ["U1", "U2"]
+
+
+@pytest.mark.asyncio
+async def test_a_runner_turn_cancelled_while_its_commit_is_written_reports_it_completed(tmp_path, store_factory):
+    db = tmp_path / "events.db"
+    store = store_factory(str(db))
+    writer = sqlite3.connect(db, isolation_level=None)
+    answered = asyncio.Event()
+
+    class LockingEngine(BaseEngine):
+        """Answers, then has another connection take the write lock, so the commit must wait."""
+
+        async def generate_turn_async(self, agent: Agent, history: list[Message]) -> EngineTurnResult:
+            writer.execute("BEGIN IMMEDIATE")
+            answered.set()
+            return EngineTurnResult(text="A1")
+
+    runner = Runner(Agent(name="Bot", instructions="x"), session_store=store, engine=LockingEngine())
+    events: list[str] = []
+    runner.subscribe(lambda e: events.append(e.type))
+    task = asyncio.create_task(runner.run_async("s", "U1"))
+    try:
+        await answered.wait()
+        await asyncio.sleep(0.2)
+        task.cancel()
+        await asyncio.sleep(0.1)
+    finally:
+        writer.close()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert [r[2] for r in raw_rows(db, "s")] == ["U1", "A1"]
+    assert [m.content for m in store.get("s").history] == ["U1", "A1"]
+    assert events[0] == "turn_started" and events[-1] == "turn_completed" and "turn_failed" not in events
