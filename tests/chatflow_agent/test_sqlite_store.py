@@ -615,6 +615,19 @@ async def test_a_turn_commit_knows_the_new_version_so_the_next_turn_does_not_rel
     assert loads == []  # the session was loaded once (by nobody: it was new) and kept current since
 
 
+async def cancel_while_locked(task: asyncio.Task, writer: sqlite3.Connection, wait: float = 0.2) -> None:
+    """Cancel ``task`` while ``writer`` holds the file's write lock, then let go of the lock;
+    ``task`` must have waited for the database work it had started, and end cancelled."""
+    try:
+        await asyncio.sleep(wait)
+        task.cancel()
+        await asyncio.sleep(0.1)
+        assert not task.done()
+    finally:
+        writer.close()  # rolls back its BEGIN IMMEDIATE: the waiting write proceeds
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
 @pytest.mark.asyncio
 async def test_a_turn_cancelled_while_its_commit_is_written_keeps_memory_equal_to_the_file(tmp_path, store_factory):
     """Cancellation cannot stop a commit already running on a pool thread: the turn waits for
@@ -636,16 +649,8 @@ async def test_a_turn_cancelled_while_its_commit_is_written_keeps_memory_equal_t
         # the commit now waits for the lock on a pool thread
 
     task = asyncio.create_task(second_turn())
-    try:
-        await writing.wait()
-        await asyncio.sleep(0.2)
-        task.cancel()
-        await asyncio.sleep(0.1)
-        assert not task.done()  # still waiting for its commit
-    finally:
-        writer.close()  # rolls back BEGIN IMMEDIATE: the commit proceeds
-    with pytest.raises(asyncio.CancelledError):
-        await task
+    await writing.wait()
+    await cancel_while_locked(task, writer)
 
     on_file = [r[2] for r in raw_rows(db, "s")]
     assert on_file == ["U1", "U2"]
@@ -675,15 +680,7 @@ async def test_a_turn_cancelled_while_taking_the_lease_leaves_no_lease_behind(tm
         async with store.turn("s", agent) as session:
             await session.aadd_message(Message(role=Role.USER, content="never"))
 
-    task = asyncio.create_task(turn())
-    try:
-        await asyncio.sleep(0.3)
-        task.cancel()
-        await asyncio.sleep(0.1)
-    finally:
-        writer.close()
-    with pytest.raises(asyncio.CancelledError):
-        await task
+    await cancel_while_locked(asyncio.create_task(turn()), writer, wait=0.3)
     assert count(db, "SELECT count(*) FROM chatflow_session_leases") == 0
     other = store_factory(str(db))  # another owner gets the session at once
     async with asyncio.timeout(5):
@@ -711,15 +708,8 @@ async def test_a_runner_turn_cancelled_while_its_commit_is_written_reports_it_co
     events: list[str] = []
     runner.subscribe(lambda e: events.append(e.type))
     task = asyncio.create_task(runner.run_async("s", "U1"))
-    try:
-        await answered.wait()
-        await asyncio.sleep(0.2)
-        task.cancel()
-        await asyncio.sleep(0.1)
-    finally:
-        writer.close()
-    with pytest.raises(asyncio.CancelledError):
-        await task
+    await answered.wait()
+    await cancel_while_locked(task, writer)
     assert [r[2] for r in raw_rows(db, "s")] == ["U1", "A1"]
     assert [m.content for m in store.get("s").history] == ["U1", "A1"]
     assert events[0] == "turn_started" and events[-1] == "turn_completed" and "turn_failed" not in events
