@@ -148,7 +148,6 @@ def parse_row(row: StoredRow) -> Message | None:
     return msg
 
 
-
 class PersistentSessionStore(BaseSessionStore):
     """Base class of stores that persist to a database (see the module docstring)."""
 
