@@ -628,6 +628,7 @@ async def cancel_while_locked(task: asyncio.Task, writer: sqlite3.Connection, wa
     with pytest.raises(asyncio.CancelledError):
         await task
 
+
 @pytest.mark.asyncio
 async def test_a_turn_cancelled_while_its_commit_is_written_keeps_memory_equal_to_the_file(tmp_path, store_factory):
     """Cancellation cannot stop a commit already running on a pool thread: the turn waits for
