@@ -29,6 +29,9 @@ class StoreKit:
 
     make: Callable[..., Any]  # make(default_max_turns=40, dedup_ttl_hours=192) -> store
     reopen: Callable[[Any], Any] | None  # a fresh store on the same database (None: not persistent)
+    # Rounds of the threaded-writes scenarios; stores whose every write is a durable database commit
+    # run fewer to keep the suite's time in bounds (the races show within a few rounds).
+    thread_rounds: int = 100
 
 
 class EchoEngine(BaseEngine):
@@ -253,6 +256,70 @@ def test_a_stale_session_object_raises_after_delete(kit: StoreKit) -> None:
     with pytest.raises(SessionDeletedError):
         _ = s.history
     assert "stale" not in store.list_sessions()
+
+
+def _add_from_threads(store: Any, session_ids: list[str], threads: int, per_thread: int) -> dict[str, Any]:
+    """``threads`` threads each add ``per_thread`` messages with the sync API, spread over the sessions."""
+    bot = Agent(name="Bot", instructions="x")
+    sessions = {sid: store.get_or_create(sid, default_agent=bot) for sid in session_ids}
+    barrier = threading.Barrier(threads)
+    errors: list[BaseException] = []
+
+    def work(t: int) -> None:
+        barrier.wait()
+        try:
+            for i in range(per_thread):
+                sessions[session_ids[t % len(session_ids)]].add_message(Message(role=Role.USER, content=f"T{t}-{i}"))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    workers = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert errors == []
+    return sessions
+
+
+@pytest.mark.parametrize(("threads", "n_sessions", "per_thread"), [(15, 3, 4), (8, 1, 8)])
+def test_sync_writes_from_many_threads_keep_memory_and_storage_equal(
+    kit: StoreKit, threads: int, n_sessions: int, per_thread: int
+) -> None:
+    """Invariant 4 under threads: every message is kept once, in memory and in storage."""
+    store = kit.make(default_max_turns=10_000)
+    for r in range(kit.thread_rounds):
+        ids = [f"threads-{r}-{k}" for k in range(n_sessions)]
+        sessions = _add_from_threads(store, ids, threads, per_thread)
+        for k, sid in enumerate(ids):
+            writers = len(range(k, threads, n_sessions))
+            live = sessions[sid]
+            assert len(live.history) == writers * per_thread, (r, sid)
+            assert len({m.content for m in live.history}) == writers * per_thread, (r, sid)
+            assert_reload_equals(kit, store, sid, live)
+            store.delete(sid)
+
+
+@pytest.mark.asyncio
+async def test_delete_during_the_first_turn_of_a_new_session_reports_a_deletion(kit: StoreKit) -> None:
+    """One answer on every store: the running first turn is stopped, so something was deleted."""
+    store = kit.make()
+    entered, release = asyncio.Event(), asyncio.Event()
+
+    async def slow(history: list[Message]) -> EngineTurnResult:
+        entered.set()
+        await release.wait()
+        return EngineTurnResult(text="late")
+
+    runner = Runner(Agent(name="Bot", instructions="x"), session_store=store, engine=StepsEngine(slow))
+    turn = asyncio.ensure_future(runner.run_async("first-turn", "hello"))
+    await asyncio.wait_for(entered.wait(), 5)
+    assert await store.adelete("first-turn") is True
+    release.set()
+    with pytest.raises(SessionDeletedError):
+        await turn
+    assert "first-turn" not in await store.alist_sessions()
+    assert await store.adelete("first-turn") is False
 
 
 def test_a_webhook_id_is_claimed_exactly_once_across_threads(kit: StoreKit) -> None:

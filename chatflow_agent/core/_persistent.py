@@ -386,11 +386,14 @@ class PersistentSessionStore(BaseSessionStore):
         return self._materialise(session_id, head, None, None)
 
     def delete(self, session_id: str) -> bool:
-        """Delete the session and its messages; live session objects raise SessionDeletedError."""
+        """Delete the session and its messages; live session objects raise SessionDeletedError.
+
+        True when something was deleted: a stored session, or a live one not yet stored (a first
+        turn still running), as the in-memory store answers."""
         cached = self._forget(session_id)
         if cached is not None:
             cached._deleted = True
-        return self._db_delete(session_id)
+        return self._db_delete(session_id) or cached is not None
 
     def list_sessions(self) -> list[str]:
         """Session ids, most recently updated first."""

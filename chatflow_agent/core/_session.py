@@ -79,6 +79,9 @@ class SessionContext:
         self._turn: _Snapshot | None = None
         self._committed = False  # the current (or last) turn's commit was written
         self._own_lock: asyncio.Lock | None = None
+        # Serialises the sync mutations: each applies its change and writes it before the next
+        # thread's change starts (otherwise two threads' writes interleave and storage diverges).
+        self._mutex = threading.RLock()
         # Persistence bookkeeping (used by persistent stores): id(message) -> (message, row id)
         # for messages of ``history`` that have a row, and rows on disk not in ``history``.
         self._rows: dict[int, tuple[Message, int]] = {}
@@ -153,9 +156,12 @@ class SessionContext:
 
     # -- mutations ---------------------------------------------------------------------------
     def add_message(self, message: Message) -> None:
-        """Append ``message`` and prune by whole turns; persisted at once outside a turn."""
-        self._apply_add(message)
-        self._flush()
+        """Append ``message`` and prune by whole turns; persisted at once outside a turn.
+
+        Safe to call from several threads on one session: the calls are applied one at a time."""
+        with self._mutex:
+            self._apply_add(message)
+            self._flush()
 
     async def aadd_message(self, message: Message) -> None:
         """Awaitable twin of :meth:`add_message`."""
@@ -175,8 +181,9 @@ class SessionContext:
 
     def set_active_agent(self, agent: Agent) -> None:
         """Make ``agent`` the active agent (persisted at once outside a turn)."""
-        self.active_agent = agent
-        self._flush()
+        with self._mutex:
+            self.active_agent = agent
+            self._flush()
 
     async def aset_active_agent(self, agent: Agent) -> None:
         self.active_agent = agent
@@ -184,9 +191,10 @@ class SessionContext:
 
     def clear_history(self) -> None:
         """Remove every message (persisted at once outside a turn)."""
-        self._check()
-        self._history = []
-        self._flush()
+        with self._mutex:
+            self._check()
+            self._history = []
+            self._flush()
 
     async def aclear_history(self) -> None:
         self._check()
@@ -198,9 +206,10 @@ class SessionContext:
 
         Rollback does not undo side effects of tools that already ran.
         """
-        self._check()
-        self._history = self._history[: max(0, checkpoint_len)]
-        self._flush()
+        with self._mutex:
+            self._check()
+            self._history = self._history[: max(0, checkpoint_len)]
+            self._flush()
 
     async def arollback_to(self, checkpoint_len: int) -> None:
         self._check()

@@ -24,6 +24,6 @@ def kit(transactional_db):
         opened.append(again)
         return again
 
-    yield StoreKit(make=make, reopen=reopen)
+    yield StoreKit(make=make, reopen=reopen, thread_rounds=10)
     for store in opened:
         store.close()
