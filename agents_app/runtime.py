@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from django.conf import settings
 from django.core.signals import setting_changed
@@ -42,13 +42,6 @@ _SETTINGS = frozenset({
 
 #: Called with every Runner this module builds (``hook(runner)``); see :func:`add_runner_hook`.
 runner_hooks: list[Callable[[Runner], Any]] = []
-
-
-class _CacheInfo(NamedTuple):  # functools.cache's shape, for code that called cache_info() on the old helper
-    hits: int
-    misses: int
-    maxsize: int | None
-    currsize: int
 
 
 class _PerProcess(Generic[T]):
@@ -79,13 +72,6 @@ class _PerProcess(Generic[T]):
         with self._lock:
             value, self._value = self._value, None
         return value
-
-    # functools.cache's interface, which sessions_app.actions.site_store had before it moved here.
-    def cache_clear(self) -> None:
-        reset()
-
-    def cache_info(self) -> _CacheInfo:
-        return _CacheInfo(0, 0, 1, 0 if self._value is None else 1)
 
 
 def build_engine() -> BaseEngine:

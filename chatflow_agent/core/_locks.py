@@ -10,8 +10,6 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import deque
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 __all__ = ["SessionLocks"]
@@ -127,24 +125,6 @@ class SessionLocks:
             self.release(key)
         else:
             fut.set_result(None)
-
-    @asynccontextmanager
-    async def hold(self, key: str) -> AsyncIterator[None]:
-        """``async with locks.hold(session_id):`` — acquire, then release on exit."""
-        await self.acquire(key)
-        try:
-            yield
-        finally:
-            self.release(key)
-
-    @contextmanager
-    def hold_sync(self, key: str) -> Iterator[None]:
-        """``with locks.hold_sync(session_id):`` — blocking acquire, release on exit."""
-        self.acquire_sync(key)
-        try:
-            yield
-        finally:
-            self.release(key)
 
 
 class BoundLock:

@@ -702,9 +702,3 @@ class PersistentSessionStore(BaseSessionStore):
                     lost = not renewed and (session_id, owner) in self._kept_leases
                 if lost:
                     logger.warning("Lost the lease of session %r while a turn was running", session_id)
-
-    def _commit_turn_sync(self, session: SessionContext) -> None:  # pragma: no cover - turns override
-        self._commit_blocking(session)
-
-    async def _commit_turn_async(self, session: SessionContext) -> None:  # pragma: no cover
-        await self._run_blocking_on(session.session_id, self._commit_blocking, session)

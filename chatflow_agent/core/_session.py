@@ -362,10 +362,6 @@ class BaseSessionStore(ABC):
     async def _flush_async(self, session: SessionContext) -> None:
         session._check()
 
-    def is_turn_running(self, session_id: str) -> bool:
-        """True while a turn (or an operator action) holds the session's lock in this process."""
-        return self._locks.locked(session_id)
-
     @asynccontextmanager
     async def turn(
         self, session_id: str, default_agent: Agent, metadata: dict[str, Any] | None = None, *, wait: bool = True
@@ -390,7 +386,7 @@ class BaseSessionStore(ABC):
             session = await self.aget_or_create(session_id, default_agent, metadata)
             with session._atomic():
                 yield session
-                await self._commit_turn_async(session)
+                session._check()  # in memory there is nothing to write
         finally:
             self._locks.release(session_id)
 
@@ -407,15 +403,9 @@ class BaseSessionStore(ABC):
             session = self.get_or_create(session_id, default_agent, metadata)
             with session._atomic():
                 yield session
-                self._commit_turn_sync(session)
+                session._check()
         finally:
             self._locks.release(session_id)
-
-    async def _commit_turn_async(self, session: SessionContext) -> None:
-        session._check()
-
-    def _commit_turn_sync(self, session: SessionContext) -> None:
-        session._check()
 
 
 class SessionStore(BaseSessionStore):

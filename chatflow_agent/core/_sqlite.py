@@ -15,6 +15,7 @@ import math
 import sqlite3
 import threading
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -171,12 +172,12 @@ class SQLiteSessionStore(PersistentSessionStore):
         return conn
 
     def _read(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        with self._shared_mutex if self._inline else _NULL:
+        with self._shared_mutex if self._inline else nullcontext():
             return self._conn().execute(sql, params).fetchall()
 
     def _write(self, fn: Any) -> Any:
         """Run ``fn(conn)`` in one ``BEGIN IMMEDIATE`` transaction."""
-        with self._shared_mutex if self._inline else _NULL:
+        with self._shared_mutex if self._inline else nullcontext():
             conn = self._conn()
             conn.execute("BEGIN IMMEDIATE")
             try:
@@ -189,7 +190,7 @@ class SQLiteSessionStore(PersistentSessionStore):
 
     def _write1(self, sql: str, params: tuple[Any, ...]) -> sqlite3.Cursor:
         """One write statement in autocommit mode (atomic on its own)."""
-        with self._shared_mutex if self._inline else _NULL:
+        with self._shared_mutex if self._inline else nullcontext():
             return self._conn().execute(sql, params)
 
     def close(self) -> None:
@@ -227,7 +228,7 @@ class SQLiteSessionStore(PersistentSessionStore):
         return StoredSession(session_id, agent, json_object(meta), created, (updated, max_id, count))
 
     def _db_load(self, session_id: str) -> StoredSession | None:
-        with self._shared_mutex if self._inline else _NULL:
+        with self._shared_mutex if self._inline else nullcontext():
             conn = self._conn()
             conn.execute("BEGIN")
             try:
@@ -424,13 +425,3 @@ def _leases_without_rowid(conn: sqlite3.Connection) -> None:
     conn.execute("DROP TABLE chatflow_session_leases")
     conn.execute("ALTER TABLE chatflow_session_leases_new RENAME TO chatflow_session_leases")
 
-
-class _Null:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-
-_NULL = _Null()
