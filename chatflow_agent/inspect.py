@@ -15,6 +15,7 @@ import json
 import logging
 import sqlite3
 import sys
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -65,7 +66,7 @@ class DatabaseReport:
 
 
 @contextmanager
-def _quiet_parse_warnings():
+def _quiet_parse_warnings() -> Iterator[None]:
     """parse_row logs every unreadable row; the inspector reports them itself."""
     log = logging.getLogger("chatflow_agent.memory")
 

@@ -268,8 +268,9 @@ def _add_from_threads(store: Any, session_ids: list[str], threads: int, per_thre
     def work(t: int) -> None:
         barrier.wait()
         try:
+            session = sessions[session_ids[t % len(session_ids)]]
             for i in range(per_thread):
-                sessions[session_ids[t % len(session_ids)]].add_message(Message(role=Role.USER, content=f"T{t}-{i}"))
+                session.add_message(Message(role=Role.USER, content=f"T{t}-{i}"))
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 

@@ -32,7 +32,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager, suppress
 from dataclasses import dataclass, field
 from operator import is_
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import ValidationError
 
@@ -53,6 +53,7 @@ if TYPE_CHECKING:
     from chatflow_agent.core.agent import Agent
 
 logger = logging.getLogger("chatflow_agent.memory")
+_T = TypeVar("_T")
 
 __all__ = ["PersistentSessionStore", "StoredSession", "StoredRow", "Changes", "CommitResult"]
 
@@ -193,11 +194,11 @@ class PersistentSessionStore(BaseSessionStore):
     def _db_release_lease(self, session_id: str, owner: str) -> None: raise NotImplementedError
 
     # ---- blocking dispatch ----------------------------------------------------------------
-    async def _run_blocking(self, fn: Callable[..., Any], *args: Any) -> Any:
+    async def _run_blocking(self, fn: Callable[..., _T], *args: Any) -> _T:
         """Run blocking database work on the store's private pool of threads (0.4.0rc1)."""
         return await self._run_blocking_on(None, fn, *args)
 
-    async def _run_blocking_on(self, key: str | None, fn: Callable[..., Any], *args: Any) -> Any:
+    async def _run_blocking_on(self, key: str | None, fn: Callable[..., _T], *args: Any) -> _T:
         """Like :meth:`_run_blocking`, on the pool thread that ``key`` (a session id) maps to.
 
         Work for one session always runs on the same thread, so on the same connection, whose
@@ -209,7 +210,7 @@ class PersistentSessionStore(BaseSessionStore):
             return fn(*args)
         return await self._submit(key, fn, args)
 
-    def _submit(self, key: str | None, fn: Callable[..., Any], args: tuple[Any, ...]) -> asyncio.Future[Any]:
+    def _submit(self, key: str | None, fn: Callable[..., _T], args: tuple[Any, ...]) -> asyncio.Future[_T]:
         pool = self._pool
         if pool is None:
             with self._executor_mutex:

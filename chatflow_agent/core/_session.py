@@ -10,7 +10,7 @@ from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from chatflow_agent.core._locks import BoundLock, SessionLocks
 from chatflow_agent.core._pruning import group_turns, prune_history
@@ -21,13 +21,14 @@ if TYPE_CHECKING:
     from chatflow_agent.core.agent import Agent
 
 logger = logging.getLogger("chatflow_agent.memory")
+_T = TypeVar("_T")
 
 #: Webhook de-duplication window: 8 days, past WhatsApp's 7-day redelivery window (seed).
 DEFAULT_DEDUP_TTL_HOURS: int = 192
 DEFAULT_DEDUP_TTL_SECONDS: float = float(DEFAULT_DEDUP_TTL_HOURS * 3600)
 
 
-def _positive_int(name: str, value: Any) -> int:
+def _positive_int(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
     return value
@@ -288,7 +289,7 @@ class BaseSessionStore(ABC):
     @property
     def _locks(self) -> SessionLocks:
         # Subclasses written for 0.3.4 may not call super().__init__(): create the locks lazily.
-        locks = self.__dict__.get("_locks")
+        locks: SessionLocks | None = self.__dict__.get("_locks")
         if locks is None:
             locks = self.__dict__.setdefault("_locks", SessionLocks())
         return locks
@@ -324,10 +325,10 @@ class BaseSessionStore(ABC):
         return True
 
     # awaitable twins: blocking work off the event loop (stores may run it inline if cheap)
-    async def _run_blocking(self, fn: Callable[..., Any], *args: Any) -> Any:
+    async def _run_blocking(self, fn: Callable[..., _T], *args: Any) -> _T:
         return await asyncio.to_thread(fn, *args)
 
-    async def _run_blocking_on(self, key: str | None, fn: Callable[..., Any], *args: Any) -> Any:
+    async def _run_blocking_on(self, key: str | None, fn: Callable[..., _T], *args: Any) -> _T:
         """:meth:`_run_blocking` for work on one session (stores may keep it on one thread)."""
         return await self._run_blocking(fn, *args)
 
@@ -429,7 +430,7 @@ class SessionStore(BaseSessionStore):
         self._processed: OrderedDict[str, float] = OrderedDict()  # id -> monotonic first claim
         self._clock: Callable[[], float] = time.monotonic
 
-    async def _run_blocking(self, fn: Callable[..., Any], *args: Any) -> Any:
+    async def _run_blocking(self, fn: Callable[..., _T], *args: Any) -> _T:
         return fn(*args)  # in-memory work never blocks: run inline
 
     def get_or_create(self, session_id: str, default_agent: Agent, metadata: dict[str, Any] | None = None) -> SessionContext:  # noqa: E501

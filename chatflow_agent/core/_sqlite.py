@@ -15,9 +15,10 @@ import math
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 from chatflow_agent._jsonsafe import json_object
@@ -34,6 +35,7 @@ from chatflow_agent.exceptions import SessionBusyError, SessionDeletedError, Sto
 __all__ = ["SQLiteSessionStore", "SQLiteSessionContext", "SCHEMA_VERSION", "is_memory_database", "utc_stamp"]
 
 SCHEMA_VERSION = 2
+_T = TypeVar("_T")
 _BLOCKING_IO_WORKERS = PersistentSessionStore._BLOCKING_IO_WORKERS
 BUSY_TIMEOUT_MS = 30_000
 _WAITER_TTL = 5.0  # seconds a queued waiter stays in line without polling
@@ -175,7 +177,7 @@ class SQLiteSessionStore(PersistentSessionStore):
         with self._shared_mutex if self._inline else nullcontext():
             return self._conn().execute(sql, params).fetchall()
 
-    def _write(self, fn: Any) -> Any:
+    def _write(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
         """Run ``fn(conn)`` in one ``BEGIN IMMEDIATE`` transaction."""
         with self._shared_mutex if self._inline else nullcontext():
             conn = self._conn()
@@ -278,8 +280,8 @@ class SQLiteSessionStore(PersistentSessionStore):
                     "DELETE FROM chatflow_messages WHERE id = ? AND session_id = ?",
                     [(i, sid) for i in changes.delete_ids],
                 ).rowcount
-            new_ids = [
-                conn.execute(
+            new_ids: list[int] = [
+                conn.execute(  # type: ignore[misc]  # lastrowid of an INSERT is an int
                     "INSERT INTO chatflow_messages (session_id, role, content, message_json, created_at) "
                     "VALUES (?, ?, ?, ?, ?)",
                     (sid, msg.role.value, msg.content, msg.model_dump_json(), now),

@@ -12,7 +12,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from pydantic import ConfigDict, create_model
+from pydantic import BaseModel, ConfigDict, create_model
 
 from chatflow_agent.exceptions import ToolExecutionError
 
@@ -39,7 +39,7 @@ def _signature(func: Callable[..., Any]) -> inspect.Signature:
         return inspect.signature(func)
 
 
-def _signature_model(func: Callable[..., Any], name: str) -> type:
+def _signature_model(func: Callable[..., Any], name: str) -> type[BaseModel]:
     fields: dict[str, Any] = {}
     for pname, param in _signature(func).parameters.items():
         if pname in ("self", "cls") or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
@@ -71,7 +71,8 @@ def _inline_refs(schema: dict[str, Any]) -> dict[str, Any]:
             return [walk(v) for v in node]
         return node
 
-    return walk(schema)
+    inlined: dict[str, Any] = walk(schema)
+    return inlined
 
 
 def _gemini_types(schema: Any) -> Any:
@@ -116,7 +117,7 @@ class Tool:
 
     def _build_parameters_schema(self) -> dict[str, Any]:
         """The parameter schema in Gemini's upper-case dialect (chatflow-agent 0.3.4's shape)."""
-        gem = _gemini_types(self.json_schema)
+        gem: dict[str, Any] = _gemini_types(self.json_schema)
         gem["properties"] = {k: _gemini_types(v) for k, v in self.json_schema["properties"].items()}
         for prop in gem["properties"].values():
             prop.setdefault("type", "STRING")

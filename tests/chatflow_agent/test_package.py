@@ -132,3 +132,14 @@ def test_the_provider_engines_can_be_built_without_a_key(monkeypatch: pytest.Mon
         monkeypatch.delenv(var, raising=False)
     for engine_class in (chatflow_agent.OpenAIEngine, chatflow_agent.GeminiEngine, chatflow_agent.AnthropicEngine):
         assert isinstance(engine_class(), chatflow_agent.BaseEngine)
+
+
+def test_the_runtime_passes_strict_type_checking() -> None:
+    """mypy --strict over chatflow_agent, configured in pyproject.toml ([tool.mypy])."""
+    result = subprocess.run(
+        [sys.executable, "-m", "mypy", "--config-file", str(REPO / "pyproject.toml"),
+         "--cache-dir", str(REPO / ".mypy_cache")],
+        cwd=REPO, capture_output=True, text=True, timeout=600,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Success: no issues found" in result.stdout

@@ -104,7 +104,8 @@ def resolve_engine(agent: Agent, default_engine: BaseEngine | None = None) -> Ba
     An unknown ``agent.provider`` without ``base_url`` is ignored, as in 0.3.4.
     """
     if agent.engine is not None:
-        return agent.engine
+        engine: BaseEngine = agent.engine
+        return engine
     configured = _from_agent_settings(agent)
     if configured is not None:
         return configured

@@ -121,7 +121,7 @@ class OpenAIEngine(BaseEngine):
         return resolve_api_key(None, self.base_url, official_base_url=self.official_base_url, env_key=self.env_key)
 
     def _label(self) -> str:
-        return f"{self.provider.upper()} ({redact_url(self.base_url)})"
+        return f"{(self.provider or 'openai-compatible').upper()} ({redact_url(self.base_url)})"
 
     @asynccontextmanager
     async def _completions(self) -> AsyncIterator[Callable[..., Awaitable[Any]]]:

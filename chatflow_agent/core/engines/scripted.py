@@ -84,9 +84,8 @@ class ScriptedEngine(BaseEngine):
         if isinstance(step, BaseException):
             raise step
         if callable(step) and not isinstance(step, (EngineTurnResult, str)):
-            step = step(agent, history)
-            if inspect.isawaitable(step):
-                step = await step
+            answer = step(agent, history)
+            return _as_result(await answer if inspect.isawaitable(answer) else answer)
         return _as_result(step)
 
     async def stream_turn_async(
