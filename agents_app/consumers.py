@@ -21,7 +21,7 @@ from django.template.loader import render_to_string
 
 from agents_app import registry
 from agents_app.views import CHAT as CHAT_PERMISSION
-from chatflow_agent._jsonsafe import clean_text
+from chatflow_agent.jsonsafe import clean_text
 from sessions_app import fragments
 from sessions_app.access import may
 

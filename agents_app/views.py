@@ -9,8 +9,8 @@ from django.views.decorators.http import require_GET
 
 from agents_app import registry
 from agents_app.graph import layout
-from chatflow_agent._jsonsafe import clean_text
 from chatflow_agent.core.agent import handoff_tool_name
+from chatflow_agent.jsonsafe import clean_text
 from sessions_app.access import console_required
 from sessions_app.timeline import pretty_json
 

@@ -30,7 +30,7 @@ from ninja.security.base import AuthBase
 from pydantic import Field
 
 from api_app.models import ApiToken
-from chatflow_agent._jsonsafe import clean_text, json_safe
+from chatflow_agent.jsonsafe import clean_text, json_safe
 from sessions_app import actions, export, listing
 from sessions_app.access import EXPORT, may
 from sessions_app.models import ChatSession, OperatorAction

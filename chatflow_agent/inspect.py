@@ -21,8 +21,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from chatflow_agent.core._persistent import StoredRow, parse_row
 from chatflow_agent.core._pruning import group_turns
+from chatflow_agent.core.backend import StoredRow, parse_row
 from chatflow_agent.types import Message, Role
 
 __all__ = ["InspectError", "Problem", "SessionReport", "inspect_database", "main"]

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, field_validator
 
-from chatflow_agent._jsonsafe import clean_text, json_safe
+from chatflow_agent.jsonsafe import clean_text, json_safe
 
 __all__ = ["AgentResponse", "Handoff", "Message", "Role", "ToolCall", "ToolResult"]
 

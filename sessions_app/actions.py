@@ -20,10 +20,10 @@ from django.db import transaction
 from django.http import Http404
 
 from agents_app import registry, runtime
-from chatflow_agent._jsonsafe import json_safe
-from chatflow_agent.core._persistent import StoredRow, parse_row
-from chatflow_agent.core._pruning import group_turns
+from chatflow_agent.core.backend import StoredRow, parse_row
+from chatflow_agent.core.memory import group_turns
 from chatflow_agent.exceptions import SessionBusyError
+from chatflow_agent.jsonsafe import json_safe
 from chatflow_agent.types import Message, Role
 from sessions_app.models import ChatMessage, ChatSession, OperatorAction
 from sessions_app.timeline import handoff_of, pretty_json

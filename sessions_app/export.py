@@ -35,8 +35,8 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
-from chatflow_agent._jsonsafe import clean_text, json_safe
-from chatflow_agent.core._persistent import StoredRow, parse_row
+from chatflow_agent.core.backend import StoredRow, parse_row
+from chatflow_agent.jsonsafe import clean_text, json_safe
 from chatflow_agent.types import Message, Role
 from sessions_app import listing
 from sessions_app.models import ChatMessage, ChatSession

@@ -25,7 +25,7 @@ from urllib.parse import quote
 
 from django.db import DatabaseError, IntegrityError, connection, transaction
 
-from chatflow_agent.core._persistent import StoredRow, parse_row
+from chatflow_agent.core.backend import StoredRow, parse_row
 from sessions_app.models import ChatMessage, ChatSession, ProcessedMessage
 
 __all__ = ["ImportReport", "ImportSourceError", "SourceFile", "import_session", "import_processed"]

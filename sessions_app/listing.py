@@ -22,7 +22,7 @@ from django.db.models.functions import Cast, Coalesce
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
-from chatflow_agent._jsonsafe import clean_text
+from chatflow_agent.jsonsafe import clean_text
 from chatflow_agent.types import Role
 from sessions_app.models import ChatMessage, ChatSession, SessionLease
 

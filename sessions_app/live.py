@@ -40,7 +40,7 @@ from django.conf import settings
 from django.db import transaction
 from pydantic import BaseModel
 
-from chatflow_agent._jsonsafe import json_safe
+from chatflow_agent.jsonsafe import json_safe
 
 __all__ = [
     "LIST_GROUP", "Publisher", "encode_event", "group_for_session", "mark_serving", "publish_action", "publisher",

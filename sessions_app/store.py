@@ -1,7 +1,7 @@
 """DjangoSessionStore: chatflow_agent's persistent session store on the Django ORM.
 
 The turn protocol (identity map, leases, one commit per turn, deletion tokens) is
-``chatflow_agent.core._persistent.PersistentSessionStore``; this module implements its blocking
+``chatflow_agent.core.memory.PersistentSessionStore``; this module implements its blocking
 ``_db_*`` primitives on the models of ``sessions_app``. The rows are those chatflow-agent 0.3.4
 and ``SQLiteSessionStore`` write, and leases use the same table and rule, so a bot process on
 ``SQLiteSessionStore`` and the site on the same SQLite file serialise turns on a session between
@@ -34,15 +34,10 @@ from django.db import DatabaseError, connections, transaction
 from django.db.models import TextField, Value
 from django.db.models.functions import Cast, Coalesce
 
-from chatflow_agent._jsonsafe import json_object
-from chatflow_agent.core._persistent import (
-    Changes,
-    CommitResult,
-    PersistentSessionStore,
-    StoredRow,
-    StoredSession,
-)
+from chatflow_agent.core.backend import Changes, CommitResult, StoredRow, StoredSession
+from chatflow_agent.core.memory import PersistentSessionStore
 from chatflow_agent.exceptions import SessionBusyError, SessionDeletedError
+from chatflow_agent.jsonsafe import json_object
 from sessions_app.models import ChatMessage, ChatSession, ProcessedMessage, SessionLease, SessionWaiter
 
 __all__ = ["DjangoSessionStore"]

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from chatflow_agent.core._persistent import StoredRow, parse_row
+from chatflow_agent.core.backend import StoredRow, parse_row
 from chatflow_agent.types import Message, Role, ToolCall, ToolResult
 from sessions_app.models import ChatMessage, OperatorAction
 

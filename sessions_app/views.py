@@ -20,7 +20,7 @@ from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
 from agents_app import registry
-from chatflow_agent._jsonsafe import clean_text
+from chatflow_agent.jsonsafe import clean_text
 from sessions_app import actions, listing
 from sessions_app.access import DELETE, FORCE_HANDOFF, ROLLBACK, console_required, may
 from sessions_app.models import ChatMessage, ChatSession, OperatorAction

@@ -16,7 +16,7 @@ import hmac
 import json
 from typing import Any
 
-from chatflow_agent._jsonsafe import json_safe
+from chatflow_agent.jsonsafe import json_safe
 from webhooks_app.inbox import Inbound
 from webhooks_app.models import InboundDelivery
 

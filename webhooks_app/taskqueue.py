@@ -19,7 +19,7 @@ from django.db import connection, transaction
 from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
 
-from chatflow_agent._jsonsafe import json_object
+from chatflow_agent.jsonsafe import json_object
 from sessions_app.models import ChatMessage, ChatSession
 from webhooks_app.inbox import release_claim
 from webhooks_app.models import InboundDelivery

@@ -30,13 +30,9 @@ import weakref
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager, suppress
-from dataclasses import dataclass, field
 from operator import is_
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from pydantic import ValidationError
-
-from chatflow_agent._jsonsafe import json_safe
 from chatflow_agent.core._pool import BlockingPool
 from chatflow_agent.core._pruning import prune_history
 from chatflow_agent.core._session import (
@@ -46,8 +42,9 @@ from chatflow_agent.core._session import (
     _positive_int,
     _positive_number,
 )
+from chatflow_agent.core.backend import Changes, CommitResult, StoredSession, parse_row
 from chatflow_agent.exceptions import SessionBusyError, SessionDeletedError
-from chatflow_agent.types import Message, Role
+from chatflow_agent.types import Message
 
 if TYPE_CHECKING:
     from chatflow_agent.core.agent import Agent
@@ -55,48 +52,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("chatflow_agent.memory")
 _T = TypeVar("_T")
 
-__all__ = ["PersistentSessionStore", "StoredSession", "StoredRow", "Changes", "CommitResult"]
-
-
-@dataclass
-class StoredRow:
-    id: int
-    role: str
-    content: str | None
-    message_json: str
-
-
-@dataclass
-class StoredSession:
-    """A session row; ``rows`` is None when only the head (no messages) was read."""
-
-    session_id: str
-    agent_name: str
-    metadata: dict[str, Any]
-    token: Any
-    version: Any
-    rows: list[StoredRow] | None = None
-
-
-@dataclass
-class Changes:
-    """What one commit writes for a session (one transaction)."""
-
-    session_id: str
-    token: Any  # None: the session row may not exist yet and is created
-    agent_name: str
-    metadata_json: str
-    inserts: list[Message] = field(default_factory=list)
-    delete_ids: list[int] = field(default_factory=list)
-    release_owner: str | None = None  # release this lease in the same transaction
-    version: Any = None  # the session's version when it was loaded (what the store last saw)
-
-
-@dataclass
-class CommitResult:
-    new_ids: list[int]
-    token: Any
-    version: Any
+__all__ = ["PersistentSessionStore"]
 
 
 def _process_tag() -> str:
@@ -119,34 +75,6 @@ if hasattr(os, "register_at_fork"):
 def _lease_owner() -> str:
     """``host:pid:random:serial``: unique per turn, and says which process holds a lease."""
     return f"{_owner_prefix}{next(_owner_serial)}"
-
-
-def parse_row(row: StoredRow) -> Message | None:
-    """A stored row as a ``Message``; falls back to the role/content columns when the JSON is bad.
-
-    JSON with lone surrogate escapes is read with them replaced by U+FFFD (invariant 8).
-
-    Returns None (the row is then kept on disk but left out of memory) when neither works.
-    """
-    try:
-        return Message.model_validate_json(row.message_json)
-    except (ValidationError, ValueError):
-        pass
-    try:
-        # Python's json accepts what pydantic's parser refuses: a lone surrogate escape ("\\ud83d"),
-        # which other software writes when it splits an emoji. json_safe turns it into U+FFFD.
-        data = json.loads(row.message_json)
-        if isinstance(data, dict):
-            return Message.model_validate(json_safe(data))
-    except (ValidationError, ValueError, TypeError, RecursionError):
-        pass
-    try:
-        msg = Message(role=Role(row.role), content=row.content)
-    except (ValidationError, ValueError):
-        logger.warning("Ignoring unreadable message row %s (role %r)", row.id, row.role)
-        return None
-    logger.warning("Message row %s has unreadable message_json; using its role and content", row.id)
-    return msg
 
 
 class PersistentSessionStore(BaseSessionStore):

@@ -21,16 +21,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
-from chatflow_agent._jsonsafe import json_object
-from chatflow_agent.core._persistent import (
-    Changes,
-    CommitResult,
-    PersistentSessionStore,
-    StoredRow,
-    StoredSession,
-)
+from chatflow_agent.core._persistent import PersistentSessionStore
 from chatflow_agent.core._session import DEFAULT_DEDUP_TTL_HOURS, SessionContext
+from chatflow_agent.core.backend import Changes, CommitResult, StoredRow, StoredSession
 from chatflow_agent.exceptions import SessionBusyError, SessionDeletedError, StoreSchemaError
+from chatflow_agent.jsonsafe import json_object
 
 __all__ = ["SQLiteSessionStore", "SQLiteSessionContext", "SCHEMA_VERSION", "is_memory_database", "utc_stamp"]
 

@@ -1,4 +1,8 @@
-"""Coercion of arbitrary tool output and text into JSON-safe, UTF-8-encodable values (invariant 8)."""
+"""JSON-safe values and storable text (invariant 8): what the stores write and the site renders.
+
+Public so that every layer applies the same rule: ``clean_text`` for text, ``json_safe`` for any
+value (tool results, metadata), ``json_object`` for a mapping that must stay one.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +16,8 @@ import re
 import uuid
 from collections.abc import Mapping
 from typing import Any
+
+__all__ = ["clean_text", "json_object", "json_safe"]
 
 from pydantic import BaseModel
 
