@@ -29,6 +29,9 @@ SITE_VARIABLES = (
 
 # Database 11 of the local Redis: the tests' own, flushed by nothing else.
 TEST_REDIS_URL = "redis://127.0.0.1:6379/11"
+# The live tests' Redis channel layer: 3 for the browser tests' daphne, 4 for in-process consumers.
+BROWSER_REDIS_URL = "redis://127.0.0.1:6379/3"
+LAYER_REDIS_URL = "redis://127.0.0.1:6379/4"
 
 
 def redis_up() -> bool:
