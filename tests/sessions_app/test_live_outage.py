@@ -12,6 +12,7 @@ import pytest
 from channels.layers import channel_layers, get_channel_layer
 
 from agents_app.runtime import site_runner
+from chatflow_site.layers import redis_layer
 from sessions_app.live import group_for_session, publisher
 from sessions_app.models import ChatMessage
 from tests.processes import free_port, redis_server
@@ -24,8 +25,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True), pytest.
 @pytest.fixture
 def layer_on_a_port_of_its_own(settings):
     port = free_port()
-    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer",
-                                           "CONFIG": {"hosts": [f"redis://127.0.0.1:{port}/3"]}}}
+    settings.CHANNEL_LAYERS = {"default": redis_layer(f"redis://127.0.0.1:{port}/3")}  # the site's configuration
     channel_layers.backends.clear()
     yield port
     channel_layers.backends.clear()
