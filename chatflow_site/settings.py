@@ -17,6 +17,8 @@ from urllib.parse import urlsplit
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
+from chatflow_site.layers import redis_layer
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = BASE_DIR / "var"
 
@@ -187,7 +189,7 @@ REDIS_URL = env.str("REDIS_URL", default="").strip()
 if REDIS_URL:
     if urlsplit(REDIS_URL).scheme not in {"redis", "rediss", "unix"}:
         raise ImproperlyConfigured(f"REDIS_URL must be a redis://host:port/db URL; got {_redact(REDIS_URL)!r}")
-    CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}}}
+    CHANNEL_LAYERS = {"default": redis_layer(REDIS_URL)}
 elif env.str("CHATFLOW_LIVE_RELAY_FD", default="").strip():
     # Set by the server for its embedded worker process only (webhooks_app.embedded): the worker's
     # publishes go to the server over this pipe and out on the server's in-memory layer.

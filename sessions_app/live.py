@@ -14,7 +14,9 @@ Messages on the layer are plain JSON-safe dicts (msgpack on Redis):
 
 The Runner awaits its subscribers inside the turn, so :class:`Publisher` only puts the messages on a
 per-event-loop queue and returns; one drain task per loop sends them in order. A send that fails is
-logged, never raised into the turn. Operator actions are published after their transaction commits.
+logged, never raised into the turn: while the layer is unreachable (Redis down) its messages are dropped
+with one warning for the whole outage, and one line when a send succeeds again (:class:`LayerOutage`).
+Operator actions are published after their transaction commits.
 
 With the in-memory channel layer only the serving process sees its own events: a second process
 (``manage.py chatflow_chat``, ``chatflow_worker``) that runs turns warns loudly (log and stderr) when it
@@ -30,6 +32,8 @@ import hashlib
 import json
 import logging
 import sys
+import threading
+import time
 import weakref
 from pathlib import Path
 from typing import Any
@@ -39,11 +43,14 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import transaction
 from pydantic import BaseModel
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from chatflow_agent.jsonsafe import json_safe
 
 __all__ = [
-    "LIST_GROUP", "Publisher", "encode_event", "group_for_session", "mark_serving", "publish_action", "publisher",
+    "LIST_GROUP", "LayerOutage", "Publisher", "encode_event", "group_for_session", "group_send", "mark_serving",
+    "outage", "publish_action", "publisher",
     "warn_if_isolated", "warn_unless_serving",
 ]
 
@@ -96,6 +103,58 @@ def _messages_for(event: Any) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
+#: What a send raises when the channel layer's server cannot be reached (as opposed to a bad message).
+UNREACHABLE = (OSError, RedisConnectionError, RedisTimeoutError)
+
+
+class LayerOutage:
+    """The channel layer's reachability as this process's sends see it: one log line per change.
+
+    :meth:`failed` on the first unreachable send logs one warning (the error, not a traceback) and
+    counts the messages dropped after it; :meth:`sent` after an outage logs its end (duration in
+    seconds, messages dropped) at INFO. Thread-safe: sends run on several event loops and threads.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._since: float | None = None
+        self._dropped = 0
+
+    def failed(self, err: BaseException) -> None:
+        with self._lock:
+            self._dropped += 1
+            if self._since is not None:
+                return
+            self._since = time.monotonic()
+        logger.warning("Channel layer unreachable (%s: %s): live updates are dropped until it is back",
+                       type(err).__name__, err)
+
+    def sent(self) -> None:
+        if self._since is None:
+            return
+        with self._lock:
+            if self._since is None:
+                return
+            seconds, dropped = time.monotonic() - self._since, self._dropped
+            self._since, self._dropped = None, 0
+        logger.info("Channel layer reachable again after %.1f s: live updates resume (%d messages dropped)",
+                    seconds, dropped)
+
+
+#: This process's view of the layer, shared by every send below.
+outage = LayerOutage()
+
+
+async def group_send(layer: Any, group: str, message: dict[str, Any]) -> None:
+    """``layer.group_send``, reporting reachability to :data:`outage`; an unreachable layer is not raised."""
+    try:
+        await layer.group_send(group, message)
+    except UNREACHABLE as err:
+        outage.failed(err)
+    else:
+        outage.sent()
+
+
 class Publisher:
     """Run-event subscriber: ``publisher(event)`` queues the event's messages and returns at once."""
 
@@ -133,7 +192,7 @@ class Publisher:
         while not queue.empty():
             group, message = queue.get_nowait()
             try:
-                await layer.group_send(group, message)
+                await group_send(layer, group, message)
             except Exception:
                 logger.exception("Channel layer send to %s failed", group)
 
@@ -158,7 +217,7 @@ def _action_message(entry: Any) -> dict[str, Any]:
 async def _send_all(messages: list[tuple[str, dict[str, Any]]]) -> None:
     layer = get_channel_layer()
     for group, message in messages:
-        await layer.group_send(group, message)
+        await group_send(layer, group, message)
 
 
 def publish_action(entry: Any) -> None:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -27,6 +29,9 @@ SITE_VARIABLES = (
 
 # Database 11 of the local Redis: the tests' own, flushed by nothing else.
 TEST_REDIS_URL = "redis://127.0.0.1:6379/11"
+# The live tests' Redis channel layer: 3 for the browser tests' daphne, 4 for in-process consumers.
+BROWSER_REDIS_URL = "redis://127.0.0.1:6379/3"
+LAYER_REDIS_URL = "redis://127.0.0.1:6379/4"
 
 
 def redis_up() -> bool:
@@ -85,3 +90,24 @@ def stop(proc: subprocess.Popen, timeout: float = 15) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, 9)
             proc.wait(timeout)
+
+
+@contextlib.contextmanager
+def redis_server(port: int, timeout: float = 15) -> Iterator[subprocess.Popen]:
+    """A throwaway ``redis-server`` on 127.0.0.1:``port`` (no persistence) while the block runs."""
+    proc = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                             "--appendonly", "no", "--daemonize", "no"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise AssertionError(f"redis-server did not listen on port {port}") from None
+                time.sleep(0.05)
+        yield proc
+    finally:
+        stop(proc)

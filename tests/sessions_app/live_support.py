@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import re
+import uuid
 from contextlib import asynccontextmanager
 from typing import Any
 
+import pytest
 import pytest_asyncio
 from channels.db import database_sync_to_async
+from channels.layers import channel_layers, get_channel_layer
 from channels.testing import WebsocketCommunicator
 from django.db import connections
 from django.test import Client
@@ -17,9 +20,30 @@ from django.test import Client
 from agents_app import registry
 from chatflow_agent import Runner
 from chatflow_agent.core.engines.scripted import ScriptedEngine
+from chatflow_site.layers import redis_layer
 from sessions_app.live import publisher
+from tests.processes import LAYER_REDIS_URL, redis_up
 
 ORIGIN = (b"origin", b"http://localhost")
+
+
+@pytest_asyncio.fixture(params=["memory", "redis"])
+async def channel_layer(request, settings):
+    """The test runs on the in-memory layer, then on the site's Redis layer configuration (keys under a
+    prefix of its own: other runs may share the database); yields ``"memory"`` or ``"redis"``."""
+    if request.param == "memory":
+        layer: dict[str, Any] = {"BACKEND": "channels.layers.InMemoryChannelLayer"}
+    else:
+        if not redis_up():
+            pytest.skip("no Redis server on 127.0.0.1:6379")
+        layer = redis_layer(LAYER_REDIS_URL)
+        layer["CONFIG"]["prefix"] = f"chatflow-test-{uuid.uuid4().hex[:12]}"
+    settings.CHANNEL_LAYERS = {"default": layer}
+    channel_layers.backends.clear()
+    yield request.param
+    if request.param == "redis":
+        await get_channel_layer().close_pools()
+    channel_layers.backends.clear()
 
 
 def cookie_for(user: Any) -> bytes | None:

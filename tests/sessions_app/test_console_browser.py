@@ -7,11 +7,13 @@ detail are saved under test-artifacts/.
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -41,12 +43,14 @@ cv.store("xss", story, metadata={{"channel": payloads[0], payloads[1]: payloads[
 """
 
 
-@pytest.fixture
-def site(tmp_path):
+@contextlib.contextmanager
+def running_site(directory: Path, **variables: str) -> Iterator[str]:
+    """daphne serving the site on a seeded SQLite file in ``directory`` (``variables`` added to its
+    environment, e.g. ``REDIS_URL``); yields its base URL. Skips without Debian's chromium."""
     if not CHROMIUM.exists():
         pytest.skip("Debian's chromium package is not installed")
     env = site_env(DEBUG="1", SECRET_KEY=secrets.token_urlsafe(50), ALLOWED_HOSTS="127.0.0.1",
-                   DATABASE_URL=f"sqlite:///{tmp_path / 'site.db'}")
+                   DATABASE_URL=f"sqlite:///{directory / 'site.db'}", **variables)
     for args in (("migrate", "--no-input"), ("shell", "-c", SEED)):
         done = run_manage(*args, env=env)
         assert done.returncode == 0, done.stderr
@@ -61,6 +65,12 @@ def site(tmp_path):
         yield base
     finally:
         stop(proc)
+
+
+@pytest.fixture
+def site(tmp_path):
+    with running_site(tmp_path) as base:
+        yield base
 
 
 @pytest.fixture

@@ -1,14 +1,17 @@
 """Live updates in a real browser (Debian's chromium via Playwright, against daphne serving the site).
 
 One tab shows a session in the console; a second tab sends a message from the live chat page; the
-first tab shows the new turn without a reload. The browser reaches nothing but 127.0.0.1.
+first tab shows the new turn without a reload. Each test runs on the in-memory channel layer and on
+the Redis one (daphne with ``REDIS_URL``), where open sockets also sit idle and wait for a slow turn.
+The browser reaches nothing but 127.0.0.1.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from tests.sessions_app.test_console_browser import ARTIFACTS, CHROMIUM, log_in, site  # noqa: F401
+from tests.processes import BROWSER_REDIS_URL, redis_up
+from tests.sessions_app.test_console_browser import ARTIFACTS, CHROMIUM, log_in, running_site
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
@@ -21,10 +24,26 @@ NO_NETWORK = [
     "--no-first-run",
     "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
 ]
+#: Counts each page's websocket opens and closes (htmx's ws extension reconnects after an abnormal close).
+COUNT_SOCKETS = """window.__sockets = {open: 0, close: 0};
+document.addEventListener("htmx:wsOpen", () => window.__sockets.open++);
+document.addEventListener("htmx:wsClose", () => window.__sockets.close++);"""
+
+
+@pytest.fixture(scope="module", params=["memory", "redis"])
+def site(request, tmp_path_factory):
+    """One daphne per channel layer for the module's tests (they use sessions of their own)."""
+    variables = {"CHATFLOW_AGENTS": "tests.sessions_app._slow_demo.build"}
+    if request.param == "redis":
+        if not redis_up():
+            pytest.skip("no Redis server on 127.0.0.1:6379")
+        variables["REDIS_URL"] = BROWSER_REDIS_URL
+    with running_site(tmp_path_factory.mktemp(f"site-{request.param}"), **variables) as base:
+        yield base
 
 
 @pytest.fixture
-def browser_context(site):  # noqa: F811
+def browser_context(site):
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
@@ -32,12 +51,13 @@ def browser_context(site):  # noqa: F811
         try:
             context = browser.new_context(viewport={"width": 1366, "height": 900})
             context.set_default_timeout(15_000)
+            context.add_init_script(COUNT_SOCKETS)
             yield context
         finally:
             browser.close()
 
 
-def test_a_message_sent_from_the_live_chat_shows_up_in_an_open_session_page(browser_context, site):  # noqa: F811
+def test_a_message_sent_from_the_live_chat_shows_up_in_an_open_session_page(browser_context, site):
     from playwright.sync_api import expect
 
     console = browser_context.new_page()
@@ -83,7 +103,7 @@ def test_a_message_sent_from_the_live_chat_shows_up_in_an_open_session_page(brow
     assert dialogs == []
 
 
-def test_a_page_that_reconnects_gets_exactly_the_turns_it_missed(browser_context, site):  # noqa: F811
+def test_a_page_that_reconnects_gets_exactly_the_turns_it_missed(browser_context, site):
     from playwright.sync_api import expect
 
     console = browser_context.new_page()
@@ -116,3 +136,40 @@ def test_a_page_that_reconnects_gets_exactly_the_turns_it_missed(browser_context
     ids = console.evaluate("[...document.querySelectorAll('#turns details.turn')]"
                            ".flatMap(t => t.dataset.messageIds.split(' '))")
     assert len(ids) == len(set(ids)) == 2 + 3 * 2
+
+
+@pytest.mark.parametrize("site", ["redis"], indirect=True)
+def test_sockets_idle_for_half_a_minute_stay_open_and_a_slow_turn_arrives(browser_context, site):
+    """The list's, the session page's and the live chat's sockets sit idle, then a turn waits on its model
+    for longer than channels-redis's blocking receive: nothing closes, the answer arrives."""
+    from playwright.sync_api import expect
+
+    chat = browser_context.new_page()
+    log_in(chat, site)
+    chat.goto(f"{site}/chat/?session=web%3Aidle")
+    expect(chat.locator("#chat-status")).to_have_text("Connected.")
+    chat.fill("#c-message", "hello")
+    chat.click("#c-send")
+    expect(chat.locator("#chat-1-state")).to_have_text("answered")
+    console = browser_context.new_page()
+    console.goto(f"{site}/sessions/web:idle/")
+    expect(console.locator("#live-status")).to_have_text("Live updates on.")
+    expect(console.locator("#turns details.turn")).to_have_count(1)
+    listing = browser_context.new_page()
+    listing.goto(f"{site}/sessions/")
+    expect(listing.locator("body")).to_have_attribute("data-live", "open")
+    pages = (chat, console, listing)
+
+    chat.wait_for_timeout(30_000)  # idle: nothing is sent on any socket
+    assert [p.evaluate("window.__sockets") for p in pages] == [{"open": 1, "close": 0}] * 3
+
+    chat.fill("#c-message", "[slow 11] are you still there?")
+    chat.click("#c-send")
+    expect(chat.locator("#chat-2-state")).to_have_text("running")
+    expect(chat.locator("#chat-2-state")).to_have_text("answered", timeout=45_000)
+    expect(chat.locator("#chat-2 .msg.model.answer")).to_have_count(1)
+    turns = console.locator("#turns details.turn")
+    expect(turns).to_have_count(2)
+    expect(turns.first).to_contain_text("are you still there?")
+    expect(listing.locator("#session-rows tr").first).to_contain_text("web:idle")
+    assert [p.evaluate("window.__sockets") for p in pages] == [{"open": 1, "close": 0}] * 3

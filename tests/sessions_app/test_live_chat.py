@@ -11,7 +11,8 @@ from channels.layers import channel_layers
 from sessions_app.models import ChatMessage, ChatSession
 from tests.sessions_app import conversations as cv
 from tests.sessions_app import personas
-from tests.sessions_app.live_support import (  # noqa: F401  (fixture)
+from tests.sessions_app.live_support import (  # noqa: F401  (fixtures)
+    channel_layer,
     close_consumer_connections,
     connected,
     cookie_for,
@@ -40,7 +41,7 @@ def states(frames: list[str]) -> list[tuple[int, str]]:
 
 
 @pytest.mark.asyncio
-@pytest.mark.usefixtures("close_consumer_connections")
+@pytest.mark.usefixtures("close_consumer_connections", "channel_layer")
 async def test_messages_sent_while_a_turn_runs_queue_in_order(viewer_cookie):
     async with connected("/ws/chat/", viewer_cookie) as ws:
         assert (await ws.connect())[0]
@@ -64,7 +65,7 @@ async def test_messages_sent_while_a_turn_runs_queue_in_order(viewer_cookie):
 
 
 @pytest.mark.asyncio
-@pytest.mark.usefixtures("close_consumer_connections")
+@pytest.mark.usefixtures("close_consumer_connections", "channel_layer")
 async def test_a_new_session_starts_with_the_chosen_agent_and_bad_input_is_refused(viewer_cookie):
     async with connected("/ws/chat/", viewer_cookie) as ws:
         assert (await ws.connect())[0]

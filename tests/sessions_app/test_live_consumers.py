@@ -17,7 +17,8 @@ from sessions_app.live import publisher
 from sessions_app.models import ChatMessage
 from tests.sessions_app import conversations as cv
 from tests.sessions_app import personas
-from tests.sessions_app.live_support import (  # noqa: F401  (fixture)
+from tests.sessions_app.live_support import (  # noqa: F401  (fixtures)
+    channel_layer,
     close_consumer_connections,
     connected,
     cookie_for,
@@ -125,6 +126,7 @@ def in_order(text: str, *needles: str) -> None:
         at = found
 
 
+@pytest.mark.usefixtures("channel_layer")
 async def test_a_turn_with_a_tool_call_and_a_handoff_streams_in_order(people, story):
     before = await db(last_id, story)
     runner = site_runner_with(*turn_script())
@@ -180,6 +182,7 @@ async def test_a_failed_turn_shows_its_rollback(people, story):
 
 
 # ---- operator actions ------------------------------------------------------------------------
+@pytest.mark.usefixtures("channel_layer")
 async def test_operator_actions_are_broadcast_to_open_pages(people, story):
     operator = people["_users"]["operator"]
     async with connected(f"/ws/sessions/{story}/", people["viewer"]) as page, \
@@ -209,6 +212,7 @@ async def test_operator_actions_are_broadcast_to_open_pages(people, story):
 
 
 # ---- reconnect -------------------------------------------------------------------------------
+@pytest.mark.usefixtures("channel_layer")
 async def test_a_reconnect_replays_exactly_the_missed_messages(people, story):
     runner = site_runner_with("first answer", "second answer", "third answer")
     seen = await db(last_id, story)
@@ -234,6 +238,7 @@ async def test_a_reconnect_replays_exactly_the_missed_messages(people, story):
         assert unique_message_ids(live[-1]) == newest and len(newest) == 2
 
 
+@pytest.mark.usefixtures("channel_layer")
 async def test_events_before_the_resume_are_held_then_deduplicated(people, story):
     """A turn that commits between connect and resume is sent once (from the replay), not twice."""
     runner = site_runner_with("held answer")

@@ -12,6 +12,7 @@ from channels.db import database_sync_to_async
 from channels.layers import channel_layers, get_channel_layer
 from django.db import connection
 
+from chatflow_site import layers
 from sessions_app.models import ChatMessage
 from tests.processes import REPO, TEST_REDIS_URL, redis_up, site_env
 from tests.sessions_app import conversations as cv
@@ -42,8 +43,7 @@ def database_url() -> str:
 def redis_layer(settings):
     if not redis_up():
         pytest.skip("no Redis server on 127.0.0.1:6379")
-    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer",
-                                           "CONFIG": {"hosts": [REDIS_URL]}}}
+    settings.CHANNEL_LAYERS = {"default": layers.redis_layer(REDIS_URL)}  # the site's, as in the child
     channel_layers.backends.clear()
     yield
     channel_layers.backends.clear()

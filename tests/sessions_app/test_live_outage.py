@@ -1,0 +1,76 @@
+"""The channel layer's server goes away and comes back (a throwaway ``redis-server`` on a port of its own):
+turns go on, the process logs one warning per outage (no traceback) and one line when it is over."""
+
+from __future__ import annotations
+
+import logging
+import re
+import shutil
+import uuid
+
+import pytest
+from channels.layers import channel_layers, get_channel_layer
+
+from agents_app.runtime import site_runner
+from chatflow_site.layers import redis_layer
+from sessions_app.live import group_for_session, publisher
+from sessions_app.models import ChatMessage
+from tests.processes import free_port, redis_server
+from tests.sessions_app.live_support import db
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True), pytest.mark.asyncio,
+              pytest.mark.skipif(shutil.which("redis-server") is None, reason="no redis-server binary")]
+
+
+@pytest.fixture
+def layer_on_a_port_of_its_own(settings):
+    port = free_port()
+    settings.CHANNEL_LAYERS = {"default": redis_layer(f"redis://127.0.0.1:{port}/3")}  # the site's configuration
+    channel_layers.backends.clear()
+    yield port
+    channel_layers.backends.clear()
+
+
+def live_log(caplog) -> list[logging.LogRecord]:
+    records = [r for r in caplog.records if r.name == "sessions_app.live"]
+    caplog.clear()
+    return records
+
+
+async def play(session_id: str, turns: int) -> None:
+    for n in range(turns):
+        await site_runner().run_async(session_id, f"Where is order {n}?")
+    await publisher.flush()
+
+
+async def test_an_outage_logs_one_warning_and_its_end(layer_on_a_port_of_its_own, caplog):
+    port = layer_on_a_port_of_its_own
+    caplog.set_level(logging.INFO, logger="sessions_app.live")
+    session_id = f"outage:{uuid.uuid4().hex[:8]}"
+    layer = get_channel_layer()
+    try:
+        await play(session_id, 10)  # nothing listens on the port yet
+        (down,) = live_log(caplog)
+        assert down.levelno == logging.WARNING and down.exc_info is None
+        assert down.getMessage().startswith("Channel layer unreachable (ConnectionError: ")
+        assert "live updates are dropped until it is back" in down.getMessage()
+        assert await db(ChatMessage.objects.filter(session_id=session_id, role="user").count) == 10
+
+        with redis_server(port):
+            channel = await layer.new_channel()
+            await layer.group_add(group_for_session(session_id), channel)
+            await play(session_id, 1)
+            (up,) = live_log(caplog)
+            assert up.levelno == logging.INFO and up.exc_info is None
+            dropped = re.fullmatch(r"Channel layer reachable again after [\d.]+ s: live updates resume "
+                                   r"\((\d+) messages dropped\)", up.getMessage())
+            assert dropped and int(dropped[1]) >= 10 * 2  # at least the user and model message of each turn
+            assert (await layer.receive(channel))["event"]["kind"] == "turn_started"  # live again
+
+        await play(session_id, 3)  # a second outage: a warning of its own
+        assert [r.getMessage().split(" (")[0] for r in live_log(caplog)] == ["Channel layer unreachable"]
+        with redis_server(port):
+            await play(session_id, 1)
+            assert [r.getMessage().split(" after")[0] for r in live_log(caplog)] == ["Channel layer reachable again"]
+    finally:
+        await layer.close_pools()
