@@ -10,6 +10,7 @@ import asyncio
 from typing import Any
 
 from django.conf import settings
+from django.contrib import messages
 from django.core.exceptions import RequestDataTooBig
 from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -25,6 +26,7 @@ from webhooks_app.channels import Refused
 from webhooks_app.models import InboundDelivery
 
 LEDGER = "webhooks_app/ledger.html"
+ATTENTION = "webhooks_app/attention.html"
 RETRY = "webhooks_app.retry_delivery"
 WAIT_SECONDS = 60.0
 
@@ -216,3 +218,38 @@ def retry_delivery(request: HttpRequest, delivery_id: int) -> HttpResponse:
         return redirect(nxt)
     return redirect("sessions-show-session", delivery.session_id)
 
+
+
+@require_GET
+@console_required()
+def attention_list(request: HttpRequest) -> HttpResponse:
+    """Every session's deliveries whose reply is unknown or failed, newest first, with Resend."""
+    return render(request, ATTENTION, ledger.attention_context(request.user))
+
+
+@require_POST
+@console_required(RETRY)
+def resend_reply(request: HttpRequest, delivery_id: int) -> HttpResponse:
+    """Send a delivery's stored answer again (audited; one send per click, a concurrent click gets 409).
+
+    htmx gets the session's ledger; others are redirected to ``next`` (or the session) with a message.
+    """
+    delivery = get_object_or_404(InboundDelivery, pk=delivery_id)
+    status, failed = 200, False
+    try:
+        sent = ledger.resend(request.user, delivery)
+        failed = sent.reply_status != InboundDelivery.Reply.SENT
+        note = (f"Resending the reply to {delivery.provider_message_id} failed: {sent.reply_error}" if failed
+                else f"The reply to {delivery.provider_message_id} was sent again.")
+    except ledger.ResendRefused as err:
+        status, note = 409, str(err)
+    if getattr(request, "htmx", False):
+        ctx = ledger.context(request.user, delivery.session_id, note=note, refused=status == 409 or failed)
+        return render(request, f"{LEDGER}#ledger", ctx, status=status)
+    if status == 409:
+        return JsonResponse({"error": "resend_refused", "detail": note}, status=409)
+    (messages.error if failed else messages.success)(request, note)
+    nxt = request.POST.get("next", "")
+    if nxt and url_has_allowed_host_and_scheme(nxt, allowed_hosts={request.get_host()}):
+        return redirect(nxt)
+    return redirect("sessions-show-session", delivery.session_id)
