@@ -10,6 +10,7 @@ from datetime import timedelta
 import pytest
 from asgiref.sync import async_to_sync
 from channels.layers import channel_layers, get_channel_layer
+from django.db import connections
 from django.utils import timezone
 
 from sessions_app.live import group_for_session
@@ -118,8 +119,15 @@ def test_two_concurrent_resends_send_once_and_the_second_gets_409(client, apis):
     d = died_while_sending(client, post_wa, p.whatsapp(p.wa_text("wamid.C2", "hi")), "Hello!")
     wa.hold = threading.Event()
     first: list = []
-    thread = threading.Thread(target=lambda: first.append(resend(personas.client_for(
-        personas.operator("first.operator")), d)))
+    other = personas.client_for(personas.operator("first.operator"))
+
+    def click() -> None:
+        try:
+            first.append(resend(other, d))
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=click)
     thread.start()
     try:
         assert wa.arrived.wait(20)  # the first resend is sending now
