@@ -27,7 +27,7 @@ from sessions_app.access import may
 from webhooks_app import inbox, replies, taskqueue
 from webhooks_app.models import InboundDelivery
 
-__all__ = ["context", "retry", "queue_thread", "deliveries", "attention_context", "resend", "ResendRefused",
+__all__ = ["context", "retry", "queue_thread", "with_reply_state", "attention_context", "resend", "ResendRefused",
            "RETRY_ACTION", "RESEND_ACTION", "LEDGER_SIZE"]
 
 RETRY_ACTION = "retry_delivery"
@@ -50,7 +50,7 @@ def _resendable(now: Any) -> Q:
         _reply_unknown(now) | Q(reply_status=Reply.FAILED, status__in=_FINISHED))
 
 
-def deliveries(qs: QuerySet | None = None) -> QuerySet:
+def with_reply_state(qs: QuerySet | None = None) -> QuerySet:
     """``qs`` (every delivery by default) with the booleans ``reply_unknown`` and ``resendable``."""
     now = timezone.now()
     qs = InboundDelivery.objects.all() if qs is None else qs
@@ -60,10 +60,10 @@ def deliveries(qs: QuerySet | None = None) -> QuerySet:
 
 def context(user: Any, session_id: str, note: str = "", refused: bool = False) -> dict[str, Any]:
     """The ledger partial's context: the session's newest deliveries (at most LEDGER_SIZE)."""
-    deliveries_ = list(deliveries(InboundDelivery.objects.filter(session_id=session_id)).order_by("-id")[:LEDGER_SIZE])
+    found = list(with_reply_state(InboundDelivery.objects.filter(session_id=session_id)).order_by("-id")[:LEDGER_SIZE])
     return {
         "ledger_session_id": session_id,
-        "deliveries": deliveries_,
+        "deliveries": found,
         "can_retry": may(user, "webhooks_app.retry_delivery"),
         "ledger_note": note,
         "ledger_refused": refused,
@@ -84,7 +84,7 @@ def retry(user: Any, delivery: InboundDelivery) -> InboundDelivery:
 
 def attention_context(user: Any) -> dict[str, Any]:
     """The cross-session list: the newest deliveries (at most LEDGER_SIZE) whose reply can be resent."""
-    qs = deliveries().filter(resendable=True).order_by("-id")
+    qs = with_reply_state().filter(resendable=True).order_by("-id")
     return {"deliveries": list(qs[:LEDGER_SIZE]), "total": qs.count(),
             "can_retry": may(user, "webhooks_app.retry_delivery")}
 
@@ -117,7 +117,7 @@ def _claim_resend(user: Any, delivery_id: int, owner: str) -> InboundDelivery:
     now = timezone.now()
     with transaction.atomic():
         # The condition is in the WHERE clause: PostgreSQL checks it again once the row lock is granted.
-        delivery = deliveries(InboundDelivery.objects.select_for_update().filter(pk=delivery_id)).filter(
+        delivery = with_reply_state(InboundDelivery.objects.select_for_update().filter(pk=delivery_id)).filter(
             resendable=True).first()
         if delivery is None:
             raise ResendRefused("Only a reply that is unknown or failed can be resent; "
