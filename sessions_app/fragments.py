@@ -221,6 +221,8 @@ def action_note(action: dict[str, Any]) -> str:
         return f"{who} handed the session off from {before.get('active_agent')} to {after.get('active_agent')}."
     if action["kind"] == "rollback":
         return f"{who} rolled the session back to turn {after.get('turn')}."
+    if action["kind"] == "resend_reply":
+        return f"{who} resent the reply to webhook message {before.get('provider_message_id')}."
     return f"{who} deleted this session."
 
 

@@ -60,8 +60,9 @@ LIST_GROUP = "chatflow.sessions"
 #: Run events the session list reacts to (the others only go to the session's own group).
 LIST_KINDS = frozenset({"turn_started", "turn_completed", "turn_failed"})
 QUEUE_LIMIT = 10_000
-#: Operator actions that change a session (exports and webhook retries change none).
-BROADCAST_ACTIONS = frozenset({"force_handoff", "rollback", "delete"})
+#: Operator actions that change a session or what its customer received (exports and webhook retries change
+#: neither; a resent reply reaches the customer).
+BROADCAST_ACTIONS = frozenset({"force_handoff", "rollback", "delete", "resend_reply"})
 
 
 def group_for_session(session_id: str) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import re
 from typing import Any
 
 from chatflow_agent.jsonsafe import json_safe
@@ -27,6 +28,13 @@ Provider = InboundDelivery.Provider
 Kind = InboundDelivery.Kind
 MAX_ID = 255  # characters of a message or session id
 MAX_TEXT = 64 * 1024
+MAX_DEPTH = 32  # nested arrays/objects in a body (providers send fewer than ten)
+TELEGRAM_ID_BITS = 64  # Telegram ids fit a signed 64-bit integer (core.telegram.org/bots/api#chat)
+# What an id may not hold: C0/C1 controls (NUL included), unpaired surrogates, line/paragraph separators
+# and the bidi embedding/override/isolate controls and marks. Each would be dropped, replaced or shown
+# reordered, so two distinct ids could become one, or one could pass for another.
+_UNSAFE_ID = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff\u061c\u200e\u200f\u2028\u2029"
+                        "\u202a-\u202e\u2066-\u2069]")
 
 
 class Refused(Exception):
@@ -54,15 +62,50 @@ def check_secret_token(header: str | None, secret: str, name: str) -> None:
 
 
 def parse_json(body: bytes) -> Any:
-    """The JSON body with every string cleaned (``json_safe``): malformed or not UTF-8 → 400 ``malformed_json``.
+    """The JSON body as sent: malformed or not UTF-8 → 400 ``malformed_json``; arrays/objects nested more
+    than ``MAX_DEPTH`` deep → 400 ``nested_too_deeply``.
 
-    JSON may escape a lone surrogate (``"\\ud800"``) or NUL (``"\\u0000"``); neither can be stored (SQLite's
-    UTF-8, PostgreSQL text), so they are replaced/removed here, once, before any field is read (invariant 8).
+    Strings are not cleaned here: ids are checked as sent (:func:`_id` refuses what cannot be stored
+    faithfully), and the text, metadata and payload a channel's parser returns are cleaned there
+    (``json_safe``: JSON may escape a lone surrogate or NUL, which SQLite's UTF-8 and PostgreSQL's text
+    cannot hold; invariant 8).
     """
     try:
-        return json_safe(json.loads(body.decode("utf-8")))
+        data = json.loads(body.decode("utf-8"))
+    except RecursionError:
+        raise _too_deep() from None
     except (UnicodeDecodeError, ValueError) as err:
         raise Refused(400, "malformed_json", f"The body is not valid UTF-8 JSON: {err}") from None
+    if _depth(data) > MAX_DEPTH:
+        raise _too_deep()
+    return data
+
+
+def _too_deep() -> Refused:
+    return Refused(400, "nested_too_deeply", f"The body nests arrays/objects more than {MAX_DEPTH} deep.")
+
+
+def _depth(value: Any) -> int:
+    """How deep arrays/objects nest in ``value`` (0 for a scalar), counted without recursion; stops
+    counting past ``MAX_DEPTH``."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        deepest = max(deepest, depth)
+        if deepest > MAX_DEPTH:
+            break
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+def _inbound(provider: str, message_id: str, session_id: str, kind: str, text: str,
+             metadata: dict[str, Any], payload: Any) -> Inbound:
+    """The parsed message with its text, metadata and payload cleaned for storage (ids are checked)."""
+    return Inbound(provider, message_id, session_id, kind, json_safe(text), json_safe(metadata),
+                   json_safe(payload))
 
 
 def _bad(detail: str) -> Refused:
@@ -84,12 +127,31 @@ def _list(value: Any, where: str) -> list[Any]:
 
 
 def _id(value: Any, where: str) -> str:
+    """A message or session id exactly as sent (an integer as its digits), or 400 ``invalid_payload``.
+
+    Refused rather than cleaned, so distinct ids never merge: empty, white space at either end, a
+    character of ``_UNSAFE_ID``, more than ``MAX_ID`` characters.
+    """
     if isinstance(value, bool) or not isinstance(value, (str, int)) or not str(value).strip():
         raise _bad(f"{where} must be a non-empty string.")
-    text = str(value).strip()
+    text = str(value)
+    if text != text.strip():
+        raise _bad(f"{where} must not start or end with white space.")
+    if _UNSAFE_ID.search(text):
+        raise _bad(f"{where} holds a control, bidi control or unpaired surrogate character; "
+                   "it cannot be stored as sent.")
     if len(text) > MAX_ID:
         raise _bad(f"{where} is longer than {MAX_ID} characters.")
     return text
+
+
+def _telegram_int(value: Any, where: str) -> int:
+    """A Telegram id: an integer that fits a signed 64-bit integer, or 400 ``invalid_payload``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _bad(f"{where} must be an integer.")
+    if not -(2 ** (TELEGRAM_ID_BITS - 1)) <= value < 2 ** (TELEGRAM_ID_BITS - 1):
+        raise _bad(f"{where} does not fit a signed {TELEGRAM_ID_BITS}-bit integer.")
+    return value
 
 
 # ---- WhatsApp ---------------------------------------------------------------------------------
@@ -130,24 +192,20 @@ def _whatsapp_message(msg: dict[str, Any], meta: dict[str, Any], names: dict[str
         if len(body) > MAX_TEXT:
             raise _bad(f"{where}.text.body is longer than {MAX_TEXT} characters.")
         kind, text = Kind.TEXT, body
-    return Inbound(Provider.WHATSAPP, wamid, wa_id, kind, text, metadata, msg)
+    return _inbound(Provider.WHATSAPP, wamid, wa_id, kind, text, metadata, msg)
 
 
 # ---- Telegram ---------------------------------------------------------------------------------
 def telegram_messages(data: Any) -> list[Inbound]:
     """The update's message (or edited/channel post) as one inbound message; other updates → []."""
     data = _obj(data, "The update")
-    update_id = data.get("update_id")
-    if isinstance(update_id, bool) or not isinstance(update_id, int):
-        raise _bad("update_id must be an integer.")
+    update_id = _telegram_int(data.get("update_id"), "update_id")
     msg = next((data[k] for k in ("message", "channel_post") if k in data), None)
     if msg is None:
         return []  # edited messages, callback queries, member updates…: nothing to answer
     msg = _obj(msg, "message")
     chat = _obj(msg.get("chat"), "message.chat")
-    chat_id = chat.get("id")
-    if isinstance(chat_id, bool) or not isinstance(chat_id, int):
-        raise _bad("message.chat.id must be an integer.")
+    chat_id = _telegram_int(chat.get("id"), "message.chat.id")
     sender = msg.get("from") if isinstance(msg.get("from"), dict) else {}
     metadata = {"channel": "telegram", "chat_id": chat_id}
     name = " ".join(str(sender.get(k)) for k in ("first_name", "last_name") if sender.get(k))
@@ -164,7 +222,8 @@ def telegram_messages(data: Any) -> list[Inbound]:
         if len(text) > MAX_TEXT:
             raise _bad(f"message.text is longer than {MAX_TEXT} characters.")
         kind = Kind.TEXT
-    return [Inbound(Provider.TELEGRAM, str(update_id), f"tg:{chat_id}", kind, text, metadata, data)]
+    return [_inbound(Provider.TELEGRAM, _id(update_id, "update_id"), _id(f"tg:{chat_id}", "message.chat.id"),
+                     kind, text, metadata, data)]
 
 
 # ---- generic ----------------------------------------------------------------------------------
@@ -175,6 +234,8 @@ def generic_message(data: Any) -> Inbound:
     if missing:
         raise _bad(f"Missing field(s): {', '.join(missing)}.")
     text = data["text"]
+    if isinstance(text, str):
+        text = json_safe(text)
     if not isinstance(text, str) or not text.strip():
         raise _bad("text must be a non-empty string.")
     if len(text) > MAX_TEXT:
@@ -183,5 +244,5 @@ def generic_message(data: Any) -> Inbound:
     if not isinstance(metadata, dict):
         raise _bad("metadata must be an object.")
     metadata = {"channel": "generic", **metadata}
-    return Inbound(Provider.GENERIC, _id(data["message_id"], "message_id"), _id(data["session_id"], "session_id"),
-                   Kind.TEXT, text, metadata, data)
+    return _inbound(Provider.GENERIC, _id(data["message_id"], "message_id"), _id(data["session_id"], "session_id"),
+                    Kind.TEXT, text, metadata, data)

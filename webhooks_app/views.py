@@ -10,6 +10,7 @@ import asyncio
 from typing import Any
 
 from django.conf import settings
+from django.contrib import messages
 from django.core.exceptions import RequestDataTooBig
 from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -25,6 +26,7 @@ from webhooks_app.channels import Refused
 from webhooks_app.models import InboundDelivery
 
 LEDGER = "webhooks_app/ledger.html"
+ATTENTION = "webhooks_app/attention.html"
 RETRY = "webhooks_app.retry_delivery"
 WAIT_SECONDS = 60.0
 
@@ -111,12 +113,13 @@ async def telegram(request: HttpRequest) -> HttpResponse:
         return _refusal(err)
 
 
-# ---- generic -------------------------------------------------------------------------------------
-async def _generic_accept(request: HttpRequest) -> inbox.Accepted:
+# ---- generic ---------------------------------------------------------------------------------------
+async def _generic_accept(request: HttpRequest) -> tuple[inbox.Inbound, inbox.Accepted]:
     body = _body(request)
     secret = _configured(settings.CHATFLOW_WEBHOOK_SECRET, "CHATFLOW_WEBHOOK_SECRET")
     channels.check_hmac(body, request.headers.get("X-Chatflow-Signature"), secret, "X-Chatflow-Signature")
-    return await _accept([channels.generic_message(channels.parse_json(body))])
+    message = channels.generic_message(channels.parse_json(body))
+    return message, await _accept([message])
 
 
 @lean_webhook  # POSTs skip the browser middleware: see webhooks_app.asgi
@@ -126,25 +129,44 @@ async def generic(request: HttpRequest) -> HttpResponse:
     """``{session_id, message_id, text, metadata}`` signed with CHATFLOW_WEBHOOK_SECRET.
 
     202 ``{"delivery": id}`` once queued; with ``?wait=true`` the turn is played now and the answer
-    returned (200 ``{"answer": …}``; 502 with the error when the engine failed). A duplicate → 200.
+    returned (200 ``{"answer": …}``; 502 with the error when the engine failed). A duplicate → 200
+    ``{"status": "duplicate"}``; with ``?wait=true`` a duplicate gets what the first request got: the
+    answer of a finished delivery, or, for one still queued or running, the same wait for it.
     """
     wait = request.GET.get("wait", "").lower() in ("1", "true", "yes")
     try:
-        accepted = await _generic_accept(request)
+        message, accepted = await _generic_accept(request)
     except Refused as err:
         return _refusal(err)
     if not accepted.queued:
-        return JsonResponse({"ok": True, "status": "duplicate"}, status=200)
+        delivery_id = await _delivery_id(message) if wait else None
+        if delivery_id is None:
+            return JsonResponse({"ok": True, "status": "duplicate"}, status=200)
+        return _answered(await _play_now(delivery_id), duplicate=True)
     delivery = accepted.queued[0]
     if not wait:
         return JsonResponse({"ok": True, "status": "queued", "delivery": delivery.pk}, status=202)
-    final = await _play_now(delivery.pk)
+    return _answered(await _play_now(delivery.pk))
+
+
+def _answered(final: InboundDelivery, duplicate: bool = False) -> JsonResponse:
+    """The ``?wait=true`` answer: 200 with the answer, 502 with the error, 202 when still running."""
     body: dict[str, Any] = {"delivery": final.pk, "status": final.status, "session_id": final.session_id}
+    if duplicate:
+        body["duplicate"] = True
     if final.status == InboundDelivery.Status.DONE:
         return JsonResponse({"ok": True, **body, "answer": final.answer})
     if final.status == InboundDelivery.Status.FAILED:
         return JsonResponse({"ok": False, **body, "error": "turn_failed", "detail": final.error}, status=502)
     return JsonResponse({"ok": True, **body, "detail": "Still running; poll the console."}, status=202)
+
+
+async def _delivery_id(message: inbox.Inbound) -> int | None:
+    """The delivery a duplicate message belongs to (None if it is gone, e.g. its session was deleted)."""
+    found = InboundDelivery.objects.filter(provider=message.provider, provider_message_id=message.provider_message_id)
+    with ledger.queue_thread() as ex:
+        return await asyncio.get_running_loop().run_in_executor(
+            ex, lambda: found.values_list("pk", flat=True).first())
 
 
 async def _play_now(delivery_id: int) -> InboundDelivery:
@@ -196,3 +218,38 @@ def retry_delivery(request: HttpRequest, delivery_id: int) -> HttpResponse:
         return redirect(nxt)
     return redirect("sessions-show-session", delivery.session_id)
 
+
+
+@require_GET
+@console_required()
+def attention_list(request: HttpRequest) -> HttpResponse:
+    """Every session's deliveries whose reply is unknown or failed, newest first, with Resend."""
+    return render(request, ATTENTION, ledger.attention_context(request.user))
+
+
+@require_POST
+@console_required(RETRY)
+def resend_reply(request: HttpRequest, delivery_id: int) -> HttpResponse:
+    """Send a delivery's stored answer again (audited; one send per click, a concurrent click gets 409).
+
+    htmx gets the session's ledger; others are redirected to ``next`` (or the session) with a message.
+    """
+    delivery = get_object_or_404(InboundDelivery, pk=delivery_id)
+    status, failed = 200, False
+    try:
+        sent = ledger.resend(request.user, delivery)
+        failed = sent.reply_status != InboundDelivery.Reply.SENT
+        note = (f"Resending the reply to {delivery.provider_message_id} failed: {sent.reply_error}" if failed
+                else f"The reply to {delivery.provider_message_id} was sent again.")
+    except ledger.ResendRefused as err:
+        status, note = 409, str(err)
+    if getattr(request, "htmx", False):
+        ctx = ledger.context(request.user, delivery.session_id, note=note, refused=status == 409 or failed)
+        return render(request, f"{LEDGER}#ledger", ctx, status=status)
+    if status == 409:
+        return JsonResponse({"error": "resend_refused", "detail": note}, status=409)
+    (messages.error if failed else messages.success)(request, note)
+    nxt = request.POST.get("next", "")
+    if nxt and url_has_allowed_host_and_scheme(nxt, allowed_hosts={request.get_host()}):
+        return redirect(nxt)
+    return redirect("sessions-show-session", delivery.session_id)

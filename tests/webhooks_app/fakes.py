@@ -10,11 +10,17 @@ from typing import Any
 
 
 class FakeProviderAPI:
-    """Records every POST as ``{"path", "headers", "json"}``; answers 200 (or ``fail_status``)."""
+    """Records every POST as ``{"path", "headers", "json"}``; answers 200 (or ``fail_status``).
+
+    ``hold``: an Event each POST waits for (after being recorded, at most 20 s) before it is answered;
+    ``arrived`` is set by every recorded POST.
+    """
 
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
         self.fail_status: int | None = None
+        self.hold: threading.Event | None = None
+        self.arrived = threading.Event()
         self._lock = threading.Lock()
         api = self
 
@@ -24,6 +30,9 @@ class FakeProviderAPI:
                 with api._lock:
                     api.requests.append({"path": self.path, "headers": dict(self.headers),
                                          "json": json.loads(body or b"null")})
+                api.arrived.set()
+                if api.hold is not None:
+                    api.hold.wait(20)
                 status = api.fail_status or 200
                 answer = json.dumps({"ok": status == 200, "result": {"message_id": len(api.requests)},
                                      "messages": [{"id": f"wamid.out{len(api.requests)}"}]}).encode()

@@ -1,0 +1,39 @@
+"""``?wait=true`` on the generic webhook: a client that retries (its connection dropped) gets the answer."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.webhooks_app import payloads as p
+from tests.webhooks_app.test_endpoints import post_generic
+from tests.webhooks_app.test_worker import apis, texts  # noqa: F401 - apis is a fixture
+from webhooks_app.models import InboundDelivery
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_a_retried_wait_request_of_a_finished_delivery_gets_its_answer(client, apis):  # noqa: F811
+    body = p.generic("web:7", "m-7", "where is my order")
+    first = post_generic(client, body, query="?wait=true")
+    assert first.status_code == 200 and first.json()["answer"] == "echo: where is my order"
+    again = post_generic(client, body, query="?wait=true")
+    assert again.status_code == 200, again.content
+    assert again.json() == {**first.json(), "duplicate": True}
+    assert texts("web:7") == [("user", "where is my order"), ("model", "echo: where is my order")]  # one turn
+    assert InboundDelivery.objects.get().duplicates_suppressed == 1
+
+
+def test_a_wait_request_for_a_duplicate_still_queued_waits_for_it_like_the_first(client, apis):  # noqa: F811
+    body = p.generic("web:8", "m-8", "hello")
+    assert post_generic(client, body).status_code == 202  # queued; no worker has taken it
+    r = post_generic(client, body, query="?wait=true")
+    assert r.status_code == 200, r.content
+    assert (r.json()["status"], r.json()["answer"], r.json()["duplicate"]) == ("done", "echo: hello", True)
+    assert texts("web:8") == [("user", "hello"), ("model", "echo: hello")]
+
+
+def test_a_duplicate_without_wait_is_still_acknowledged_without_the_answer(client, apis):  # noqa: F811
+    body = p.generic("web:9", "m-9", "hi")
+    post_generic(client, body, query="?wait=true")
+    r = post_generic(client, body)
+    assert r.status_code == 200 and r.json() == {"ok": True, "status": "duplicate"}
