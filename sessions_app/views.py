@@ -88,6 +88,15 @@ def _int(value: str | None, default: int) -> int:
         return default
 
 
+def _turn(value: str | None) -> int:
+    """The ``turn`` parameter of a rollback preview or confirmation; :class:`actions.InvalidAction` if not a number."""
+    try:
+        return int(value or "")
+    except ValueError:
+        shown = clean_text(value or "")[:40]
+        raise actions.InvalidAction(f"turn must be a number (0 removes every turn); got {shown!r}.") from None
+
+
 def _detail_ctx(request: HttpRequest, session: ChatSession, **extra: object) -> dict:
     newest_first = request.GET.get("order", "newest") != "oldest"
     return detail_ctx(request.user, session, newest_first, _int(request.GET.get("page"), 1), **extra)
@@ -187,7 +196,7 @@ def session_handoff(request: HttpRequest, session_id: str) -> HttpResponse:
 def session_rollback_preview(request: HttpRequest, session_id: str) -> HttpResponse:
     session = _session(session_id)
     try:
-        plan = actions.plan_rollback(session_id, _int(request.GET.get("turn"), -1))
+        plan = actions.plan_rollback(session_id, _turn(request.GET.get("turn")))
     except actions.ActionError as err:
         return _action_error(request, session_id, err)
     return _render(request, DETAIL, "rollback-preview", _detail_ctx(request, session, plan=plan))
@@ -197,9 +206,9 @@ def session_rollback_preview(request: HttpRequest, session_id: str) -> HttpRespo
 @console_required(ROLLBACK)
 def session_rollback(request: HttpRequest, session_id: str) -> HttpResponse:
     get_object_or_404(ChatSession, pk=session_id)
-    turn = _int(request.POST.get("turn"), -1)
     try:
-        plan, _entry = actions.rollback(request.user, session_id, turn, request.POST.get("fingerprint") or None)
+        turn = _turn(request.POST.get("turn"))
+        plan, _entry = actions.rollback(request.user, session_id, turn, request.POST.get("fingerprint", ""))
     except actions.ActionError as err:
         return _action_error(request, session_id, err)
     removed = len(plan.removed_ids)

@@ -280,7 +280,7 @@ def test_the_audit_log_renders_as_a_page_and_a_fragment_and_filters(op_client):
     cv.store("a/b", cv.support_story())
     cv.store("c", cv.support_story())
     op_client.post("/actions/handoff/a/b/", {"agent": "Billing"})
-    op_client.post("/actions/rollback/c/", {"turn": "1"})
+    op_client.post("/actions/rollback/c/", cv.rollback_form("c", 1))
 
     full = op_client.get("/audit/")
     fragment = op_client.get("/audit/", {"action": "rollback"}, HTTP_HX_REQUEST="true")
