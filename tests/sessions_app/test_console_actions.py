@@ -223,8 +223,9 @@ def test_rollback_to_turn_zero_keeps_only_system_messages(op_client):
 def test_rollback_to_a_turn_that_does_not_exist_is_400(op_client, turn):
     cv.store("s", cv.support_story())
     before = snapshot("s")
+    fingerprint = cv.rollback_form("s", 0)["fingerprint"]
 
-    response = op_client.post("/actions/rollback/s/", {"turn": turn, "fingerprint": cv.rollback_form("s", 0)["fingerprint"]})
+    response = op_client.post("/actions/rollback/s/", {"turn": turn, "fingerprint": fingerprint})
     preview = op_client.get("/actions/rollback-preview/s/", {"turn": turn}, HTTP_HX_REQUEST="true")
 
     assert response.status_code == preview.status_code == 400
@@ -304,7 +305,8 @@ def test_the_audit_entry_names_turns_by_their_first_message_id_too(op_client, se
 
 def test_rolling_back_to_turn_zero_names_no_first_message(op_client):
     cv.store("s", cv.support_story())
-    first_ids = list(ChatMessage.objects.filter(session_id="s", role="user").order_by("id").values_list("id", flat=True))
+    users = ChatMessage.objects.filter(session_id="s", role="user")
+    first_ids = list(users.order_by("id").values_list("id", flat=True))
 
     op_client.post("/actions/rollback/s/", cv.rollback_form("s", 0))
 
@@ -447,7 +449,8 @@ def test_weird_session_ids_open_hand_off_roll_back_and_delete(op_client, session
     assert op_client.get(url("sessions-show-session", session_id)).status_code == 200
     assert op_client.get(url("sessions-preview-rollback", session_id), {"turn": 1}).status_code == 200
     assert op_client.post(url("sessions-handoff-session", session_id), {"agent": "Tech"}).status_code == 302
-    assert op_client.post(url("sessions-rollback-session", session_id), cv.rollback_form(session_id, 1)).status_code == 302
+    rollback = cv.rollback_form(session_id, 1)
+    assert op_client.post(url("sessions-rollback-session", session_id), rollback).status_code == 302
     assert ChatMessage.objects.filter(session_id=session_id).count() == 5
     assert op_client.get(url("sessions-confirm-delete", session_id)).status_code == 200
     assert op_client.post(url("sessions-delete-session", session_id)).status_code == 302
