@@ -245,13 +245,13 @@ def session_delete(request: HttpRequest, session_id: str) -> HttpResponse:
 def audit_list(request: HttpRequest) -> HttpResponse:
     # clean_text: NUL (which PostgreSQL text cannot hold: a 500) and lone surrogates never reach a filter.
     actor = clean_text(request.GET.get("actor", "")).strip()[:150]
-    action = request.GET.get("action", "").strip()
+    action = clean_text(request.GET.get("action", "")).strip()[:32]
     session_id = clean_text(request.GET.get("session", ""))[:1000]
     before = _int(request.GET.get("before"), 0)
     qs = OperatorAction.objects.order_by("-id")
     if actor:
         qs = qs.filter(actor_username=actor)
-    if action in OperatorAction.Kind.values:
+    if action:
         qs = qs.filter(action=action)
     if session_id:
         qs = qs.filter(session_id=session_id)
@@ -264,7 +264,7 @@ def audit_list(request: HttpRequest) -> HttpResponse:
     ctx = {
         "entries": [(e, pretty_json(e.before), pretty_json(e.after)) for e in entries],
         "actor": actor, "action": action, "session_filter": session_id,
-        "actions": OperatorAction.Kind.choices,
+        "actions": OperatorAction.action_choices(),
         "next_url": _url("sessions-list-actions", {**filters, "before": entries[-1].id}) if more and entries else None,
     }
     return _render(request, AUDIT, "audit-table", ctx)
