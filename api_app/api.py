@@ -5,23 +5,32 @@ login session. The caller must be active staff with ``sessions_app.view_chatsess
 ``sessions_app.export_transcript`` (the console's :func:`sessions_app.access.may`). No credentials → 401,
 no permission → 403; every transcript or bulk export is written to the audit log (action ``export``).
 
+The OpenAPI schema (``openapi.json``) and the docs page (``docs``) need the same credentials: the docs
+page sends an anonymous browser to the console's login page, everything else answers 401.
+
 Errors are JSON ``{"detail": …}``: 400 for bad parameters (unknown format, malformed cursor, bad date),
-404 for an unknown session. Session ids are arbitrary strings, captured with ``{anypath:session_id}``
-(slashes included; the client percent-encodes the rest). An id ending in ``/transcript`` is therefore
-read as that transcript route; its metadata is also in the list (``q=<id>``).
+404 for an unknown session (or endpoint: after the credentials are checked), 405 ``{"error":
+"method_not_allowed", "detail"}`` with ``Allow`` for a method other than GET. Session ids are arbitrary
+strings, captured with ``{anypath:session_id}`` (slashes included; the client percent-encodes the rest).
+``/sessions/`` is the list as ``/sessions`` is; ``/sessions/<id>/`` is session ``<id>/`` when it exists,
+else session ``<id>``. An id ending in ``/transcript`` is read as that transcript route; its metadata
+is also in the list (``q=<id>``).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
+from functools import wraps
 from typing import Any
 
-from asgiref.sync import sync_to_async
+from asgiref.sync import iscoroutinefunction, sync_to_async
+from django.contrib.auth.views import redirect_to_login
 from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.urls import register_converter
+from django.views.decorators.http import require_GET
 from ninja import NinjaAPI, Query, Schema
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.openapi.docs import Swagger
@@ -101,7 +110,71 @@ class Utf8Renderer(JSONRenderer):
     json_dumps_params = {"ensure_ascii": False}
 
 
-api = NinjaAPI(
+PERMISSION_DETAIL = "This needs active staff with the view_chatsession and export_transcript permissions."
+
+
+class ChatflowAPI(NinjaAPI):
+    """NinjaAPI whose every URL answers a method it does not serve with the API's JSON 405."""
+
+    @property
+    def urls(self) -> tuple[list, str, str]:
+        patterns, app_name, namespace = super().urls
+        for pattern in patterns:
+            pattern.callback = _json_405(pattern.callback)
+        return patterns, app_name, namespace
+
+
+def _json_405(view: Callable) -> Callable:
+    """``view`` with its 405 (ninja's is text, Django's empty HTML) made ``{"error", "detail"}`` with ``Allow``."""
+    def refusal(request: HttpRequest, response: HttpResponse) -> HttpResponse:
+        if response.status_code != 405:
+            return response
+        allowed = response.get("Allow", "GET")
+        json_405 = api.create_response(request, {
+            "error": "method_not_allowed",
+            "detail": f"{request.method} is not allowed on {request.path}; allowed: {allowed}.",
+        }, status=405)
+        json_405["Allow"] = allowed
+        return json_405
+
+    if iscoroutinefunction(view):
+        @wraps(view)
+        async def checked_async(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            return refusal(request, await view(request, *args, **kwargs))
+        return checked_async
+
+    @wraps(view)
+    def checked(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        return refusal(request, view(request, *args, **kwargs))
+    return checked
+
+
+def _authenticate(request: HttpRequest) -> Caller | None:
+    """The caller by the API's auth methods, in order (a token, then the console login); None if none applies."""
+    for method in api.auth or []:
+        caller = method(request)
+        if caller is not None:
+            return caller
+    return None
+
+
+def _docs_auth(view: Callable) -> Callable:
+    """The schema and docs views behind the data endpoints' auth (token or console login, and the permission)."""
+    @wraps(view)
+    @require_GET
+    def checked(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        caller = _authenticate(request)
+        if caller is None:
+            if request.resolver_match and request.resolver_match.url_name == "openapi-view":
+                return redirect_to_login(request.get_full_path())
+            return _unauthorized(request, AuthenticationError())
+        if not may(caller.user, EXPORT):
+            return api.create_response(request, {"detail": PERMISSION_DETAIL}, status=403)
+        return view(request, *args, **kwargs)
+    return checked
+
+
+api = ChatflowAPI(
     title="Chatflow Console API",
     version="1",
     description="Sessions and transcript exports. Authenticate with `Authorization: Bearer <token>` "
@@ -111,6 +184,7 @@ api = NinjaAPI(
     renderer=Utf8Renderer(),
     docs=Swagger(settings={"validatorUrl": None}),  # Swagger UI's validator badge would call swagger.io
     docs_url="/docs",
+    docs_decorator=_docs_auth,
 )
 
 
@@ -131,7 +205,7 @@ def _bad_request(request: HttpRequest, exc: ValidationError) -> HttpResponse:
 def _caller(request: HttpRequest) -> Caller:
     caller: Caller = request.auth  # type: ignore[attr-defined]
     if not may(caller.user, EXPORT):
-        raise HttpError(403, "This needs active staff with the view_chatsession and export_transcript permissions.")
+        raise HttpError(403, PERMISSION_DETAIL)
     return caller
 
 
@@ -225,10 +299,13 @@ def _session_out(s: ChatSession, redacted: bool, running: bool = False, last: tu
     return out
 
 
-def _get_session(session_id: str) -> ChatSession:
+def _get_session(session_id: str, slash_optional: bool = False) -> ChatSession:
+    """The session, or a 404; with ``slash_optional``, ``<id>/`` that does not exist is read as ``<id>``."""
     if "\x00" in session_id or clean_text(session_id) != session_id:
         raise HttpError(404, "No such session.")
     session = listing.one(session_id)
+    if session is None and slash_optional and session_id.endswith("/"):
+        session = listing.one(session_id[:-1])
     if session is None:
         raise HttpError(404, f"No session {session_id!r}.")
     return session
@@ -237,6 +314,8 @@ def _get_session(session_id: str) -> ChatSession:
 # ---- endpoints ----------------------------------------------------------------------------------
 @api.get("/sessions", response={200: SessionPage, 400: ErrorOut}, url_name="api-list-sessions",
          summary="List sessions (newest first by default), one keyset page")
+@api.get("/sessions/", response={200: SessionPage, 400: ErrorOut}, url_name="api-list-sessions-slash",
+         include_in_schema=False)
 def list_sessions(request: HttpRequest, filters: Query[Filters], cursor: str = "",
                   limit: int = Query(DEFAULT_PAGE, description=f"Page size, 1–{MAX_PAGE} (larger is capped).")):
     _caller(request)
@@ -276,7 +355,7 @@ def session_transcript(request: HttpRequest, session_id: str, format: str = "jso
 def show_session(request: HttpRequest, session_id: str, redact: str = ""):
     _caller(request)
     redacted = _redacted(redact)
-    s = _get_session(session_id)
+    s = _get_session(session_id, slash_optional=True)
     return _session_out(s, redacted, bool(s.running), (s.last_role, s.last_text))
 
 
@@ -294,7 +373,7 @@ def export_sessions(request: HttpRequest, filters: Query[Filters]):
                    export.content_disposition("all", "jsonl", stem="sessions"))
 
 
-@api.get("/{anypath:rest}", auth=None, include_in_schema=False)
+@api.get("/{anypath:rest}", include_in_schema=False)
 def not_found(request: HttpRequest, rest: str):
-    """Anything else under /api/v1/ is a JSON 404 too (not the site's HTML page)."""
+    """Anything else under /api/v1/ is a JSON 404 too (not the site's HTML page), after the credentials (401)."""
     raise HttpError(404, "No such endpoint.")

@@ -6,9 +6,10 @@ with :class:`SessionBusy` (HTTP 409) when a turn holds the session. Permission c
 views' job; these functions take the acting user only to write the audit entry.
 
 Rollback is planned from the stored rows (:func:`plan_rollback`) and the confirmed rollback checks,
-under the turn lock, that the session is still the one the plan was made from (its *fingerprint*)
-and, after the store committed, that exactly the planned rows are gone; otherwise the transaction
-is rolled back and nothing changes. So what the preview shows is what happens.
+under the turn lock, that the session is still the one the plan was made from (its *fingerprint*,
+mandatory; checked before the turn number, so a confirmation that lost a race says "changed since
+the preview") and, after the store committed, that exactly the planned rows are gone; otherwise the
+transaction is rolled back and nothing changes. So what the preview shows is what happens.
 """
 
 from __future__ import annotations
@@ -62,8 +63,11 @@ def _busy(session_id: str) -> SessionBusy:
 
 
 def _locked_session(session_id: str) -> ChatSession:
-    """The session row inside the current transaction, or 404."""
-    row = ChatSession.objects.filter(pk=session_id).first()
+    """The session row, locked until the current transaction ends (actions on one session queue here), or 404.
+
+    On SQLite the transaction's ``BEGIN IMMEDIATE`` already serialises writers; PostgreSQL takes the row lock.
+    """
+    row = ChatSession.objects.select_for_update().filter(pk=session_id).first()
     if row is None:
         raise Http404("No such session.")
     return row
@@ -142,12 +146,24 @@ class RollbackPlan:
     side_effects: list[RemovedCall] = field(default_factory=list)
     handoffs_undone: list[dict[str, Any]] = field(default_factory=list)
     window: int = 0
+    turn_first_ids: list[int] = field(default_factory=list)  # each stored turn's USER row id, turn 1 first
+
+    def first_message_id(self, turn: int) -> int | None:
+        """The row id of turn ``turn``'s USER message (None for turn 0): unlike the turn number, it never shifts."""
+        return self.turn_first_ids[turn - 1] if 1 <= turn <= len(self.turn_first_ids) else None
 
     def summary(self) -> dict[str, Any]:
-        """JSON-safe description (for the audit log)."""
+        """JSON-safe description (for the audit log).
+
+        Turn numbers count the stored turns (1 = oldest) and shift once the runtime prunes older turns,
+        so each turn is also named by the row id of its first (USER) message: ``turn_first_message_id``
+        for the target (None for turn 0), ``removed_turn_first_message_ids`` in ``removed_turns`` order.
+        """
         return {
             "turn": self.turn,
+            "turn_first_message_id": self.first_message_id(self.turn),
             "removed_turns": self.removed_turns,
+            "removed_turn_first_message_ids": [self.first_message_id(n) for n in self.removed_turns],
             "removed_message_ids": self.removed_ids,
             "pruned_turns": self.pruned_turns,
             "agent_after": self.agent_after,
@@ -181,16 +197,20 @@ def _agent_after(turns: list[list[Message]], n: int, current: str) -> str:
     return current
 
 
-def plan_rollback(session_id: str, turn: int) -> RollbackPlan:
+def plan_rollback(session_id: str, turn: int, fingerprint: str | None = None) -> RollbackPlan:
     """The plan for rolling back to ``turn``; :class:`InvalidAction` for a turn it cannot go to.
 
-    The store keeps the newest ``default_max_turns`` turns in memory and removes older rows with
-    its next commit, so those ("pruned") turns are removed too and cannot be a rollback target.
+    With ``fingerprint`` (a preview's), :class:`StalePlan` first when the stored rows are no longer
+    those the preview was made from, whatever ``turn`` is. The store keeps the newest
+    ``default_max_turns`` turns in memory and removes older rows with its next commit, so those
+    ("pruned") turns are removed too and cannot be a rollback target.
     """
     row = ChatSession.objects.filter(pk=session_id).first()
     if row is None:
         raise Http404("No such session.")
-    parsed, fingerprint = _stored(session_id)
+    parsed, current = _stored(session_id)
+    if fingerprint is not None and fingerprint != current:
+        raise StalePlan("The session changed since the preview was shown; review the new preview.")
     ids_of = {id(m): rid for rid, m in parsed if m is not None}
     _system, turns, leading = group_turns([m for _rid, m in parsed if m is not None])
     total, window = len(turns), site_store().default_max_turns
@@ -205,12 +225,13 @@ def plan_rollback(session_id: str, turn: int) -> RollbackPlan:
     gone = set(removed_ids)
     agent_after = _agent_after(turns, turn, row.active_agent_name)
     plan = RollbackPlan(
-        session_id=session_id, turn=turn, turn_count=total, fingerprint=fingerprint,
+        session_id=session_id, turn=turn, turn_count=total, fingerprint=current,
         agent_before=row.active_agent_name, agent_after=agent_after,
         agent_after_registered=registry.get_agent(agent_after) is not None,
         removed_turns=removed_turns, removed_ids=removed_ids,
         kept_ids=[rid for rid, _m in parsed if rid not in gone],
         pruned_turns=list(range(1, offset + 1)), leading_ids=[ids_of[id(m)] for m in leading], window=window,
+        turn_first_ids=[ids_of[id(t[0])] for t in turns],
     )
     for n in range(turn + 1, total + 1):
         results = {r.tool_call_id: r for m in turns[n - 1] if m.role == Role.TOOL for r in m.tool_results or []}
@@ -226,16 +247,23 @@ def plan_rollback(session_id: str, turn: int) -> RollbackPlan:
     return plan
 
 
-def rollback(user: Any, session_id: str, turn: int, fingerprint: str | None = None) -> tuple[RollbackPlan, OperatorAction]:  # noqa: E501
-    """Roll back to ``turn`` as :func:`plan_rollback` describes; ``fingerprint`` (from the preview) must match."""
+def rollback(user: Any, session_id: str, turn: int, fingerprint: str) -> tuple[RollbackPlan, OperatorAction]:
+    """Roll back to ``turn`` as :func:`plan_rollback` describes, if the session still has ``fingerprint``.
+
+    ``fingerprint`` is the preview's (:attr:`RollbackPlan.fingerprint`) and is required
+    (:class:`InvalidAction` without it). It is compared under the session's row lock and turn lock,
+    before the turn number: a session changed since the preview (another operator's rollback
+    included) is :class:`StalePlan` (409); a running turn is :class:`SessionBusy` (409).
+    """
+    if not fingerprint:
+        raise InvalidAction("The rollback needs the fingerprint of its preview: open the preview "
+                            "(Roll back to the end of turn N) and confirm it there.")
     store = site_store()
     with transaction.atomic():
         _locked_session(session_id)
-        plan = plan_rollback(session_id, turn)
-        if fingerprint and fingerprint != plan.fingerprint:
-            raise StalePlan("The session changed since the preview was shown; review the new preview.")
         try:
             with store.sync_turn(session_id, registry.starting_agent(), wait=False) as session:
+                plan = plan_rollback(session_id, turn, fingerprint)
                 agent_now = _apply_plan(session, plan)
         except SessionBusyError:
             raise _busy(session_id) from None

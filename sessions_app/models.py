@@ -142,3 +142,20 @@ class OperatorAction(models.Model):
 
     def __str__(self) -> str:
         return f"{self.actor_username or 'system'}: {self.action} {self.session_id}"
+
+    @staticmethod
+    def label_of(action: str) -> str:
+        """Its ``Kind`` label, else the value made readable (``retry_delivery`` → "Retry delivery")."""
+        return dict(OperatorAction.Kind.choices).get(action) or action.replace("_", " ").capitalize()
+
+    @classmethod
+    def action_choices(cls) -> list[tuple[str, str]]:
+        """``(value, label)`` of every action the log can be filtered by: each ``Kind``, then every other value
+        recorded (actions written by other apps, e.g. ``retry_delivery``), in value order."""
+        declared = dict(cls.Kind.choices)
+        recorded = cls.objects.order_by("action").values_list("action", flat=True).distinct()
+        return [*declared.items(), *((value, cls.label_of(value)) for value in recorded if value not in declared)]
+
+    @property
+    def action_label(self) -> str:
+        return self.label_of(self.action)

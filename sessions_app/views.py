@@ -88,6 +88,15 @@ def _int(value: str | None, default: int) -> int:
         return default
 
 
+def _turn(value: str | None) -> int:
+    """The ``turn`` parameter of a rollback preview or confirmation; :class:`actions.InvalidAction` if not a number."""
+    try:
+        return int(value or "")
+    except ValueError:
+        shown = clean_text(value or "")[:40]
+        raise actions.InvalidAction(f"turn must be a number (0 removes every turn); got {shown!r}.") from None
+
+
 def _detail_ctx(request: HttpRequest, session: ChatSession, **extra: object) -> dict:
     newest_first = request.GET.get("order", "newest") != "oldest"
     return detail_ctx(request.user, session, newest_first, _int(request.GET.get("page"), 1), **extra)
@@ -187,7 +196,7 @@ def session_handoff(request: HttpRequest, session_id: str) -> HttpResponse:
 def session_rollback_preview(request: HttpRequest, session_id: str) -> HttpResponse:
     session = _session(session_id)
     try:
-        plan = actions.plan_rollback(session_id, _int(request.GET.get("turn"), -1))
+        plan = actions.plan_rollback(session_id, _turn(request.GET.get("turn")))
     except actions.ActionError as err:
         return _action_error(request, session_id, err)
     return _render(request, DETAIL, "rollback-preview", _detail_ctx(request, session, plan=plan))
@@ -197,9 +206,9 @@ def session_rollback_preview(request: HttpRequest, session_id: str) -> HttpRespo
 @console_required(ROLLBACK)
 def session_rollback(request: HttpRequest, session_id: str) -> HttpResponse:
     get_object_or_404(ChatSession, pk=session_id)
-    turn = _int(request.POST.get("turn"), -1)
     try:
-        plan, _entry = actions.rollback(request.user, session_id, turn, request.POST.get("fingerprint") or None)
+        turn = _turn(request.POST.get("turn"))
+        plan, _entry = actions.rollback(request.user, session_id, turn, request.POST.get("fingerprint", ""))
     except actions.ActionError as err:
         return _action_error(request, session_id, err)
     removed = len(plan.removed_ids)
@@ -236,13 +245,13 @@ def session_delete(request: HttpRequest, session_id: str) -> HttpResponse:
 def audit_list(request: HttpRequest) -> HttpResponse:
     # clean_text: NUL (which PostgreSQL text cannot hold: a 500) and lone surrogates never reach a filter.
     actor = clean_text(request.GET.get("actor", "")).strip()[:150]
-    action = request.GET.get("action", "").strip()
+    action = clean_text(request.GET.get("action", "")).strip()[:32]
     session_id = clean_text(request.GET.get("session", ""))[:1000]
     before = _int(request.GET.get("before"), 0)
     qs = OperatorAction.objects.order_by("-id")
     if actor:
         qs = qs.filter(actor_username=actor)
-    if action in OperatorAction.Kind.values:
+    if action:
         qs = qs.filter(action=action)
     if session_id:
         qs = qs.filter(session_id=session_id)
@@ -255,7 +264,7 @@ def audit_list(request: HttpRequest) -> HttpResponse:
     ctx = {
         "entries": [(e, pretty_json(e.before), pretty_json(e.after)) for e in entries],
         "actor": actor, "action": action, "session_filter": session_id,
-        "actions": OperatorAction.Kind.choices,
+        "actions": OperatorAction.action_choices(),
         "next_url": _url("sessions-list-actions", {**filters, "before": entries[-1].id}) if more and entries else None,
     }
     return _render(request, AUDIT, "audit-table", ctx)

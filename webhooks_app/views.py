@@ -7,6 +7,8 @@ Every refusal is a 4xx JSON ``{"error": code, "detail": …}`` and writes nothin
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from functools import wraps
 from typing import Any
 
 from django.conf import settings
@@ -17,7 +19,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.csrf import csrf_exempt
-from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django.views.decorators.http import require_GET, require_POST
 
 from sessions_app.access import console_required
 from webhooks_app import channels, inbox, ledger
@@ -35,13 +37,28 @@ def _refusal(err: Refused) -> JsonResponse:
     return JsonResponse({"error": err.code, "detail": err.detail}, status=err.status)
 
 
+def _methods(*allowed: str) -> Callable:
+    """``require_http_methods`` for the async webhook views, refusing with the JSON 405 (and ``Allow``)."""
+    def decorator(view: Callable) -> Callable:
+        @wraps(view)
+        async def checked(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            if request.method not in allowed:
+                response = _refusal(Refused(405, "method_not_allowed",
+                                            f"{request.method} is not allowed here; use {' or '.join(allowed)}."))
+                response["Allow"] = ", ".join(allowed)
+                return response
+            return await view(request, *args, **kwargs)
+        return checked
+    return decorator
+
+
 def _body(request: HttpRequest) -> bytes:
     """The raw body, refused when too large (before reading it) or not JSON by content type."""
     limit = settings.CHATFLOW_WEBHOOK_MAX_BYTES
-    try:
-        declared = int(request.META.get("CONTENT_LENGTH") or 0)
-    except ValueError:
-        raise Refused(400, "bad_content_length", "Content-Length is not a number.") from None
+    length = request.META.get("CONTENT_LENGTH") or "0"
+    if not (length.isascii() and length.isdigit()):  # HTTP's 1*DIGIT: no sign, no spaces, no "1e3"
+        raise Refused(400, "bad_content_length", "Content-Length is not a number.")
+    declared = int(length)
     if declared > limit:
         raise Refused(413, "body_too_large", f"The body is larger than {limit} bytes.")
     if request.content_type != "application/json":
@@ -77,7 +94,7 @@ def _acknowledged(accepted: inbox.Accepted, status: int = 200) -> JsonResponse:
 # ---- WhatsApp ------------------------------------------------------------------------------------
 @lean_webhook  # POSTs skip the browser middleware: see webhooks_app.asgi
 @csrf_exempt
-@require_http_methods(["GET", "POST"])
+@_methods("GET", "POST")
 async def whatsapp(request: HttpRequest) -> HttpResponse:
     """GET: Meta's verification handshake. POST: ``entry[].changes[].value.messages[]``."""
     try:
@@ -100,7 +117,7 @@ async def whatsapp(request: HttpRequest) -> HttpResponse:
 # ---- Telegram ------------------------------------------------------------------------------------
 @lean_webhook  # POSTs skip the browser middleware: see webhooks_app.asgi
 @csrf_exempt
-@require_POST
+@_methods("POST")
 async def telegram(request: HttpRequest) -> HttpResponse:
     """An ``Update`` from ``setWebhook``; de-duplicated on ``update_id``; session ``tg:<chat id>``."""
     try:
@@ -124,7 +141,7 @@ async def _generic_accept(request: HttpRequest) -> tuple[inbox.Inbound, inbox.Ac
 
 @lean_webhook  # POSTs skip the browser middleware: see webhooks_app.asgi
 @csrf_exempt
-@require_POST
+@_methods("POST")
 async def generic(request: HttpRequest) -> HttpResponse:
     """``{session_id, message_id, text, metadata}`` signed with CHATFLOW_WEBHOOK_SECRET.
 

@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from chatflow_agent.types import Message, Role, ToolCall, ToolResult
+from sessions_app import actions
 from sessions_app.models import ChatMessage, ChatSession
 
 T0 = datetime(2026, 1, 10, 9, 0, tzinfo=UTC)
@@ -70,3 +71,8 @@ def support_story() -> list[Message]:
         results(result("c4", "get_invoice", "backend timeout", error=True)),
         model("Sorry, the invoice service is down."),
     ]
+
+
+def rollback_form(session_id: str, turn: int | str) -> dict[str, str]:
+    """The rollback confirmation's form fields as the preview renders them (turn and the session's fingerprint)."""
+    return {"turn": str(turn), "fingerprint": actions.plan_rollback(session_id, int(turn)).fingerprint}

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from django.db import connections
 from django.urls import reverse
 
 from agents_app import registry
@@ -123,11 +126,12 @@ def test_an_unknown_agent_is_refused_with_400_and_changes_nothing(op_client):
 @pytest.mark.parametrize("htmx", [False, True], ids=["page", "htmx"])
 def test_actions_on_a_session_whose_turn_runs_in_another_process_are_409_and_change_nothing(op_client, post, htmx):
     cv.store("+15550100", cv.support_story())
+    data = cv.rollback_form("+15550100", 1) if post[0] == "sessions-rollback-session" else post[1]
     foreign_lease("+15550100")
     before = snapshot("+15550100")
     extra = {"HTTP_HX_REQUEST": "true"} if htmx else {}
 
-    response = op_client.post(url(post[0], "+15550100"), post[1], **extra)
+    response = op_client.post(url(post[0], "+15550100"), data, **extra)
 
     assert response.status_code == 409
     assert "A turn is running on session &#x27;+15550100&#x27;" in response.content.decode()
@@ -139,9 +143,10 @@ def test_a_rollback_while_a_turn_runs_in_this_process_is_409_and_changes_nothing
     cv.store("s", cv.support_story())
     before = snapshot("s")
     store = actions.site_store()
+    form = cv.rollback_form("s", 1)
 
     with store.sync_turn("s", registry.starting_agent()) as session:
-        response = op_client.post("/actions/rollback/s/", {"turn": "1"})
+        response = op_client.post("/actions/rollback/s/", form)
         assert len(session.history) == 15
 
     assert response.status_code == 409 and b"A turn is running" in response.content
@@ -202,7 +207,7 @@ def test_rollback_preview_and_result_agree(op_client, olga):
 def test_rollback_to_a_turn_before_a_handoff_restores_the_agent_that_ended_it(op_client):
     cv.store("s", cv.support_story(), agent="Billing")
 
-    op_client.post("/actions/rollback/s/", {"turn": "1"})
+    op_client.post("/actions/rollback/s/", cv.rollback_form("s", 1))
 
     assert ChatSession.objects.get(pk="s").active_agent_name == "Support"
     assert ChatMessage.objects.filter(session_id="s").count() == 5  # system + turn 1
@@ -210,16 +215,17 @@ def test_rollback_to_a_turn_before_a_handoff_restores_the_agent_that_ended_it(op
 
 def test_rollback_to_turn_zero_keeps_only_system_messages(op_client):
     cv.store("s", cv.support_story())
-    op_client.post("/actions/rollback/s/", {"turn": "0"})
+    op_client.post("/actions/rollback/s/", cv.rollback_form("s", 0))
     assert list(ChatMessage.objects.filter(session_id="s").values_list("role", flat=True)) == ["system"]
 
 
-@pytest.mark.parametrize("turn", ["3", "-1", "99", "x", ""])
+@pytest.mark.parametrize("turn", ["3", "-1", "99"])
 def test_rollback_to_a_turn_that_does_not_exist_is_400(op_client, turn):
     cv.store("s", cv.support_story())
     before = snapshot("s")
+    fingerprint = cv.rollback_form("s", 0)["fingerprint"]
 
-    response = op_client.post("/actions/rollback/s/", {"turn": turn})
+    response = op_client.post("/actions/rollback/s/", {"turn": turn, "fingerprint": fingerprint})
     preview = op_client.get("/actions/rollback-preview/s/", {"turn": turn}, HTTP_HX_REQUEST="true")
 
     assert response.status_code == preview.status_code == 400
@@ -240,11 +246,106 @@ def test_a_rollback_confirmed_after_the_session_changed_is_refused(op_client):
     assert snapshot("s") == before and not OperatorAction.objects.exists()
 
 
+@pytest.mark.parametrize("htmx", [False, True], ids=["page", "htmx"])
+def test_a_rollback_without_the_previews_fingerprint_is_refused(op_client, htmx):
+    cv.store("s", cv.support_story())
+    before = snapshot("s")
+    extra = {"HTTP_HX_REQUEST": "true"} if htmx else {}
+
+    response = op_client.post("/actions/rollback/s/", {"turn": "1"}, **extra)
+    empty = op_client.post("/actions/rollback/s/", {"turn": "1", "fingerprint": ""}, **extra)
+
+    assert response.status_code == empty.status_code == 400
+    assert b"The rollback needs the fingerprint of its preview" in response.content
+    assert b"The rollback needs the fingerprint of its preview" in empty.content
+    assert snapshot("s") == before and not OperatorAction.objects.exists()
+
+
+@pytest.mark.parametrize("turn", ["abc", "", "1.5", "9" * 5000])
+def test_a_turn_that_is_not_a_number_is_a_clear_400(op_client, turn):
+    cv.store("s", cv.support_story())
+    before = snapshot("s")
+    fingerprint = cv.rollback_form("s", 1)["fingerprint"]
+
+    preview = op_client.get("/actions/rollback-preview/s/", {"turn": turn}, HTTP_HX_REQUEST="true")
+    response = op_client.post("/actions/rollback/s/", {"turn": turn, "fingerprint": fingerprint})
+
+    assert preview.status_code == response.status_code == 400
+    for body in (preview.content.decode(), response.content.decode()):
+        assert "turn must be a number" in body and "turn -1" not in body
+    assert snapshot("s") == before and not OperatorAction.objects.exists()
+
+
+def test_a_stale_confirmation_says_changed_even_when_its_turn_no_longer_exists(op_client):
+    cv.store("s", cv.support_story())
+    form = cv.rollback_form("s", 2)
+    assert op_client.post("/actions/rollback/s/", cv.rollback_form("s", 1)).status_code == 302  # now 1 turn
+
+    response = op_client.post("/actions/rollback/s/", form)
+
+    assert response.status_code == 409 and b"changed since the preview" in response.content
+    assert b"choose a turn" not in response.content and OperatorAction.objects.count() == 1
+
+
+def test_the_audit_entry_names_turns_by_their_first_message_id_too(op_client, settings):
+    """Once the window is full, turn numbers shift as old turns are pruned; message ids do not."""
+    settings.CHATFLOW_MAX_TURNS = 3
+    cv.store("s", [m for i in range(1, 6) for m in (cv.user(f"q{i}"), cv.model(f"a{i}"))])
+    first_ids = dict(ChatMessage.objects.filter(session_id="s", role="user").values_list("content", "id"))
+
+    assert op_client.post("/actions/rollback/s/", cv.rollback_form("s", 4)).status_code == 302
+
+    after = OperatorAction.objects.get().after
+    assert after["turn"] == 4 and after["turn_first_message_id"] == first_ids["q4"]
+    assert after["removed_turns"] == [1, 2, 5]
+    assert after["removed_turn_first_message_ids"] == [first_ids["q1"], first_ids["q2"], first_ids["q5"]]
+    # The page now numbers q4's turn 2; its first message is still the one the audit entry names.
+    assert ChatMessage.objects.get(pk=after["turn_first_message_id"]).content == "q4"
+
+
+def test_rolling_back_to_turn_zero_names_no_first_message(op_client):
+    cv.store("s", cv.support_story())
+    users = ChatMessage.objects.filter(session_id="s", role="user")
+    first_ids = list(users.order_by("id").values_list("id", flat=True))
+
+    op_client.post("/actions/rollback/s/", cv.rollback_form("s", 0))
+
+    after = OperatorAction.objects.get().after
+    assert after["turn_first_message_id"] is None and after["removed_turn_first_message_ids"] == first_ids
+
+
+@pytest.mark.django_db(transaction=True)
+def test_parallel_confirmations_of_one_preview_give_one_rollback_and_409s(olga):
+    """Ten operators confirm the same preview at once: one rollback, nine "changed since the preview"."""
+    cv.store("s", cv.support_story())
+    form = cv.rollback_form("s", 1)
+    clients = [personas.client_for(olga) for _ in range(10)]
+    start = threading.Barrier(len(clients))
+
+    def confirm(client):
+        try:
+            start.wait()
+            response = client.post("/actions/rollback/s/", form)
+            return response.status_code, response.content.decode()
+        finally:
+            connections.close_all()
+
+    with ThreadPoolExecutor(len(clients)) as pool:
+        results = list(pool.map(confirm, clients))
+
+    statuses = sorted(status for status, _body in results)
+    assert statuses == [302] + [409] * 9, results
+    assert all("changed since the preview" in body for status, body in results if status == 409)
+    assert OperatorAction.objects.filter(action="rollback").count() == 1
+    assert ChatMessage.objects.filter(session_id="s").count() == 5  # system + turn 1
+
+
 def test_turns_outside_the_runtime_window_are_shown_as_removed_and_cannot_be_targets(op_client, settings):
     settings.CHATFLOW_MAX_TURNS = 3
     cv.store("s", [m for i in range(1, 6) for m in (cv.user(f"q{i}"), cv.model(f"a{i}"))])
 
-    assert op_client.post("/actions/rollback/s/", {"turn": "1"}).status_code == 400
+    fingerprint = cv.rollback_form("s", 3)["fingerprint"]
+    assert op_client.post("/actions/rollback/s/", {"turn": "1", "fingerprint": fingerprint}).status_code == 400
     preview = op_client.get("/actions/rollback-preview/s/", {"turn": "3"}).content.decode()
     assert "turns 1–2, outside the runtime's window of 3 turns" in preview
     detail = op_client.get("/sessions/s/").content.decode()
@@ -252,7 +353,7 @@ def test_turns_outside_the_runtime_window_are_shown_as_removed_and_cannot_be_tar
     assert "end of turn 3" in detail and "end of turn 2" not in detail
     plan = actions.plan_rollback("s", 3)
 
-    assert op_client.post("/actions/rollback/s/", {"turn": "3"}).status_code == 302
+    assert op_client.post("/actions/rollback/s/", {"turn": "3", "fingerprint": fingerprint}).status_code == 302
 
     contents = list(ChatMessage.objects.filter(session_id="s").order_by("id").values_list("content", flat=True))
     assert contents == ["q3", "a3"]
@@ -348,7 +449,8 @@ def test_weird_session_ids_open_hand_off_roll_back_and_delete(op_client, session
     assert op_client.get(url("sessions-show-session", session_id)).status_code == 200
     assert op_client.get(url("sessions-preview-rollback", session_id), {"turn": 1}).status_code == 200
     assert op_client.post(url("sessions-handoff-session", session_id), {"agent": "Tech"}).status_code == 302
-    assert op_client.post(url("sessions-rollback-session", session_id), {"turn": "1"}).status_code == 302
+    rollback = cv.rollback_form(session_id, 1)
+    assert op_client.post(url("sessions-rollback-session", session_id), rollback).status_code == 302
     assert ChatMessage.objects.filter(session_id=session_id).count() == 5
     assert op_client.get(url("sessions-confirm-delete", session_id)).status_code == 200
     assert op_client.post(url("sessions-delete-session", session_id)).status_code == 302

@@ -27,6 +27,14 @@ ACTIONS = {
     "rollback": (f"/actions/rollback/{SID}/", {"turn": "1"}),
     "delete": (f"/actions/delete/{SID}/", {}),
 }
+
+
+def form(action: str) -> tuple[str, dict]:
+    """The action's path and form data; a rollback carries its preview's fingerprint, as the page's form does."""
+    path, data = ACTIONS[action]
+    return path, cv.rollback_form(SID, data["turn"]) if action == "rollback" else data
+
+
 PERSONAS = {
     "anonymous": lambda: None,
     "customer": personas.customer,
@@ -66,7 +74,7 @@ def test_who_may_see_each_page(story, persona, path):
 @pytest.mark.parametrize("action", ACTIONS)
 def test_who_may_do_each_action(story, persona, action):
     client = personas.client_for(PERSONAS[persona]())
-    path, data = ACTIONS[action]
+    path, data = form(action)
     before = unchanged()
 
     response = client.post(path, data)
@@ -88,7 +96,7 @@ def test_each_action_needs_its_own_permission(story, perm):
     client = personas.client_for(user)
     allowed = {"force_handoff": "handoff", "rollback_session": "rollback", "delete_session": "delete"}[perm]
 
-    statuses = {name: client.post(*ACTIONS[name]).status_code for name in ("handoff", "rollback")}
+    statuses = {name: client.post(*form(name)).status_code for name in ("handoff", "rollback")}
     statuses["delete"] = client.post(*ACTIONS["delete"]).status_code
 
     assert statuses == {name: 302 if name == allowed else 403 for name in ACTIONS}
@@ -139,7 +147,7 @@ def test_actions_without_a_csrf_token_are_refused(story, action):
     client = personas.client_for(personas.operator(), csrf=True)
     before = unchanged()
 
-    response = client.post(*ACTIONS[action], HTTP_HX_REQUEST="true")
+    response = client.post(*form(action), HTTP_HX_REQUEST="true")
 
     assert response.status_code == 403 and unchanged() == before
 
@@ -150,8 +158,8 @@ def test_actions_with_the_token_htmx_sends_from_the_body_headers_succeed(story, 
     page = client.get(f"/sessions/{SID}/").content.decode()
     token = page.split('hx-headers=\'{"X-CSRFToken": "', 1)[1].split('"', 1)[0]
 
-    forged = client.post(*ACTIONS[action], HTTP_X_CSRFTOKEN="x" * 64, HTTP_HX_REQUEST="true")
-    response = client.post(*ACTIONS[action], HTTP_X_CSRFTOKEN=token, HTTP_HX_REQUEST="true")
+    forged = client.post(*form(action), HTTP_X_CSRFTOKEN="x" * 64, HTTP_HX_REQUEST="true")
+    response = client.post(*form(action), HTTP_X_CSRFTOKEN=token, HTTP_HX_REQUEST="true")
 
     assert forged.status_code == 403
     assert response.status_code == 200 and OperatorAction.objects.count() == 1

@@ -280,7 +280,7 @@ def test_the_audit_log_renders_as_a_page_and_a_fragment_and_filters(op_client):
     cv.store("a/b", cv.support_story())
     cv.store("c", cv.support_story())
     op_client.post("/actions/handoff/a/b/", {"agent": "Billing"})
-    op_client.post("/actions/rollback/c/", {"turn": "1"})
+    op_client.post("/actions/rollback/c/", cv.rollback_form("c", 1))
 
     full = op_client.get("/audit/")
     fragment = op_client.get("/audit/", {"action": "rollback"}, HTTP_HX_REQUEST="true")
@@ -291,6 +291,29 @@ def test_the_audit_log_renders_as_a_page_and_a_fragment_and_filters(op_client):
     assert is_fragment(fragment) and fragment.content.count(b"<tr>") == 2 and b"Roll back" in fragment.content
     assert by_session.content.count(b"<tr>") == 2 and b'href="/sessions/a/b/"' in by_session.content
     assert b"No operator actions match." in by_actor.content
+
+
+def test_the_audit_log_filters_by_every_recorded_action_retry_delivery_included(op_client):
+    from webhooks_app.models import InboundDelivery
+
+    cv.store("s", cv.support_story())
+    op_client.post("/actions/handoff/s/", {"agent": "Billing"})
+    failed = InboundDelivery.objects.create(provider="whatsapp", provider_message_id="wamid.R", claim_key="wa:R",
+                                            session_id="s", status="failed", error="ProviderDown", token="t")
+    assert op_client.post(f"/webhooks/deliveries/{failed.pk}/retry/").status_code == 302
+
+    full = op_client.get("/audit/", {"action": "retry_delivery"})
+    fragment = op_client.get("/audit/", {"action": "retry_delivery"}, HTTP_HX_REQUEST="true")
+    unknown = op_client.get("/audit/", {"action": "no_such_action"})
+
+    page = full.content.decode()
+    assert full.status_code == fragment.status_code == 200
+    assert page.count("<tr>") == fragment.content.count(b"<tr>") == 2  # the header row and the one entry
+    assert "<td>Retry delivery</td>" in page and "Force handoff</td>" not in page
+    options = re.findall(r'<option value="([^"]*)"( selected)?>', page)
+    assert ("retry_delivery", " selected") in options
+    assert {"force_handoff", "rollback", "delete", "export"} <= {value for value, _ in options}
+    assert b"No operator actions match." in unknown.content
 
 
 def test_a_bulk_export_entry_names_no_session_link(op_client):

@@ -49,7 +49,8 @@ def body_of(response) -> bytes:
 
 # ---- auth ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize("path", ["/api/v1/sessions", "/api/v1/sessions/s1", "/api/v1/sessions/s1/transcript",
-                                  "/api/v1/export.jsonl"])
+                                  "/api/v1/export.jsonl", "/api/v1/sessions/", "/api/v1/sessions/s1/",
+                                  "/api/v1/sessions/nope/", "/api/v1/no-such-endpoint", "/api/v1/openapi.json"])
 def test_it_answers_401_without_credentials(path):
     store("s1", [user("hi")])
 
@@ -91,6 +92,43 @@ def test_it_answers_403_without_the_export_permission(persona):
             response = client.get(path, **headers)
             assert response.status_code == 403, (persona.__name__, path)
     assert not OperatorAction.objects.filter(action="export").exists()
+
+
+def test_the_readmes_urls_with_a_trailing_slash_work(auth):
+    store("s1", [user("hi")])
+    store("s1-other", [user("other")])
+
+    listed = Client().get("/api/v1/sessions/", **auth)
+    shown = Client().get("/api/v1/sessions/s1/", **auth)
+    missing = Client().get("/api/v1/sessions/nope/", **auth)
+
+    assert listed.status_code == 200
+    assert listed.json() == Client().get("/api/v1/sessions", **auth).json()
+    assert shown.status_code == 200 and shown.json()["session_id"] == "s1"
+    assert missing.status_code == 404 and missing.json()["detail"] == "No session 'nope/'."
+
+
+def test_an_id_that_ends_with_a_slash_is_itself_before_the_id_without_it(auth):
+    store("a", [user("a")])
+    store("a/", [user("a slash")])
+
+    assert Client().get("/api/v1/sessions/a/", **auth).json()["session_id"] == "a/"
+    assert Client().get("/api/v1/sessions/a", **auth).json()["session_id"] == "a"
+
+
+def test_a_method_other_than_get_is_a_json_405(auth):
+    store("s1", [user("hi")])
+    paths = ["/api/v1/sessions", "/api/v1/sessions/", "/api/v1/sessions/s1", "/api/v1/sessions/s1/transcript",
+             "/api/v1/export.jsonl", "/api/v1/nowhere", "/api/v1/openapi.json", "/api/v1/docs"]
+
+    for path in paths:
+        for method in ("post", "put", "patch", "delete", "options"):
+            response = getattr(Client(), method)(path, **auth)
+            assert response.status_code == 405, (method, path)
+            assert response["Content-Type"].startswith("application/json") and response["Allow"] == "GET"
+            assert response.json()["error"] == "method_not_allowed"
+            assert f"{method.upper()} is not allowed on {path}" in response.json()["detail"]
+    assert ChatSession.objects.filter(pk="s1").exists() and not OperatorAction.objects.exists()
 
 
 def test_a_logged_in_operator_uses_the_api_with_the_console_session(operator):
@@ -275,8 +313,34 @@ def test_the_bulk_export_streams_one_transcript_per_matching_session(auth, monke
 
 
 # ---- OpenAPI and docs ------------------------------------------------------------------------------
-def test_the_openapi_schema_lists_the_endpoints():
-    schema = Client().get("/api/v1/openapi.json").json()
+def test_the_docs_and_the_schema_need_the_apis_credentials(operator):
+    page, schema = "/api/v1/docs", "/api/v1/openapi.json"
+    anonymous = Client()
+
+    assert anonymous.get(page).status_code == 302
+    assert anonymous.get(page)["Location"] == "/accounts/login/?next=/api/v1/docs"
+    refused = anonymous.get(schema)
+    assert refused.status_code == 401 and refused["WWW-Authenticate"].startswith("Bearer")
+    assert "Authentication required" in refused.json()["detail"]
+    assert Client().get(schema, HTTP_AUTHORIZATION="Bearer nope").status_code == 401
+
+    for client, headers in ((personas.client_for(operator), {}), (Client(), bearer_for(operator))):
+        assert client.get(page, **headers).status_code == 200
+        assert client.get(schema, **headers).json()["openapi"].startswith("3.")
+
+
+@pytest.mark.parametrize("persona", [personas.viewer, personas.outsider, personas.customer])
+def test_the_docs_and_the_schema_need_the_export_permission(persona):
+    who = persona()
+    for client, headers in ((personas.client_for(who), {}), (Client(), bearer_for(who))):
+        for path in ("/api/v1/docs", "/api/v1/openapi.json"):
+            response = client.get(path, **headers)
+            assert response.status_code == 403, (persona.__name__, path)
+            assert "export_transcript" in response.json()["detail"]
+
+
+def test_the_openapi_schema_lists_the_endpoints(auth):
+    schema = Client().get("/api/v1/openapi.json", **auth).json()
 
     assert schema["openapi"].startswith("3.")
     assert {"/api/v1/sessions", "/api/v1/sessions/{session_id}", "/api/v1/sessions/{session_id}/transcript",
@@ -284,7 +348,7 @@ def test_the_openapi_schema_lists_the_endpoints():
     assert "BearerToken" in schema["components"]["securitySchemes"]
 
 
-def test_the_openapi_schema_has_no_duplicate_keys():
+def test_the_openapi_schema_has_no_duplicate_keys(auth):
     """Swagger UI parses the schema as YAML and refuses a duplicated key ("duplicated mapping key"): an
     ``openapi_extra`` response keyed "200" beside ninja's int 200 used to serialise as two "200" keys."""
     def no_duplicates(pairs):
@@ -292,15 +356,15 @@ def test_the_openapi_schema_has_no_duplicate_keys():
         assert len(keys) == len(set(keys)), f"duplicated keys in {keys}"
         return dict(pairs)
 
-    schema = json.loads(Client().get("/api/v1/openapi.json").content, object_pairs_hook=no_duplicates)
+    schema = json.loads(Client().get("/api/v1/openapi.json", **auth).content, object_pairs_hook=no_duplicates)
     transcript = schema["paths"]["/api/v1/sessions/{session_id}/transcript"]["get"]["responses"]["200"]
     assert {"application/json", "application/x-ndjson", "text/markdown", "text/csv"} <= set(transcript["content"])
     bulk = schema["paths"]["/api/v1/export.jsonl"]["get"]["responses"]["200"]
     assert "application/x-ndjson" in bulk["content"]
 
 
-def test_the_docs_page_works_offline():
-    response = Client().get("/api/v1/docs")
+def test_the_docs_page_works_offline(operator):
+    response = personas.client_for(operator).get("/api/v1/docs")
 
     html = response.content.decode()
     assert response.status_code == 200

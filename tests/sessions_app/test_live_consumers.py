@@ -198,7 +198,7 @@ async def test_operator_actions_are_broadcast_to_open_pages(people, story):
         row = await listing.receive_from(timeout=5)
         assert 'id="row-' in row and "<td>Tech</td>" in row
 
-        await db(actions.rollback, operator, story, 1)
+        await db(actions.rollback, operator, story, 1, (await db(actions.plan_rollback, story, 1)).fingerprint)
         panel = "\n".join(await frames_until(page, 'id="live-status"'))
         assert "olga.operator rolled the session back to turn 1." in panel
         assert panel.count('<details class="turn"') == 1

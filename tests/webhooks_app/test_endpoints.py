@@ -170,8 +170,37 @@ BAD_GENERIC = [
 def test_generic_refuses_bad_input_with_4xx_and_writes_nothing(client, case, send, status):
     r = send(client)
     assert r.status_code == status, r.content
-    if status != 405:
-        assert r.json()["error"]
+    assert r.json()["error"]
+    assert nothing_written()
+
+
+@pytest.mark.parametrize(("method", "path", "allowed"), [
+    ("get", "/webhooks/generic/", "POST"),
+    ("put", "/webhooks/generic/", "POST"),
+    ("get", "/webhooks/telegram/", "POST"),
+    ("delete", "/webhooks/telegram/", "POST"),
+    ("put", "/webhooks/whatsapp/", "GET, POST"),
+    ("patch", "/webhooks/whatsapp/", "GET, POST"),
+])
+def test_a_wrong_method_is_a_json_405_naming_the_allowed_ones(client, method, path, allowed):
+    r = getattr(client, method)(path)
+
+    assert r.status_code == 405 and r["Allow"] == allowed
+    assert r["Content-Type"] == "application/json"
+    assert r.json() == {"error": "method_not_allowed",
+                        "detail": f"{method.upper()} is not allowed here; use {allowed.replace(', ', ' or ')}."}
+    assert nothing_written()
+
+
+@pytest.mark.parametrize("length", ["abc", "12abc", "1e3", "-5", "+5", " 5", "٥"])
+def test_a_content_length_that_is_not_a_number_is_a_json_400(client, length):
+    body = p.generic("s1", "m1", "hi")
+    for path, headers in (("/webhooks/generic/", {"HTTP_X_CHATFLOW_SIGNATURE": p.sign(body, p.GENERIC_SECRET)}),
+                          ("/webhooks/whatsapp/", {"HTTP_X_HUB_SIGNATURE_256": p.sign(body, p.WA_SECRET)}),
+                          ("/webhooks/telegram/", {"HTTP_X_TELEGRAM_BOT_API_SECRET_TOKEN": p.TG_SECRET})):
+        r = client.post(path, body, content_type="application/json", CONTENT_LENGTH=length, **headers)
+        assert r.status_code == 400, (path, r.content)
+        assert r.json() == {"error": "bad_content_length", "detail": "Content-Length is not a number."}
     assert nothing_written()
 
 

@@ -111,3 +111,36 @@ async def test_an_exception_in_a_webhook_view_is_a_logged_json_500(monkeypatch, 
     assert json.loads(response["body"])["error"] == "server_error"
     record = next(r for r in caplog.records if r.name == "django.request")
     assert record.levelname == "ERROR" and record.exc_info[0] is RuntimeError
+
+
+async def asgi_request(method: str, path: str, body: bytes = b"", headers: list | None = None) -> dict:
+    """One request through the site's ASGI application (the route real servers take); the response event."""
+    communicator = HttpCommunicator(application, method, path, body=body,
+                                    headers=[(b"host", b"127.0.0.1"), *(headers or [])])
+    response = await communicator.get_response()
+    await communicator.send_input({"type": "http.disconnect"})  # lets ASGIHandler.handle finish and clean up
+    await communicator.wait()
+    return response
+
+
+@pytest.mark.asyncio
+async def test_a_content_length_that_is_not_a_number_is_a_json_400_on_the_lean_path():
+    body = p.generic("lean-4", "m-1", "hello")
+    response = await asgi_request("POST", "/webhooks/generic/", body, [
+        (b"content-type", b"application/json"), (b"content-length", b"abc"),
+        (b"x-chatflow-signature", p.sign(body, p.GENERIC_SECRET).encode())])
+
+    assert response["status"] == 400
+    assert json.loads(response["body"]) == {"error": "bad_content_length", "detail": "Content-Length is not a number."}
+    headers = {name.lower(): value for name, value in response["headers"]}
+    assert b"x-frame-options" not in headers and headers[b"x-content-type-options"] == b"nosniff"  # the lean path
+
+
+@pytest.mark.asyncio
+async def test_a_wrong_method_is_a_json_405_through_the_asgi_application():
+    response = await asgi_request("GET", "/webhooks/telegram/")
+
+    headers = {name.lower(): value for name, value in response["headers"]}
+    assert response["status"] == 405 and headers[b"allow"] == b"POST"
+    assert headers[b"content-type"] == b"application/json"
+    assert json.loads(response["body"])["error"] == "method_not_allowed"
