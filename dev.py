@@ -7,7 +7,11 @@
 
     python3 dev.py test [PYTEST ARGS...]
         same bootstrap, Debian's chromium for the browser tests, PostgreSQL and Redis started if
-        they are down; then the whole suite on SQLite and the Django tests again on PostgreSQL.
+        they are down; then the whole suite on SQLite and the Django tests again on PostgreSQL;
+        then chatflow-agent 0.3.4's own runtime tests against our package (compatibility step).
+
+    python3 dev.py test --compat-only
+        the bootstrap and the compatibility step alone.
 """
 
 from __future__ import annotations
@@ -19,9 +23,11 @@ import shutil
 import socket
 import subprocess
 import sys
+import tarfile
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
@@ -32,6 +38,16 @@ ARTIFACTS = ROOT / "test-artifacts"
 POSTGRES_URL = "postgres://postgres@127.0.0.1:5432/test"
 # Tests of the framework-free runtime do not touch Django's database: they run once, on SQLite.
 RUNTIME_ONLY_TESTS = "tests/chatflow_agent"
+# Compatibility step: chatflow-agent 0.3.4's session, runner, agent, tool and type tests, run against our package.
+UPSTREAM_VERSION = "0.3.4"
+UPSTREAM_SDIST = f"chatflow_agent-{UPSTREAM_VERSION}.tar.gz"
+UPSTREAM_SHA256 = "53ba736a7dc2af7e4906b2eaef284ebe05cbeea3c5ce2e6f5200961ede1db913"  # the index's file, pinned
+UPSTREAM_CACHE = ROOT / "var" / f"upstream-{UPSTREAM_VERSION}"
+UPSTREAM_EXPECTED = ROOT / "tests" / "upstream_034_expected.toml"
+UPSTREAM_TESTS = (
+    "test_agent", "test_engine_credentials", "test_memory", "test_memory_integrity", "test_memory_sqlite",
+    "test_multi_engine", "test_runner", "test_runner_rollback", "test_runner_security", "test_tools", "test_types",
+)
 
 
 def say(message: str) -> None:
@@ -157,42 +173,135 @@ def ensure_services() -> None:
     )
 
 
-def counts(junit: Path) -> tuple[int, int]:
-    """(passed, failed) from a pytest JUnit XML report; failures include errors."""
-    if not junit.exists():
-        return 0, 0
-    root = ET.parse(junit).getroot()
-    suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
-    tests = sum(int(s.get("tests", 0)) for s in suites)
-    failed = sum(int(s.get("failures", 0)) + int(s.get("errors", 0)) for s in suites)
-    skipped = sum(int(s.get("skipped", 0)) for s in suites)
-    return tests - failed - skipped, failed
+class Outcome(NamedTuple):
+    """One pytest run: exit status and counts; ``failed`` includes errors, ``skipped`` excludes xfailed."""
+
+    code: int
+    passed: int
+    failed: int
+    xfailed: int = 0
+    skipped: int = 0
 
 
-def pytest_run(label: str, database_url: str, extra: list[str]) -> tuple[int, int, int]:
+def outcome(code: int, junit: Path) -> Outcome:
+    """The counts of a pytest JUnit XML report; a non-zero status with no failure reported counts one failure."""
+    passed = failed = xfailed = skipped = 0
+    if junit.exists():
+        root = ET.parse(junit).getroot()
+        suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
+        tests = sum(int(s.get("tests", 0)) for s in suites)
+        failed = sum(int(s.get("failures", 0)) + int(s.get("errors", 0)) for s in suites)
+        skipped = sum(int(s.get("skipped", 0)) for s in suites)  # xfailed tests are reported as skipped
+        xfailed = sum(1 for skip in root.iter("skipped") if skip.get("type") == "pytest.xfail")
+        passed = tests - failed - skipped
+        skipped -= xfailed
+    if code != 0 and failed == 0:
+        failed = 1  # pytest stopped before reporting (collection error, usage error, no tests)
+    return Outcome(code, passed, failed, xfailed, skipped)
+
+
+def pytest_run(label: str, database_url: str, extra: list[str]) -> Outcome:
     junit = ARTIFACTS / f"junit-{label}.xml"
     junit.unlink(missing_ok=True)
     env = dict(os.environ, DATABASE_URL=database_url, REDIS_URL="", CHATFLOW_ENV_FILE="", PYTHONDONTWRITEBYTECODE="1")
     say(f"pytest on {label}")
     code = run([PYTHON, "-m", "pytest", f"--junitxml={junit}", *extra], env=env).returncode
-    passed, failed = counts(junit)
-    if code != 0 and failed == 0:
-        failed = 1  # pytest stopped before reporting (collection error, usage error, no tests)
-    return code, passed, failed
+    return outcome(code, junit)
 
 
-def test(pytest_args: list[str]) -> None:
+def fetch_upstream_tests(cache: Path) -> list[Path]:
+    """0.3.4's test modules (UPSTREAM_TESTS) extracted from its sdist into ``cache / "tests"``.
+
+    The sdist is downloaded with the venv's pip into ``cache`` unless it is already there with the pinned
+    sha256. Only the test modules are extracted: the sdist's own package is never on disk to be imported.
+    Raises ``ConnectionError`` (its text says why) when the download fails, ``ValueError`` when the file's
+    sha256 is not the pinned one or a module is missing from it.
+    """
+    sdist = cache / UPSTREAM_SDIST
+    if sdist.exists() and hashlib.sha256(sdist.read_bytes()).hexdigest() != UPSTREAM_SHA256:
+        sdist.unlink()  # a partial or foreign file: download it again
+    if not sdist.exists():
+        say(f"downloading chatflow-agent {UPSTREAM_VERSION}'s sdist into {cache}")
+        cache.mkdir(parents=True, exist_ok=True)
+        result = run(
+            [PYTHON, "-m", "pip", "download", "--disable-pip-version-check", "--no-deps", "--no-binary", ":all:",
+             f"chatflow-agent=={UPSTREAM_VERSION}", "-d", cache],
+            capture_output=True, text=True,
+        )
+        if result.returncode != 0 or not sdist.exists():
+            lines = [line.strip() for line in (result.stderr + result.stdout).splitlines() if line.strip()]
+            errors = [line for line in lines if line.startswith("ERROR")] or lines[-1:] or [f"exit {result.returncode}"]
+            index = [line for line in lines if line.startswith("Looking in indexes")][:1]
+            raise ConnectionError("; ".join(errors[-1:] + index)[:400])
+        if hashlib.sha256(sdist.read_bytes()).hexdigest() != UPSTREAM_SHA256:
+            raise ValueError(f"{sdist} does not have the pinned sha256 {UPSTREAM_SHA256}")
+    target = cache / "tests"
+    shutil.rmtree(target, ignore_errors=True)
+    target.mkdir(parents=True)
+    prefix = f"chatflow_agent-{UPSTREAM_VERSION}/tests/"
+    with tarfile.open(sdist) as archive:
+        members = {m.name[len(prefix):]: m for m in archive.getmembers() if m.isfile() and m.name.startswith(prefix)}
+        modules = []
+        for name in UPSTREAM_TESTS:
+            member = members.get(f"{name}.py")
+            if member is None:
+                raise ValueError(f"{UPSTREAM_SDIST} has no tests/{name}.py")
+            (target / f"{name}.py").write_bytes(archive.extractfile(member).read())
+            modules.append(target / f"{name}.py")
+    return modules
+
+
+def compatibility(cache: Path | None = None) -> Outcome | None:
+    """Run 0.3.4's tests against our package; ``None`` (and a SKIPPED line) when they could not be downloaded.
+
+    ``cache`` defaults to UPSTREAM_CACHE. Prints ``[dev] 0.3.4 compatibility: N passed, N xfailed, N skipped,
+    N failed``.
+    """
+    cache = cache or UPSTREAM_CACHE
+    label = f"{UPSTREAM_VERSION} compatibility"
+    try:
+        modules = fetch_upstream_tests(cache)
+    except ConnectionError as err:
+        say(f"{label}: SKIPPED — could not download chatflow-agent {UPSTREAM_VERSION} ({err})")
+        return None
+    except (ValueError, OSError, tarfile.TarError) as err:
+        say(f"{label}: FAILED — {err}")
+        return Outcome(1, 0, 1)
+    result = pytest_run(
+        f"upstream-{UPSTREAM_VERSION}",
+        "",
+        [
+            # Our configuration (Django settings, warnings as errors, strict markers) wherever the cache is.
+            "-c", str(ROOT / "pyproject.toml"), f"--rootdir={ROOT}",
+            "-p", "tests.upstream_compat", f"--upstream-expected={UPSTREAM_EXPECTED}",
+            # Written for pytest-asyncio's auto mode (their pyproject); ours is strict.
+            "-o", "asyncio_mode=auto",
+            # Import them without putting their folder on sys.path: only our chatflow_agent is importable.
+            "--import-mode=importlib",
+            *[str(m.relative_to(ROOT)) if m.is_relative_to(ROOT) else str(m) for m in modules],
+        ],
+    )
+    say(f"{label}: {result.passed} passed, {result.xfailed} xfailed, {result.skipped} skipped, {result.failed} failed")
+    return result
+
+
+def test(pytest_args: list[str], compat_only: bool = False) -> None:
     ensure_venv()
-    ensure_chromium()
-    ensure_services()
     ARTIFACTS.mkdir(exist_ok=True)
-    sqlite = pytest_run("sqlite", "", pytest_args)
-    postgres = pytest_run("postgresql", POSTGRES_URL, [f"--ignore={RUNTIME_ONLY_TESTS}", *pytest_args])
-    passed = sqlite[1] + postgres[1]
-    failed = sqlite[2] + postgres[2]
-    say(f"SQLite: {sqlite[1]} passed, {sqlite[2]} failed; PostgreSQL: {postgres[1]} passed, {postgres[2]} failed")
-    print(f"{passed} passed, {failed} failed", flush=True)
-    sys.exit(0 if sqlite[0] == 0 and postgres[0] == 0 else 1)
+    runs: list[Outcome] = []
+    if not compat_only:
+        ensure_chromium()
+        ensure_services()
+        sqlite = pytest_run("sqlite", "", pytest_args)
+        postgres = pytest_run("postgresql", POSTGRES_URL, [f"--ignore={RUNTIME_ONLY_TESTS}", *pytest_args])
+        say(f"SQLite: {sqlite.passed} passed, {sqlite.failed} failed; "
+            f"PostgreSQL: {postgres.passed} passed, {postgres.failed} failed")
+        runs += [sqlite, postgres]
+    compat = compatibility()
+    if compat is not None:
+        runs.append(compat)
+    print(f"{sum(r.passed for r in runs)} passed, {sum(r.failed for r in runs)} failed", flush=True)
+    sys.exit(0 if all(r.code == 0 for r in runs) else 1)
 
 
 def main() -> None:
@@ -201,14 +310,20 @@ def main() -> None:
     serve_parser = commands.add_parser("serve", help="bootstrap and serve on http://127.0.0.1:8000")
     serve_parser.add_argument("--host", default="127.0.0.1")
     serve_parser.add_argument("--port", type=int, default=8000)
-    commands.add_parser("test", help="bootstrap and run the test suite on SQLite and PostgreSQL")
+    # No abbreviations: a pytest option such as --co must reach pytest, not match --compat-only.
+    test_parser = commands.add_parser(
+        "test", help="bootstrap and run the test suite on SQLite and PostgreSQL", allow_abbrev=False
+    )
+    test_parser.add_argument("--compat-only", action="store_true", help="run only the 0.3.4 compatibility step")
     args, rest = parser.parse_known_args()
     if args.command == "serve":
         if rest:
             parser.error(f"unrecognized arguments: {' '.join(rest)}")
         serve(args.host, args.port)
     else:
-        test(rest)
+        if args.compat_only and rest:
+            parser.error(f"--compat-only takes no pytest arguments: {' '.join(rest)}")
+        test(rest, compat_only=args.compat_only)
 
 
 if __name__ == "__main__":
