@@ -158,10 +158,13 @@ class Runner:
                 logger.exception("Run event subscriber %r failed on %s", subscriber, event.type)
 
     # ---- running --------------------------------------------------------------------------
-    async def run_async(self, session_id: str, user_message: str, metadata: dict[str, Any] | None = None) -> AgentResponse:  # noqa: E501
+    async def run_async(self, session_id: str, user_message: str, metadata: dict[str, Any] | None = None,
+                        *, starting_agent: Agent | None = None) -> AgentResponse:
         """Play one turn and return the answer. Raises what the engine or store raised (the turn
-        is then rolled back), ``SessionDeletedError`` if the session is deleted meanwhile."""
-        return await self._execute(session_id, user_message, metadata, self._publish, streamed=False)
+        is then rolled back), ``SessionDeletedError`` if the session is deleted meanwhile.
+        ``starting_agent`` and ``metadata``: as for :meth:`run_streamed`."""
+        return await self._execute(session_id, user_message, metadata, self._publish, streamed=False,
+                                   starting_agent=starting_agent)
 
     async def run_streamed(
         self, session_id: str, user_message: str, metadata: dict[str, Any] | None = None,

@@ -350,7 +350,7 @@ async def test_an_engine_subclass_overriding_only_generate_turn_async_is_called_
 
 
 @pytest.mark.asyncio
-async def test_run_streamed_creates_a_new_session_with_the_starting_agent_asked_for_only_when_the_turn_commits(
+async def test_a_new_session_gets_the_starting_agent_asked_for_only_when_its_first_turn_commits(
         tmp_path) -> None:
     from chatflow_agent import SQLiteSessionStore
 
@@ -364,8 +364,8 @@ async def test_run_streamed_creates_a_new_session_with_the_starting_agent_asked_
                 pass
         assert SQLiteSessionStore(str(tmp_path / "s.db")).get("s1") is None  # no row from a failed first turn
 
-        events = [e async for e in runner.run_streamed("s1", "hello", {"channel": "web"}, starting_agent=tech)]
-        assert events[-1].response.content == "Tech here."
+        response = await runner.run_async("s1", "hello", {"channel": "web"}, starting_agent=tech)
+        assert (response.content, response.active_agent_name) == ("Tech here.", "Tech")
         fresh = SQLiteSessionStore(str(tmp_path / "s.db"))
         stored = fresh.get("s1")
         assert (stored.active_agent.name, stored.metadata) == ("Tech", {"channel": "web"})
