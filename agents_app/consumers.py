@@ -6,6 +6,11 @@ store, lock and run-event publishing as every other turn) with ``run_streamed``;
 back as fragments of the console's own ``item`` partial. Messages sent while a turn runs queue in
 order: they are handed to the Runner one after the other, and the store's per-session FIFO lock
 (across processes too) makes them wait for the turn ahead of them.
+
+A new session gets the chosen starting agent and channel with its first turn's commit: a first turn
+that fails leaves no session. Session ids longer than ``SESSION_ID_MAX_LENGTH`` and sessions of a
+customer channel (``agents_app.views.chat_refusal``) are refused. Every turn handed to the Runner is
+written to the audit log (``live_chat_turn``) when it ends, completed or failed.
 """
 
 from __future__ import annotations
@@ -17,21 +22,36 @@ from typing import Any
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
+from django.db import transaction
 from django.template.loader import render_to_string
 
 from agents_app import registry
 from agents_app.views import CHAT as CHAT_PERMISSION
+from agents_app.views import chat_refusal
 from chatflow_agent.jsonsafe import clean_text
 from sessions_app import fragments
 from sessions_app.access import may
+from sessions_app.actions import audit
+from sessions_app.models import ChatSession, OperatorAction
 
 logger = logging.getLogger("agents_app.chat")
 
 CHAT = "agents_app/chat.html"
 MAX_MESSAGE = 4000
-MAX_SESSION_ID = 200
 MAX_QUEUED = 10  # turns one page may have waiting or running: each is a (possibly paid) model call
-STATES = {"queued": "queued", "running": "running", "answered": "answered", "failed": "failed · rolled back"}
+STATES = {"queued": "queued", "running": "running", "answered": "answered", "failed": "failed · rolled back",
+          "refused": "refused"}
+
+
+def _stored_metadata(session_id: str) -> tuple[bool, Any]:
+    """(whether the session exists, its metadata)."""
+    rows = list(ChatSession.objects.filter(pk=session_id).values_list("metadata", flat=True))
+    return (True, rows[0]) if rows else (False, None)
+
+
+def _audit_turn(user: Any, session_id: str, before: dict[str, Any], after: dict[str, Any]) -> None:
+    with transaction.atomic():
+        audit(user, OperatorAction.Kind.LIVE_CHAT_TURN, session_id, before, after)
 
 
 class ChatConsumer(AsyncWebsocketConsumer):
@@ -64,14 +84,15 @@ class ChatConsumer(AsyncWebsocketConsumer):
         session_id = clean_text(str(data.get("session_id") or "")).strip()
         agent = registry.get_agent(str(data.get("agent") or "")) or registry.starting_agent()
         channel = clean_text(str(data.get("channel") or "")).strip()[:100]
-        if not text or not session_id or len(text) > MAX_MESSAGE or len(session_id) > MAX_SESSION_ID:
-            await self.send(text_data=render_to_string(f"{CHAT}#chat-error", {
-                "error": f"A message (at most {MAX_MESSAGE} characters) and a session id "
-                         f"(at most {MAX_SESSION_ID}) are needed."}))
+        if not text or not session_id or len(text) > MAX_MESSAGE:
+            await self._error(f"A message (at most {MAX_MESSAGE} characters) and a session id are needed.")
+            return
+        if refusal := chat_refusal(session_id, None):  # too long an id: refused, never cut
+            logger.info("Live chat refused a message for a session id of %d characters", len(session_id))
+            await self._error(refusal)
             return
         if len(self.tasks) >= MAX_QUEUED:
-            await self.send(text_data=render_to_string(f"{CHAT}#chat-error", {
-                "error": f"{MAX_QUEUED} messages are already waiting; send more when they have been answered."}))
+            await self._error(f"{MAX_QUEUED} messages are already waiting; send more when they have been answered.")
             return
         self.count += 1
         n = self.count
@@ -82,41 +103,72 @@ class ChatConsumer(AsyncWebsocketConsumer):
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
+    async def _error(self, error: str) -> None:
+        await self.send(text_data=render_to_string(f"{CHAT}#chat-error", {"error": error}))
+
+    async def _refused(self, n: int, session_id: str, metadata: dict[str, Any]) -> bool:
+        """Whether turn ``n`` may not be played (shown on the page); the stored session's metadata decides."""
+        exists, stored = await database_sync_to_async(_stored_metadata)(session_id)
+        refusal = chat_refusal(session_id, stored if exists else metadata)
+        if refusal:
+            logger.info("Live chat refused a turn on %r: %s", session_id, refusal)
+            await self._safe_send(render_to_string(f"{CHAT}#chat-refused", {"n": n, "refusal": refusal})
+                                  + self._state(n, "refused"))
+        return bool(refusal)
+
     async def _play(self, n: int, session_id: str, text: str, agent: Any, metadata: dict[str, Any]) -> None:
-        from agents_app.runtime import site_runner, site_store
+        from agents_app.runtime import site_runner
 
         view = fragments.DetailView(self.scope["user"], session_id, prefix=f"chat-{n}", show_user=False)
         view.turn_id = "-"  # never the mid-turn case: this page opened the turn itself
+        record: dict[str, Any] = {}  # what the audit entry says: filled from the turn's run events
         try:
             async with self.order:
-                if await site_store().aget(session_id) is None:
-                    await site_store().aget_or_create(session_id, agent, metadata)
-                stream = site_runner().run_streamed(session_id, text, metadata or None)
+                if await self._refused(n, session_id, metadata):
+                    return
+                # The session (if new) is created with the turn's commit, with this agent and metadata.
+                stream = site_runner().run_streamed(session_id, text, metadata or None, starting_agent=agent)
+                record["status"] = "failed"
                 first = await anext(stream)
-            await self._event(n, view, first)
+            await self._event(n, view, first, record)
             async for event in stream:
-                await self._event(n, view, event)
+                await self._event(n, view, event, record)
         except Exception as err:  # the turn failed (already shown from its TurnFailed event) or never started
             if not getattr(view, "failed", False):
                 await self._safe_send(render_to_string(f"{CHAT}#chat-failed", {
                     "n": n, "error_type": type(err).__name__, "error": str(err) or type(err).__name__})
                     + self._state(n, "failed"))
+            record.setdefault("error_type", type(err).__name__)
             logger.info("Live chat turn %d on %r failed: %s", n, session_id, err)
+        finally:
+            if record:
+                await self._audit(session_id, agent, record)
 
-    async def _event(self, n: int, view: fragments.DetailView, event: Any) -> None:
+    async def _audit(self, session_id: str, agent: Any, record: dict[str, Any]) -> None:
+        try:
+            await asyncio.shield(database_sync_to_async(_audit_turn)(
+                self.scope["user"], session_id, {"active_agent": record.pop("agent", agent.name)}, record))
+        except Exception:
+            logger.exception("Could not write the audit entry of a live chat turn on %r", session_id)
+
+    async def _event(self, n: int, view: fragments.DetailView, event: Any, record: dict[str, Any]) -> None:
         from sessions_app.live import encode_event
 
         data = encode_event(event)
         kind = data["kind"]
         if kind == "turn_started":
             view.turn_id = data["turn_id"]
+            record.update(turn_id=data["turn_id"], agent=data["agent_name"])
             html = self._state(n, "running") + fragments.render_event(view, {**data, "kind": "handoff",
                                                                               "to_agent": data["agent_name"]})
         elif kind == "turn_completed":
+            record.update(status="completed", active_agent=data["response"]["active_agent_name"],
+                          message_ids=data["message_ids"])
             html = self._state(n, "answered") + fragments.render_event(view, {
                 **data, "kind": "handoff", "to_agent": data["response"]["active_agent_name"]})
         elif kind == "turn_failed":
             view.failed = True  # type: ignore[attr-defined]
+            record.update(status="failed", error_type=data["error_type"])
             html = self._state(n, "failed") + render_to_string(f"{CHAT}#chat-failed", {"n": n, **data})
         else:
             html = fragments.render_event(view, data)

@@ -22,7 +22,7 @@ from chatflow_agent.types import Message, Role, ToolCall, ToolResult
 from sessions_app import listing
 from sessions_app.access import ROLLBACK, may
 from sessions_app.models import ChatMessage, ChatSession
-from sessions_app.timeline import Item, Turn, _parse, handoff_of, turn_bounds, turn_items
+from sessions_app.timeline import Item, Turn, _parse, handoff_of, page_count, turn_bounds, turn_items
 
 DETAIL = "sessions_app/session_detail.html"
 LIST = "sessions_app/session_list.html"
@@ -133,8 +133,9 @@ def committed_from_db(view: DetailView, clear_live: bool = True) -> tuple[str, l
     if not rows:
         return html, []
     ids = [r[0] for r in rows]
-    view.cursor = ids[-1]
     bounds = turn_bounds(view.session_id)
+    had = sum(1 for rid, _at in bounds if rid <= view.cursor)  # turns the page has
+    view.cursor = ids[-1]
     numbers = {rid: n for n, (rid, _at) in enumerate(bounds, start=1)}
     chunks: list[tuple[int, list]] = []
     for row in rows:
@@ -157,11 +158,30 @@ def committed_from_db(view: DetailView, clear_live: bool = True) -> tuple[str, l
         body = "".join(render_to_string(f"{DETAIL}#turn", {**ctx, "turn": t}) for t in turns)
         html += _oob("afterbegin:#turns" if view.newest_first else "beforeend:#turns", body)
         html += '<p id="no-turns" hx-swap-oob="delete"></p>'
+        html += _previous_turn_actions(ctx, had, chunks[0][0])
     else:
         html += ('<div id="live-turn" class="live-turn" hx-swap-oob="true"><p class="note" role="status">'
                  'New messages were saved; they show on the page with the newest turn.</p></div>')
-    html += cursor(view) + facts_from_db(view.session_id)
+    html += cursor(view) + toolbar(view, len(bounds)) + facts_from_db(view.session_id)
     return html, ids
+
+
+def _previous_turn_actions(ctx: dict[str, Any], had: int, first_new: int) -> str:
+    """The actions of turn ``had``, the page's last turn until now: with newer turns it may be rolled back to."""
+    if not ctx["can_rollback"] or not 1 <= had < first_new:
+        return ""
+    return render_to_string(f"{DETAIL}#turn-actions", {**ctx, "turn": {"number": had}, "actions_oob": True})
+
+
+def toolbar(view: DetailView, turn_count: int) -> str:
+    """The history toolbar (turn count, page, links) for ``view`` once the session has ``turn_count`` turns."""
+    from sessions_app.views import pager_ctx
+
+    pages = page_count(turn_count)
+    page = min(view.page, pages)
+    return render_to_string(f"{DETAIL}#history-toolbar", {
+        "history": {"turn_count": turn_count, "page": page, "pages": pages}, "toolbar_oob": True,
+        **pager_ctx(view.session_id, page, pages, view.newest_first)})
 
 
 def facts_from_db(session_id: str) -> str:

@@ -19,6 +19,11 @@ from django.db import models
 from django.utils import timezone
 
 
+#: The longest session id the console and the live chat accept (characters). The column is unbounded
+#: text; every channel caps the ids it derives to this length, so a longer one is refused, never cut.
+SESSION_ID_MAX_LENGTH = 255
+
+
 class ChatSession(models.Model):
     """One conversation: its active agent and free-form metadata (channel, user ids, …)."""
 
@@ -125,6 +130,7 @@ class OperatorAction(models.Model):
         ROLLBACK = "rollback", "Roll back"
         DELETE = "delete", "Delete session"
         EXPORT = "export", "Export transcript"
+        LIVE_CHAT_TURN = "live_chat_turn", "Live chat turn"
 
     actor = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"

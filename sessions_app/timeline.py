@@ -172,12 +172,17 @@ def _rows(session_id: str, lo: int | None, hi: int | None):
     return list(qs.values_list("id", "role", "content", "message_json"))
 
 
+def page_count(turn_count: int, per_page: int = TURNS_PER_PAGE) -> int:
+    """How many pages of ``per_page`` turns ``turn_count`` turns fill (at least one)."""
+    return max(1, -(-turn_count // per_page))
+
+
 def build_page(session_id: str, page: int = 1, newest_first: bool = True,
                per_page: int = TURNS_PER_PAGE) -> TurnPage:
     """One page of turns (``per_page`` turns), SYSTEM messages and, on the oldest page, leading rows."""
     bounds = turn_bounds(session_id)
     total = len(bounds)
-    pages = max(1, -(-total // per_page))
+    pages = page_count(total, per_page)
     page = min(max(1, page), pages)
     if newest_first:
         hi_n = total - (page - 1) * per_page  # turn numbers [lo_n, hi_n]

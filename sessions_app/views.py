@@ -107,21 +107,13 @@ def detail_ctx(user: Any, session: ChatSession, newest_first: bool = True, page_
     """The detail screen's context for ``user`` (also what the live consumer renders its partials with)."""
     before = ChatMessage.objects.filter(session_id=session.session_id).aggregate(m=Max("id"))["m"] or 0
     page = build_page(session.session_id, page_number, newest_first)
-    order = "newest" if newest_first else "oldest"
     sid = session.session_id
-
-    def page_url(n: int, order: str = order) -> str:
-        return _url("sessions-show-session", {"order": order, "page": n}, sid)
-
     return {
         "s": session,
         "metadata": [(k, v if isinstance(v, str) else pretty_json(v)) for k, v in session.metadata.items()]
         if isinstance(session.metadata, dict) else [],
         "history": page,
-        "order": order,
-        "prev_url": page_url(page.page - 1) if page.has_previous else None,
-        "next_url": page_url(page.page + 1) if page.has_next else None,
-        "toggle_url": page_url(1, "oldest" if newest_first else "newest"),
+        **pager_ctx(sid, page.page, page.pages, newest_first),
         "agent_names": list(registry.agents()),
         "window_start": page.turn_count - actions.site_store().default_max_turns,
         "agent_registered": registry.get_agent(session.active_agent_name) is not None,
@@ -135,6 +127,22 @@ def detail_ctx(user: Any, session: ChatSession, newest_first: bool = True, page_
         "live_tail": page.page == (1 if newest_first else page.pages),
         "last_id": max([before, *_row_ids(page)]),
         **extra,
+    }
+
+
+def pager_ctx(session_id: str, page: int, pages: int, newest_first: bool) -> dict[str, str | None]:
+    """The history toolbar's order and links (``order``, ``prev_url``, ``next_url``, ``toggle_url``) for
+    page ``page`` of ``pages``."""
+    order = "newest" if newest_first else "oldest"
+
+    def page_url(n: int, order: str = order) -> str:
+        return _url("sessions-show-session", {"order": order, "page": n}, session_id)
+
+    return {
+        "order": order,
+        "prev_url": page_url(page - 1) if page > 1 else None,
+        "next_url": page_url(page + 1) if page < pages else None,
+        "toggle_url": page_url(1, "oldest" if newest_first else "newest"),
     }
 
 

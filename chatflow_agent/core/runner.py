@@ -158,24 +158,33 @@ class Runner:
                 logger.exception("Run event subscriber %r failed on %s", subscriber, event.type)
 
     # ---- running --------------------------------------------------------------------------
-    async def run_async(self, session_id: str, user_message: str, metadata: dict[str, Any] | None = None) -> AgentResponse:  # noqa: E501
+    async def run_async(self, session_id: str, user_message: str, metadata: dict[str, Any] | None = None,
+                        *, starting_agent: Agent | None = None) -> AgentResponse:
         """Play one turn and return the answer. Raises what the engine or store raised (the turn
-        is then rolled back), ``SessionDeletedError`` if the session is deleted meanwhile."""
-        return await self._execute(session_id, user_message, metadata, self._publish, streamed=False)
+        is then rolled back), ``SessionDeletedError`` if the session is deleted meanwhile.
+        ``starting_agent`` and ``metadata``: as for :meth:`run_streamed`."""
+        return await self._execute(session_id, user_message, metadata, self._publish, streamed=False,
+                                   starting_agent=starting_agent)
 
     async def run_streamed(
-        self, session_id: str, user_message: str, metadata: dict[str, Any] | None = None
+        self, session_id: str, user_message: str, metadata: dict[str, Any] | None = None,
+        *, starting_agent: Agent | None = None,
     ) -> AsyncIterator[RunEvent]:
         """Play one turn, yielding its run events as they happen (ending with ``TurnCompleted``
         or ``TurnFailed``; the error is then re-raised). Subscribers get the events too. If the
-        consumer stops early, the turn still runs to its end."""
+        consumer stops early, the turn still runs to its end.
+
+        A session the turn creates starts with ``starting_agent`` (one of this Runner's agents;
+        default: the Runner's own) and ``metadata``, both written with the turn's commit: a turn
+        that fails leaves no session behind. An existing session keeps its agent and metadata."""
         queue: asyncio.Queue[RunEvent | None] = asyncio.Queue()
 
         async def emit(event: RunEvent) -> None:
             queue.put_nowait(event)
             await self._publish(event)
 
-        task = asyncio.ensure_future(self._execute(session_id, user_message, metadata, emit, streamed=True))
+        task = asyncio.ensure_future(self._execute(session_id, user_message, metadata, emit, streamed=True,
+                                                   starting_agent=starting_agent))
         self._background.add(task)
         task.add_done_callback(self._background.discard)
         task.add_done_callback(lambda _t: queue.put_nowait(None))
@@ -194,11 +203,11 @@ class Runner:
         )
 
     async def _execute(self, session_id: str, user_message: str, metadata: dict[str, Any] | None, emit: _Emit,
-                       *, streamed: bool) -> AgentResponse:
+                       *, streamed: bool, starting_agent: Agent | None = None) -> AgentResponse:
         turn = _Turn(self, emit, streamed)
         started = time.perf_counter()
         try:
-            async with self.session_store.turn(session_id, self.starting_agent, metadata) as session:
+            async with self.session_store.turn(session_id, starting_agent or self.starting_agent, metadata) as session:
                 turn.session = session
                 response = await self._play(turn, user_message)
         except BaseException as err:

@@ -347,3 +347,28 @@ async def test_an_engine_subclass_overriding_only_generate_turn_async_is_called_
         events = [e async for e in Runner(make_agent(engine=engine)).run_streamed("s1", "hi")]
         assert events[-1].response.content == expected
         assert [e for e in events if e.type == "text_delta"] == []
+
+
+@pytest.mark.asyncio
+async def test_a_new_session_gets_the_starting_agent_asked_for_only_when_its_first_turn_commits(
+        tmp_path) -> None:
+    from chatflow_agent import SQLiteSessionStore
+
+    engine = ScriptedEngine(RuntimeError("provider down"), "Tech here.")
+    tech = make_agent("Tech", engine=engine)
+    store = SQLiteSessionStore(str(tmp_path / "s.db"))
+    runner = Runner(make_agent("Support", handoffs=[tech], engine=engine), session_store=store)
+    try:
+        with pytest.raises(RuntimeError, match="provider down"):
+            async for _ in runner.run_streamed("s1", "hello", {"channel": "web"}, starting_agent=tech):
+                pass
+        assert SQLiteSessionStore(str(tmp_path / "s.db")).get("s1") is None  # no row from a failed first turn
+
+        response = await runner.run_async("s1", "hello", {"channel": "web"}, starting_agent=tech)
+        assert (response.content, response.active_agent_name) == ("Tech here.", "Tech")
+        fresh = SQLiteSessionStore(str(tmp_path / "s.db"))
+        stored = fresh.get("s1")
+        assert (stored.active_agent.name, stored.metadata) == ("Tech", {"channel": "web"})
+        fresh.close()
+    finally:
+        store.close()

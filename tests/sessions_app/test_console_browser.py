@@ -33,6 +33,8 @@ u = User.objects.create_user("olga.operator", password={PASSWORD!r}, is_staff=Tr
 u.groups.add(Group.objects.get(name="Operators"))
 cv.store("tg:998877", cv.support_story(), agent="Billing", metadata={{"channel": "telegram"}})
 cv.store("+15550100", [cv.user("hello"), cv.model("hi")], metadata={{"channel": "whatsapp"}})
+cv.store("web-998877", cv.support_story(), agent="Billing", metadata={{"channel": "web"}})
+cv.store("web-0100", [cv.user("hello"), cv.model("hi")], metadata={{"channel": "web"}})
 payloads = ["<script>alert(1)</script>", "<img src=x onerror=alert(1)>", "[x](javascript:alert(1))",
             "<iframe srcdoc=\\"<script>parent.document.title='pwned'</script>\\">"]
 story = []
@@ -113,12 +115,12 @@ def test_an_operator_works_through_the_console_in_a_browser(page, site, tmp_path
 
     log_in(page, site)
     rows = page.locator("#session-table tbody tr")
-    expect(rows).to_have_count(3)
+    expect(rows).to_have_count(5)
 
-    page.fill("#f-q", "998877")
+    page.fill("#f-q", "tg:998877")
     page.press("#f-q", "Enter")
     expect(rows).to_have_count(1)
-    assert "q=998877" in page.url  # htmx pushed the filtered URL
+    assert "q=tg" in page.url  # htmx pushed the filtered URL
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "console-list.png"), full_page=True)
 

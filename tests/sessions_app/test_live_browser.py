@@ -64,7 +64,7 @@ def test_a_message_sent_from_the_live_chat_shows_up_in_an_open_session_page(brow
     dialogs: list[str] = []
     console.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
     log_in(console, site)
-    console.goto(f"{site}/sessions/tg:998877/")
+    console.goto(f"{site}/sessions/web-998877/")
     expect(console.locator("#live-status")).to_have_text("Live updates on.")
     expect(console.locator("#turns details.turn")).to_have_count(3)
     console.evaluate("window.__notReloaded = true")
@@ -75,11 +75,11 @@ def test_a_message_sent_from_the_live_chat_shows_up_in_an_open_session_page(brow
     expect(listing.locator("#session-rows tr").first).to_contain_text("xss")
 
     chat = browser_context.new_page()  # same browser, so the same login
-    chat.goto(f"{site}/sessions/tg:998877/")
+    chat.goto(f"{site}/sessions/web-998877/")
     chat.click("text=Open in live chat")
-    chat.wait_for_url(f"{site}/chat/?session=tg%3A998877")
+    chat.wait_for_url(f"{site}/chat/?session=web-998877")
     expect(chat.locator("#chat-status")).to_have_text("Connected.")
-    assert chat.input_value("#c-session") == "tg:998877"
+    assert chat.input_value("#c-session") == "web-998877"
     chat.fill("#c-message", "Where is my order 4711?")
     chat.click("#c-send")
     chat.fill("#c-message", "And can I get a refund?")  # sent while the first turn may still run: queued
@@ -95,8 +95,8 @@ def test_a_message_sent_from_the_live_chat_shows_up_in_an_open_session_page(brow
     expect(console.locator("#live-turn")).to_be_empty()
     expect(console.locator("#session-facts dd").nth(3)).to_have_text("5")  # the header's turn count too
     assert console.evaluate("window.__notReloaded") is True
-    expect(listing.locator("#session-rows tr").first).to_contain_text("tg:998877")  # moved to the top
-    expect(listing.locator("#session-rows tr")).to_have_count(3)
+    expect(listing.locator("#session-rows tr").first).to_contain_text("web-998877")  # moved to the top
+    expect(listing.locator("#session-rows tr")).to_have_count(5)
     ARTIFACTS.mkdir(exist_ok=True)
     console.screenshot(path=str(ARTIFACTS / "live-session.png"), full_page=True)
     chat.screenshot(path=str(ARTIFACTS / "live-chat.png"), full_page=True)
@@ -108,7 +108,7 @@ def test_a_page_that_reconnects_gets_exactly_the_turns_it_missed(browser_context
 
     console = browser_context.new_page()
     log_in(console, site)
-    console.goto(f"{site}/sessions/+15550100/")
+    console.goto(f"{site}/sessions/web-0100/")
     expect(console.locator("#live-status")).to_have_text("Live updates on.")
     expect(console.locator("#turns details.turn")).to_have_count(1)
     # The connection drops (a clean close: htmx's extension does not reconnect by itself then).
@@ -116,7 +116,7 @@ def test_a_page_that_reconnects_gets_exactly_the_turns_it_missed(browser_context
     expect(console.locator("body")).to_have_attribute("data-live", "closed")
 
     chat = browser_context.new_page()
-    chat.goto(f"{site}/chat/?session=%2B15550100")
+    chat.goto(f"{site}/chat/?session=web-0100")
     expect(chat.locator("#chat-status")).to_have_text("Connected.")
     for text in ("missed one", "missed two"):
         chat.fill("#c-message", text)
