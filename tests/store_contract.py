@@ -247,6 +247,23 @@ async def test_deleting_during_a_turn_raises_and_resurrects_nothing(kit: StoreKi
     assert fresh.history == []
 
 
+@pytest.mark.asyncio
+async def test_a_failed_first_turn_leaves_no_session_and_a_retry_starts_afresh(kit: StoreKit) -> None:
+    """Invariant 3 for a session the turn creates: before it there was none, so after it fails there is
+    none, in memory as in storage; the retry gets the agent and metadata it asks for."""
+    store = kit.make()
+    support, billing = team()
+    runner = Runner(support, session_store=store, engine=StepsEngine(ProviderError("down"), "A1"))
+    with pytest.raises(ProviderError):
+        await runner.run_async("fresh", "U1", starting_agent=support, metadata={"try": 1})
+    assert store.get("fresh") is None
+    assert "fresh" not in store.list_sessions()
+    await runner.run_async("fresh", "U1", starting_agent=billing, metadata={"try": 2})
+    live = store.get("fresh")
+    assert (live.active_agent.name, live.metadata, contents(live.history)) == ("Billing", {"try": 2}, ["U1", "A1"])
+    assert_reload_equals(kit, store, "fresh", live)
+
+
 def test_a_stale_session_object_raises_after_delete(kit: StoreKit) -> None:
     store = kit.make()
     s = store.get_or_create("stale", default_agent=Agent(name="Bot", instructions="x"))
