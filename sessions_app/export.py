@@ -40,7 +40,7 @@ from chatflow_agent.core._persistent import StoredRow, parse_row
 from chatflow_agent.types import Message, Role
 from sessions_app import listing
 from sessions_app.models import ChatMessage, ChatSession
-from sessions_app.timeline import agents_by_turn, handoff_of, turn_bounds, turn_items
+from sessions_app.timeline import agent_actions, agent_changes, agents_by_turn, handoff_of, turn_bounds, turn_items
 
 __all__ = [
     "BATCH", "FORMATS", "FORMAT_VERSION", "bulk_jsonl", "content_disposition", "redact", "session_record",
@@ -210,17 +210,32 @@ def _turn_record(seg: Segment, items: list, agents: list[str]) -> dict[str, Any]
     }
 
 
+def _agents(session: ChatSession, handoffs: list[list[dict]], bounds: list[tuple[int, datetime]],
+            entries: list | None = None, starting_agent: str | None = None) -> list[list[str]]:
+    """Each turn's agents: the handoffs in its messages plus the agents operators set between turns
+    (``entries``: the session's :func:`~sessions_app.timeline.agent_actions`, read when None)."""
+    if entries is None:
+        entries = agent_actions([session.session_id])[session.session_id]
+    changes = agent_changes(entries, bounds, session.created_at)
+    if (changes or any(handoffs)) and starting_agent is None:
+        starting_agent = _starting_agent()
+    return agents_by_turn(handoffs, session.active_agent_name, starting_agent or session.active_agent_name, changes)
+
+
 def transcript(session: ChatSession, rows: Iterable[Row] | None = None, *, redacted: bool = False,
-               starting_agent: str | None = None) -> dict[str, Any]:
-    """The whole turn-grouped transcript (the JSON format) of ``session``, built in memory."""
+               starting_agent: str | None = None, bounds: list[tuple[int, datetime]] | None = None,
+               entries: list | None = None) -> dict[str, Any]:
+    """The whole turn-grouped transcript (the JSON format) of ``session``, built in memory.
+
+    ``rows``, ``bounds`` (``turn_bounds``) and ``entries`` (``agent_actions``) are read when not given.
+    """
     segs = list(segments(iter_rows(session.session_id) if rows is None else rows))
     preamble = segs[0] if segs and segs[0].number == 0 else Segment(0)
     turns = [s for s in segs if s.number]
     items = [t.items() for t in turns]
     handoffs = [[i.handoff for i in its if i.handoff] for its in items]
-    if any(handoffs) and starting_agent is None:
-        starting_agent = _starting_agent()
-    agents = agents_by_turn(handoffs, session.active_agent_name, starting_agent or session.active_agent_name)
+    bounds = turn_bounds(session.session_id) if bounds is None else bounds
+    agents = _agents(session, handoffs, bounds, entries, starting_agent)
     out = {
         "format": "chatflow-transcript",
         "version": FORMAT_VERSION,
@@ -233,7 +248,8 @@ def transcript(session: ChatSession, rows: Iterable[Row] | None = None, *, redac
 
 def _stream_agents(session: ChatSession) -> tuple[list[int], list[list[str]]]:
     """USER row ids and each turn's agents, from one narrow query for the handoff results."""
-    starts = [rid for rid, _at in turn_bounds(session.session_id)]
+    bounds = turn_bounds(session.session_id)
+    starts = [rid for rid, _at in bounds]
     handoffs: list[list[dict]] = [[] for _ in starts]
     rows = (ChatMessage.objects.filter(session_id=session.session_id, role=Role.TOOL.value,
                                        message_json__contains="HANDOFF_SUCCESS")
@@ -244,8 +260,7 @@ def _stream_agents(session: ChatSession) -> tuple[list[int], list[list[str]]]:
         if msg is None or n == 0:
             continue
         handoffs[n - 1].extend(h for r in msg.tool_results or [] if (h := handoff_of(r)))
-    start = _starting_agent() if any(handoffs) else session.active_agent_name
-    return starts, agents_by_turn(handoffs, session.active_agent_name, start)
+    return starts, _agents(session, handoffs, bounds)
 
 
 def _chunked(parts: Iterable[str]) -> Iterator[bytes]:
@@ -336,14 +351,21 @@ def bulk_jsonl(query: listing.ListQuery, *, redacted: bool = False, batch: int =
             if not page:
                 return
             rows: dict[str, list[Row]] = {s.session_id: [] for s in page}
-            for row in (ChatMessage.objects.filter(session_id__in=list(rows)).order_by("session_id", "id")
-                        .values_list("session_id", *_ROW).iterator(chunk_size=BATCH)):
-                rows[row[0]].append(row[1:])
+            bounds: dict[str, list[tuple[int, datetime]]] = {sid: [] for sid in rows}
+            entries = agent_actions(list(rows))
+            for sid, *row, created in (ChatMessage.objects.filter(session_id__in=list(rows))
+                                       .order_by("session_id", "id")
+                                       .values_list("session_id", *_ROW, "created_at").iterator(chunk_size=BATCH)):
+                rows[sid].append(tuple(row))
+                if row[1] == Role.USER.value:
+                    bounds[sid].append((row[0], created))
             for s in page:
                 mine = rows.pop(s.session_id)
-                if start is None and any(r[1] == Role.TOOL.value and "HANDOFF_SUCCESS" in r[3] for r in mine):
+                if start is None and (entries[s.session_id] or any(
+                        r[1] == Role.TOOL.value and "HANDOFF_SUCCESS" in r[3] for r in mine)):
                     start = _starting_agent()
-                yield dumps(transcript(s, mine, redacted=redacted, starting_agent=start)) + "\n"
+                yield dumps(transcript(s, mine, redacted=redacted, starting_agent=start,
+                                       bounds=bounds[s.session_id], entries=entries[s.session_id])) + "\n"
             cursor = (getattr(page[-1], column), page[-1].session_id)
 
     return _chunked(lines())

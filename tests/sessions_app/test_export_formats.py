@@ -16,9 +16,11 @@ from urllib.parse import quote
 import pytest
 from django.core.management import call_command
 from django.db import connection
+from django.test import Client
 
 from api_app.models import ApiToken
 from chatflow_agent.types import Message, Role
+from sessions_app import actions
 from sessions_app.models import ChatMessage, ChatSession
 from tests.processes import REPO
 from tests.sessions_app import personas
@@ -39,14 +41,17 @@ FIXTURE_034 = REPO / "tests" / "fixtures" / "chatflow_034.db"
 
 
 @pytest.fixture
-def bearer():
-    token, secret = ApiToken.issue("tests", personas.operator())
+def olga():
+    return personas.operator()
+
+
+@pytest.fixture
+def bearer(olga):
+    token, secret = ApiToken.issue("tests", olga)
     return {"HTTP_AUTHORIZATION": f"Bearer {secret}"}
 
 
 def get(client_kwargs, session_id: str, fmt: str, **params):
-    from django.test import Client
-
     query = "&".join(f"{k}={quote(str(v))}" for k, v in {"format": fmt, **params}.items())
     response = Client().get(f"/api/v1/sessions/{quote(session_id, safe='/')}/transcript?{query}", **client_kwargs)
     body = b"".join(response.streaming_content) if response.streaming else response.content
@@ -307,8 +312,6 @@ def test_importing_over_an_existing_session_needs_replace(bearer, tmp_path):
 
 
 def test_the_bulk_jsonl_export_imports_back_too(bearer, tmp_path):
-    from django.test import Client
-
     store("one", support_story())
     store("two", [user("hi"), model("hello")], agent="Support")
     response = Client().get("/api/v1/export.jsonl", **bearer)
@@ -340,3 +343,86 @@ def test_a_row_with_unreadable_json_is_exported_from_its_columns_dated_by_the_ro
     assert first == second
     message = json.loads(first)["turns"][0]["messages"][1]
     assert message["content"] == "from the column" and message["timestamp"] == "2026-01-10T09:05:00+00:00"
+
+
+# ---- agents after operator actions ------------------------------------------------------------
+def add_turn(session_id: str, messages: list[Message], agent: str | None = None) -> None:
+    """Rows of a turn stored now, as the store commits them (after any operator action so far), and the
+    agent that ended it."""
+    now = datetime.now(UTC)
+    if agent:
+        ChatSession.objects.filter(pk=session_id).update(active_agent_name=agent)
+    ChatMessage.objects.bulk_create([ChatMessage(session_id=session_id, role=m.role.value, content=m.content,
+                                                 message_json=m.model_dump_json(), created_at=now)
+                                     for m in messages])
+
+
+def exported_agents(bearer, session_id: str) -> dict[str, list]:
+    """Each format's agent per turn (JSON: per turn; JSONL, CSV: the set per turn; Markdown: the headings)."""
+    doc = json.loads(get(bearer, session_id, "json")[1])
+    lines = [json.loads(x) for x in text_of(get(bearer, session_id, "jsonl")[1]).splitlines()]
+    rows = list(csv.DictReader(io.StringIO(text_of(get(bearer, session_id, "csv")[1])[1:])))
+    md = text_of(get(bearer, session_id, "md")[1])
+    bulk = [json.loads(x) for x in b"".join(Client().get("/api/v1/export.jsonl", **bearer).streaming_content)
+            .decode().splitlines()]
+    turns = range(1, len(doc["turns"]) + 1)
+    return {
+        "json": [t["agent"] for t in doc["turns"]],
+        "jsonl": [{x["agent"] for x in lines if x["turn"] == n} for n in turns],
+        "csv": [{r["agent"] for r in rows if r["turn"] == str(n)} for n in turns],
+        "md": [line.split(" · ")[1] for line in md.splitlines() if line.startswith("## Turn ")],
+        "bulk": [t["agent"] for doc in bulk if doc["session"]["session_id"] == session_id for t in doc["turns"]],
+    }
+
+
+def test_turns_before_a_forced_handoff_keep_the_agent_that_answered_them(bearer, olga):
+    store("fh", [user("my screen flickers"), model("Let me look.")], agent="Support")
+    actions.force_handoff(olga, "fh", "Tech", "screen")
+    add_turn("fh", [user("still flickers"), model("Try a new cable.")])
+
+    agents = exported_agents(bearer, "fh")
+
+    assert agents["json"] == ["Support", "Tech"] and agents["bulk"] == ["Support", "Tech"]
+    assert agents["jsonl"] == agents["csv"] == [{"Support"}, {"Tech"}]
+    assert agents["md"] == ["Support", "Tech"]
+
+
+def test_forced_handoffs_and_chat_handoffs_give_each_turn_its_own_trail(bearer, olga):
+    store("mix", support_story(), agent="Billing")  # turn 2 hands off Support → Billing in the chat
+    actions.force_handoff(olga, "mix", "Tech")
+    add_turn("mix", [user("wifi?"), model("Restart it.")])
+    actions.force_handoff(olga, "mix", "Support")
+    add_turn("mix", [user("thanks"), model("Bye.")])
+
+    doc = json.loads(get(bearer, "mix", "json")[1])
+
+    assert [t["agents"] for t in doc["turns"]] == [["Support"], ["Support", "Billing"], ["Billing"], ["Tech"],
+                                                   ["Support"]]
+    assert exported_agents(bearer, "mix")["md"][3:] == ["Tech", "Support"]
+
+
+def test_a_forced_handoff_recorded_for_an_earlier_session_with_the_same_id_does_not_count(bearer, olga):
+    store("again", [user("hi"), model("hello")], agent="Support")
+    actions.force_handoff(olga, "again", "Tech")
+    ChatSession.objects.filter(pk="again").delete()
+    session = store("again", [user("hi"), model("hello")], agent="Billing")
+    ChatSession.objects.filter(pk="again").update(created_at=datetime.now(UTC))
+    ChatMessage.objects.filter(session=session).update(created_at=datetime.now(UTC))
+
+    assert json.loads(get(bearer, "again", "json")[1])["turns"][0]["agent"] == "Billing"
+
+
+def test_a_forced_handoff_after_turns_a_rollback_removed_says_nothing_of_the_kept_turns(bearer, olga):
+    store("rb", [user("a"), model("A")], agent="Support")
+    add_turn("rb", [user("b"), model(None, [call("h1", "transfer_to_billing")]),
+                    results(result("h1", "transfer_to_billing", {"status": "HANDOFF_SUCCESS",
+                            "transferred_from": "Support", "transferred_to": "Billing", "reason": "r"})),
+                    model("B")], agent="Billing")
+    actions.force_handoff(olga, "rb", "Tech")
+    actions.rollback(olga, "rb", 1)
+    add_turn("rb", [user("c"), model("C")])
+
+    doc = json.loads(get(bearer, "rb", "json")[1])
+
+    assert ChatSession.objects.get(pk="rb").active_agent_name == "Support"  # the agent that ended turn 1
+    assert [t["agents"] for t in doc["turns"]] == [["Support"], ["Support"]]  # not Billing, active before Tech
