@@ -44,7 +44,7 @@ from sessions_app.timeline import agent_actions, agent_changes, agents_by_turn, 
 
 __all__ = [
     "BATCH", "FORMATS", "FORMAT_VERSION", "bulk_jsonl", "content_disposition", "redact", "session_record",
-    "transcript", "transcript_csv", "transcript_jsonl", "transcript_md", "utf8",
+    "shown_id", "transcript", "transcript_csv", "transcript_jsonl", "transcript_md", "utf8",
 ]
 
 FORMAT_VERSION = 1
@@ -104,9 +104,16 @@ def redact(value: Any) -> Any:
     return value
 
 
-def content_disposition(session_id: str, ext: str, stem: str = "transcript") -> str:
-    """``attachment`` with an ASCII ``filename`` and the exact name as RFC 5987 ``filename*``, for any id."""
-    name = re.sub(r"[\x00-\x1f\x7f/\\]", "_", clean_text(session_id))[:120]
+def shown_id(session_id: str, redacted: bool) -> str:
+    """The session id as an export writes it: a redacted export masks the contact in it (``+1555…`` →
+    ``[phone]``) in its content and its file name alike."""
+    return redact(session_id) if redacted else session_id
+
+
+def content_disposition(session_id: str, ext: str, stem: str = "transcript", *, redacted: bool = False) -> str:
+    """``attachment`` with an ASCII ``filename`` and the exact name as RFC 5987 ``filename*``, for any id
+    (``redacted``: named by :func:`shown_id`)."""
+    name = re.sub(r"[\x00-\x1f\x7f/\\]", "_", clean_text(shown_id(session_id, redacted)))[:120]
     ascii_name = re.sub(r"[^A-Za-z0-9._+\-]", "_", name).strip("._") or "session"
     full = f"{stem}-{name}.{ext}"
     return f'attachment; filename="{stem}-{ascii_name}.{ext}"; filename*=UTF-8\'\'{quote(full, safe="")}'
@@ -309,6 +316,7 @@ def _cell(value: Any) -> Any:
 def transcript_csv(session: ChatSession, *, redacted: bool = False) -> Iterator[bytes]:
     """One row per message (UTF-8 with a BOM, for spreadsheets); tool calls and results as JSON cells."""
     _starts, agents = _stream_agents(session)
+    sid = shown_id(session.session_id, redacted)
 
     def lines() -> Iterator[str]:
         buf = io.StringIO()
@@ -326,7 +334,7 @@ def transcript_csv(session: ChatSession, *, redacted: bool = False) -> Iterator[
                 if redacted:
                     rec = redact(rec)
                 writer.writerow([_cell(v) for v in (
-                    session.session_id, seg.number, seq, rec["role"], agent, rec.get("timestamp", ""),
+                    sid, seg.number, seq, rec["role"], agent, rec.get("timestamp", ""),
                     rec.get("content") or "",
                     dumps(rec["tool_calls"]) if rec.get("tool_calls") else "",
                     dumps(rec["tool_results"]) if rec.get("tool_results") else "",
@@ -424,7 +432,7 @@ def transcript_md(session: ChatSession, *, redacted: bool = False) -> Iterator[b
     metadata = session.metadata if isinstance(session.metadata, dict) else {}
 
     def parts() -> Iterator[str]:
-        yield f"# Transcript: {_line(session.session_id)}\n\n"
+        yield f"# Transcript: {_line(shown_id(session.session_id, redacted))}\n\n"
         yield f"- Active agent: {_line(session.active_agent_name)}\n"
         yield f"- Created: {session.created_at.isoformat()}\n- Updated: {session.updated_at.isoformat()}\n"
         yield f"- Turns: {len(agents)}\n\n"

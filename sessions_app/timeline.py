@@ -23,8 +23,8 @@ from chatflow_agent.types import Message, Role, ToolCall, ToolResult
 from sessions_app.models import ChatMessage, OperatorAction
 
 __all__ = [
-    "AgentChange", "TurnPage", "agent_actions", "agent_changes", "agents_by_turn", "build_page", "handoff_of", "pretty_json",
-    "turn_bounds", "turn_items", "turns_before",
+    "AgentChange", "TurnPage", "agent_actions", "agent_changes", "agents_by_turn", "build_page", "handoff_of",
+    "pretty_json", "turn_bounds", "turn_items", "turns_before",
 ]
 
 HANDOFF_STATUS = "HANDOFF_SUCCESS"
