@@ -392,8 +392,36 @@ def _line(text: str) -> str:
     return " ".join(str(text).split())
 
 
+_MD_INLINE = re.compile(r"[\\`*_\[\]]")  # escapes, code spans, emphasis, links and images
+# What opens a block at a line's start: a heading, a list item (-, +, 1. or 1)), a ~~~ fence.
+_MD_BLOCK = re.compile(r"^( {0,3}(?:\d{1,9}(?=[.)]))?)([#+\-~.)])", re.MULTILINE)
+
+
+def md_text(text: str) -> str:
+    """``text`` (written by a user, a model or an operator) as Markdown that renders as that very text.
+
+    ``&``, ``<`` and ``>`` become entities, so no renderer makes HTML (or an autolink) of it, with raw HTML
+    enabled or not; Markdown's inline syntax (``\\``, backticks, ``*``, ``_``, ``[``, ``]``: code spans,
+    emphasis, links, images) and what would open a block at a line's start (``#``, ``+``, ``-``, ``~``,
+    ``1.``) are backslash-escaped. CR and CRLF become LF, so a quote's prefix starts every line a renderer sees.
+    """
+    text = str(text).replace("\r\n", "\n").replace("\r", "\n")
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    text = _MD_INLINE.sub(r"\\\g<0>", text)
+    return _MD_BLOCK.sub(r"\1\\\2", text)
+
+
+def _code(text: str) -> str:
+    """``text`` on one line as an inline code span whose backtick run is longer than any inside it
+    (renderers show a code span's content as it is, HTML included)."""
+    text = _line(text)
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    ticks = "`" * (longest + 1)
+    return f"{ticks} {text} {ticks}"
+
+
 def _quote(text: str) -> str:
-    return "\n".join("> " + line if line else ">" for line in (text or "").split("\n")) + "\n"
+    return "\n".join("> " + line if line else ">" for line in md_text(text or "").split("\n")) + "\n"
 
 
 def _md_items(seg: Segment, trail: list[str]) -> Iterator[str]:
@@ -406,13 +434,14 @@ def _md_items(seg: Segment, trail: list[str]) -> Iterator[str]:
         elif item.kind == "system":
             yield f"**System** · {at}\n\n{_quote(item.text or '')}\n"
         elif item.kind == "model":
-            yield f"**{_line(agent) or 'Agent'}** · {at}\n\n{item.text}\n\n"
+            yield f"**{md_text(_line(agent)) or 'Agent'}** · {at}\n\n{md_text(item.text or '')}\n\n"
         elif item.kind == "call":
-            yield f"**Tool call** `{_line(item.call.name)}` (id `{_line(item.call.id)}`) · {at}\n\n"
+            yield f"**Tool call** {_code(item.call.name)} (id {_code(item.call.id)}) · {at}\n\n"
             yield _fence(dumps(item.call.args, indent=2), "json") + "\n"
             if item.handoff:
                 h = item.handoff
-                yield f"**Handoff** {_line(h['from'] or agent)} → {_line(h['to'])}: {_line(h['reason'])}\n\n"
+                yield (f"**Handoff** {md_text(_line(h['from'] or agent))} → {md_text(_line(h['to']))}: "
+                       f"{md_text(_line(h['reason']))}\n\n")
                 agent = h["to"]
             elif item.result is None:
                 yield "_No result was stored for this call._\n\n"
@@ -420,10 +449,11 @@ def _md_items(seg: Segment, trail: list[str]) -> Iterator[str]:
                 label = "Error" if item.result.is_error else "Result"
                 yield f"{label}:\n\n" + _fence(dumps(item.result.content, indent=2), "json") + "\n"
         elif item.kind == "orphan-result":
-            yield f"**Tool result without its call** `{_line(item.result.name)}`\n\n"
+            yield f"**Tool result without its call** {_code(item.result.name)}\n\n"
             yield _fence(dumps(item.result.content, indent=2), "json") + "\n"
         else:
-            yield f"**Unreadable message** · row {item.row_id}\n\n{_fence(item.text or '')}\n"
+            yield f"**Unreadable message** · row {item.row_id} (its text as a JSON string)\n\n"
+            yield _fence(dumps(item.text or ""), "json") + "\n"
 
 
 def transcript_md(session: ChatSession, *, redacted: bool = False) -> Iterator[bytes]:
@@ -432,8 +462,8 @@ def transcript_md(session: ChatSession, *, redacted: bool = False) -> Iterator[b
     metadata = session.metadata if isinstance(session.metadata, dict) else {}
 
     def parts() -> Iterator[str]:
-        yield f"# Transcript: {_line(shown_id(session.session_id, redacted))}\n\n"
-        yield f"- Active agent: {_line(session.active_agent_name)}\n"
+        yield f"# Transcript: {md_text(_line(shown_id(session.session_id, redacted)))}\n\n"
+        yield f"- Active agent: {md_text(_line(session.active_agent_name))}\n"
         yield f"- Created: {session.created_at.isoformat()}\n- Updated: {session.updated_at.isoformat()}\n"
         yield f"- Turns: {len(agents)}\n\n"
         if metadata:
@@ -448,8 +478,8 @@ def transcript_md(session: ChatSession, *, redacted: bool = False) -> Iterator[b
             else:
                 trail = agents[seg.number - 1]
                 first = next((m.timestamp.isoformat() for _r, m in seg.parsed if m is not None), "")
-                via = f" (from {' → '.join(_line(a) for a in trail[:-1])})" if len(trail) > 1 else ""
-                yield f"## Turn {seg.number} · {_line(trail[-1])}{via} · {first}\n\n"
+                via = f" (from {' → '.join(md_text(_line(a)) for a in trail[:-1])})" if len(trail) > 1 else ""
+                yield f"## Turn {seg.number} · {md_text(_line(trail[-1]))}{via} · {first}\n\n"
             yield from _md_items(seg, trail)
 
     return _chunked(parts())

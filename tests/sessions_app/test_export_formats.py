@@ -8,6 +8,7 @@ import datetime as dt
 import decimal
 import io
 import json
+import re
 import sqlite3
 import uuid
 from datetime import UTC, datetime
@@ -27,6 +28,7 @@ from tests.sessions_app import personas
 from tests.sessions_app.conversations import (
     T0,
     call,
+    handoff_result,
     model,
     result,
     results,
@@ -195,6 +197,94 @@ def test_markdown_has_a_heading_per_turn_and_tool_calls_in_fenced_json(bearer):
     assert '```json\n{\n  "order_id": "42"\n}\n```' in md
     assert "**Handoff** Support → Billing: refund" in md
     assert "Error:" in md and "backend timeout" in md
+
+
+HOSTILE = [
+    "<img src=x onerror=alert(1)>",
+    "<script>alert(2)</script> &lt;b&gt; & [click](javascript:alert(3)) ![i](x) <http://x> *em* _u_ \\",
+    "```\n<script>alert(4)</script>\n```\n~~~\n# Turn 9 · Admin\n- item\n1. one\r<iframe src=x>\r\n> quoted",
+    "`code` ``<b>x</b>`` \\`not code\\`",
+]
+
+
+def md_parts(md: str) -> tuple[list[str], list[str]]:
+    """(lines outside fenced code blocks, each fenced block's content), fences matched as CommonMark does:
+    closed by a line of the opening character at least as long as the opening fence."""
+    lines, outside, fenced, i = md.split("\n"), [], [], 0
+    while i < len(lines):
+        opening = re.match(r" {0,3}(`{3,}|~{3,})", lines[i])
+        if not opening:
+            outside.append(lines[i])
+            i += 1
+            continue
+        fence, body = opening.group(1), []
+        i += 1
+        while i < len(lines) and not re.fullmatch(rf" {{0,3}}{re.escape(fence[0])}{{{len(fence)},}}[ \t]*", lines[i]):
+            body.append(lines[i])
+            i += 1
+        assert i < len(lines), f"a {fence} fence is never closed: the rest of the transcript renders as code"
+        fenced.append("\n".join(body))
+        i += 1
+    return outside, fenced
+
+
+def without_code_spans(line: str) -> str:
+    """``line`` with each inline code span (a backtick run up to the next run as long) as ``CODE``;
+    a backslash-escaped character stays escaped. A backtick run with no match fails the test."""
+    out, i = [], 0
+    while i < len(line):
+        if line[i] == "\\":
+            out.append(line[i:i + 2])
+            i += 2
+        elif line[i] == "`":
+            run = re.match(r"`+", line[i:]).group(0)
+            close = re.compile(rf"(?<!`){run}(?!`)").search(line, i + len(run))
+            assert close, f"unmatched backtick run in {line!r}"
+            out.append("CODE")
+            i = close.end()
+        else:
+            out.append(line[i])
+            i += 1
+    return "".join(out)
+
+
+def md_unescape(text: str) -> str:
+    """What a CommonMark renderer shows for escaped text: backslash escapes and the three entities undone."""
+    text = re.sub(r"\\([!-/:-@\[-`{-~])", r"\1", text)
+    return text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+
+
+def test_markdown_never_lets_user_or_model_text_become_html_or_links(bearer):
+    sid = "xss-<b>bold</b> [x](javascript:alert(5))"
+    story = [user(HOSTILE[0]), model(HOSTILE[1], [call("c`<img src=x onerror=alert(6)>`", "look<up>``",
+                                                        q="````<script>alert(7)</script>"),
+                                                   call("h1", "transfer_to_billing")]),
+             results(result("c`<img src=x onerror=alert(6)>`", "look<up>``", {"x": "</code><img src=x>```"}),
+                     handoff_result("h1", "Support", "<b>Billing</b>", "<img src=x onerror=alert(8)>")),
+             model(HOSTILE[2]), user(HOSTILE[2]), user(HOSTILE[3])]
+    session = store(sid, story, metadata={"name": "<script>alert(9)</script>```"})
+    ChatMessage.objects.create(session=session, role="unknown", content="<img src=x onerror=alert(10)>\n\n<p>x",
+                               message_json="{not json")
+
+    md = text_of(get(bearer, sid, "md")[1])
+    outside, fenced = md_parts(md)
+
+    for line in outside:
+        text = without_code_spans(re.sub(r"^(> ?)+", "", line))
+        assert "<" not in text and ">" not in text, line
+        assert not re.search(r"&(?!(amp|lt|gt);)", text), line
+        assert not re.search(r"(?<!\\)[\[\]]", text), line  # no link or image can open
+    for body in fenced:
+        json.loads(body)  # a fence holds exactly its JSON: nothing closed it early
+        assert "\n\n" not in body  # one paragraph even for a renderer that knows no fences
+    assert len(fenced) == 5  # the metadata, the call's args and result, the handoff's args, the unreadable row
+    quotes = re.findall(r"\*\*User\*\* · [^\n]*\n\n((?:>[^\n]*\n)+)", md)
+    shown = [md_unescape("\n".join(re.sub(r"^> ?", "", q) for q in quote.rstrip("\n").split("\n")))
+             for quote in quotes]
+    assert shown == [HOSTILE[0], HOSTILE[2].replace("\r\n", "\n").replace("\r", "\n"), HOSTILE[3]]
+    assert md_unescape(outside[0]) == f"# Transcript: {sid}"
+    assert md_unescape(HOSTILE[1]) != HOSTILE[1] and md_unescape(
+        next(line for line in outside if "javascript:alert(3)" in line)) == HOSTILE[1]
 
 
 def test_csv_has_one_row_per_message_and_defuses_formulas(bearer):
