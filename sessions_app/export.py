@@ -44,7 +44,7 @@ from sessions_app.timeline import agent_actions, agent_changes, agents_by_turn, 
 
 __all__ = [
     "BATCH", "FORMATS", "FORMAT_VERSION", "bulk_jsonl", "content_disposition", "redact", "session_record",
-    "shown_id", "transcript", "transcript_csv", "transcript_jsonl", "transcript_md", "utf8",
+    "shown_id", "transcript", "transcript_csv", "transcript_jsonl", "transcript_md", "turn_agents", "utf8",
 ]
 
 FORMAT_VERSION = 1
@@ -253,8 +253,9 @@ def transcript(session: ChatSession, rows: Iterable[Row] | None = None, *, redac
     return redact(out) if redacted else out
 
 
-def _stream_agents(session: ChatSession) -> tuple[list[int], list[list[str]]]:
-    """USER row ids and each turn's agents, from one narrow query for the handoff results."""
+def turn_agents(session: ChatSession) -> list[list[str]]:
+    """Each turn's agents (the ``agents`` of the JSON format: the one active when it started, then each
+    handoff's target), from one narrow query for the handoff results and one for the audit log."""
     bounds = turn_bounds(session.session_id)
     starts = [rid for rid, _at in bounds]
     handoffs: list[list[dict]] = [[] for _ in starts]
@@ -267,7 +268,7 @@ def _stream_agents(session: ChatSession) -> tuple[list[int], list[list[str]]]:
         if msg is None or n == 0:
             continue
         handoffs[n - 1].extend(h for r in msg.tool_results or [] if (h := handoff_of(r)))
-    return starts, _agents(session, handoffs, bounds)
+    return _agents(session, handoffs, bounds)
 
 
 def _chunked(parts: Iterable[str]) -> Iterator[bytes]:
@@ -288,7 +289,7 @@ def _chunked(parts: Iterable[str]) -> Iterator[bytes]:
 # ---- writers --------------------------------------------------------------------------------
 def transcript_jsonl(session: ChatSession, *, redacted: bool = False) -> Iterator[bytes]:
     """One JSON object per message: session_id, turn (0 before the first), seq, agent, then the message."""
-    _starts, agents = _stream_agents(session)
+    agents = turn_agents(session)
 
     def lines() -> Iterator[str]:
         seq = 0
@@ -315,7 +316,7 @@ def _cell(value: Any) -> Any:
 
 def transcript_csv(session: ChatSession, *, redacted: bool = False) -> Iterator[bytes]:
     """One row per message (UTF-8 with a BOM, for spreadsheets); tool calls and results as JSON cells."""
-    _starts, agents = _stream_agents(session)
+    agents = turn_agents(session)
     sid = shown_id(session.session_id, redacted)
 
     def lines() -> Iterator[str]:
@@ -458,7 +459,7 @@ def _md_items(seg: Segment, trail: list[str]) -> Iterator[str]:
 
 def transcript_md(session: ChatSession, *, redacted: bool = False) -> Iterator[bytes]:
     """A transcript for people: the session's facts, then a heading per turn; tool calls as fenced JSON."""
-    _starts, agents = _stream_agents(session)
+    agents = turn_agents(session)
     metadata = session.metadata if isinstance(session.metadata, dict) else {}
 
     def parts() -> Iterator[str]:

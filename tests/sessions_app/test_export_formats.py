@@ -22,7 +22,7 @@ from django.test import Client
 from api_app.models import ApiToken
 from chatflow_agent.types import Message, Role
 from sessions_app import actions
-from sessions_app.models import ChatMessage, ChatSession
+from sessions_app.models import ChatMessage, ChatSession, OperatorAction
 from tests.processes import REPO
 from tests.sessions_app import personas
 from tests.sessions_app.conversations import (
@@ -516,3 +516,24 @@ def test_a_forced_handoff_after_turns_a_rollback_removed_says_nothing_of_the_kep
 
     assert ChatSession.objects.get(pk="rb").active_agent_name == "Support"  # the agent that ended turn 1
     assert [t["agents"] for t in doc["turns"]] == [["Support"], ["Support"]]  # not Billing, active before Tech
+
+
+def test_a_restored_backup_keeps_each_turns_agent_across_forced_handoffs(bearer, olga, tmp_path):
+    store("back", [user("screen?"), model("Looking.")], agent="Support")
+    actions.force_handoff(olga, "back", "Tech")
+    add_turn("back", [user("still"), model("New cable.")])
+    actions.force_handoff(olga, "back", "Billing")
+    add_turn("back", [user("refund"), model("Done.")])
+    first = get(bearer, "back", "json")[1]
+    path = tmp_path / "back.json"
+    path.write_bytes(first)
+    ChatSession.objects.all().delete()
+    OperatorAction.objects.all().delete()  # a backup restored into another database has no audit log
+
+    call_command("chatflow_import_transcript", str(path), stdout=io.StringIO())
+
+    assert get(bearer, "back", "json")[1] == first
+    assert [t["agent"] for t in json.loads(first)["turns"]] == ["Support", "Tech", "Billing"]
+    restored = OperatorAction.objects.filter(action="force_handoff").order_by("created_at")
+    assert [(e.before["active_agent"], e.after["active_agent"], e.after["restored"]) for e in restored] == [
+        ("Support", "Tech", True), ("Tech", "Billing", True)]
