@@ -2,8 +2,13 @@
 
 Rows are read in keyset batches of ``BATCH`` ids and parsed with the runtime's ``parse_row``; turns are
 grouped, tool calls paired with their results and handoffs found by the console's own functions
-(``sessions_app.timeline``), so an export says what the console shows. Streamed formats hold one
-turn (md) or one batch of rows (jsonl, csv) at a time; the bulk export one batch of sessions.
+(``sessions_app.timeline``), so an export says what the console shows; each turn's agents also
+follow the agents operators set between turns (forced handoffs and rollbacks, from the audit log).
+Streamed formats hold one turn (md) or one batch of rows (jsonl, csv) at a time; the bulk export one
+batch of sessions.
+
+What users and models wrote never becomes Markdown markup or HTML (:func:`md_text`); a redacted
+export masks contacts everywhere, the session id and the download's file name included (:func:`shown_id`).
 
 Every byte written is valid UTF-8: text is cleaned where it is read (``parse_row``, ``json_safe``) and
 what is written goes through :func:`utf8` once more (lone surrogates → U+FFFD, NUL removed), so no stored
