@@ -48,7 +48,7 @@ from sessions_app.models import ChatMessage, ChatSession
 from sessions_app.timeline import agent_actions, agent_changes, agents_by_turn, handoff_of, turn_bounds, turn_items
 
 __all__ = [
-    "BATCH", "FORMATS", "FORMAT_VERSION", "bulk_jsonl", "content_disposition", "redact", "session_record",
+    "BATCH", "FORMATS", "FORMAT_VERSION", "bulk_jsonl", "content_disposition", "md_text", "redact", "session_record",
     "shown_id", "transcript", "transcript_csv", "transcript_jsonl", "transcript_md", "turn_agents", "utf8",
 ]
 
