@@ -13,7 +13,7 @@ import random
 import string
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -122,7 +122,9 @@ def spread_times(session_id: str, ends_at: datetime, rng: random.Random) -> None
     """Move the session's timestamps so it looks written before ``ends_at``, a minute or two per turn.
 
     Demo sessions are played in a second; a console showing them all "just now" would look
-    nothing like a live site. Only timestamps change; the rows and their order stay.
+    nothing like a live site. Only timestamps change; the rows and their order stay. Each message's
+    own ``timestamp`` (in its JSON, what the transcript export writes) moves with its row's
+    ``created_at`` (what the console shows), so both say the same time, as for a restored transcript.
     """
     from django.db import transaction
 
@@ -136,5 +138,14 @@ def spread_times(session_id: str, ends_at: datetime, rng: random.Random) -> None
         for message, gap in zip(messages, gaps, strict=True):
             moment += timedelta(seconds=gap)
             message.created_at = moment
-        ChatMessage.objects.bulk_update(messages, ["created_at"])
+            message.message_json = _dated(message.message_json, moment)
+        ChatMessage.objects.bulk_update(messages, ["created_at", "message_json"])
         ChatSession.objects.filter(pk=session_id).update(created_at=start, updated_at=moment)
+
+
+def _dated(message_json: str, moment: datetime) -> str:
+    """A stored message (``Message`` JSON) with its timestamp set to ``moment``."""
+    from chatflow_agent.types import Message
+
+    message = Message.model_validate_json(message_json)
+    return message.model_copy(update={"timestamp": moment.astimezone(UTC)}).model_dump_json()

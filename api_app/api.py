@@ -339,7 +339,7 @@ def session_transcript(request: HttpRequest, session_id: str, format: str = "jso
     session = _get_session(session_id)
     content_type, ext = export.FORMATS[format]
     _audit(caller, session.session_id, format=format, redact=redact)
-    disposition = export.content_disposition(session.session_id, ext)
+    disposition = export.content_disposition(session.session_id, ext, redacted=redacted)
     if format == "json":
         body = export.utf8(export.dumps(export.transcript(session, redacted=redacted), indent=2) + "\n")
         response = HttpResponse(body, content_type=content_type)

@@ -2,8 +2,13 @@
 
 Rows are read in keyset batches of ``BATCH`` ids and parsed with the runtime's ``parse_row``; turns are
 grouped, tool calls paired with their results and handoffs found by the console's own functions
-(``sessions_app.timeline``), so an export says what the console shows. Streamed formats hold one
-turn (md) or one batch of rows (jsonl, csv) at a time; the bulk export one batch of sessions.
+(``sessions_app.timeline``), so an export says what the console shows; each turn's agents also
+follow the agents operators set between turns (forced handoffs and rollbacks, from the audit log).
+Streamed formats hold one turn (md) or one batch of rows (jsonl, csv) at a time; the bulk export one
+batch of sessions.
+
+What users and models wrote never becomes Markdown markup or HTML (:func:`md_text`); a redacted
+export masks contacts everywhere, the session id and the download's file name included (:func:`shown_id`).
 
 Every byte written is valid UTF-8: text is cleaned where it is read (``parse_row``, ``json_safe``) and
 what is written goes through :func:`utf8` once more (lone surrogates → U+FFFD, NUL removed), so no stored
@@ -40,11 +45,11 @@ from chatflow_agent.jsonsafe import clean_text, json_safe
 from chatflow_agent.types import Message, Role
 from sessions_app import listing
 from sessions_app.models import ChatMessage, ChatSession
-from sessions_app.timeline import agents_by_turn, handoff_of, turn_bounds, turn_items
+from sessions_app.timeline import agent_actions, agent_changes, agents_by_turn, handoff_of, turn_bounds, turn_items
 
 __all__ = [
-    "BATCH", "FORMATS", "FORMAT_VERSION", "bulk_jsonl", "content_disposition", "redact", "session_record",
-    "transcript", "transcript_csv", "transcript_jsonl", "transcript_md", "utf8",
+    "BATCH", "FORMATS", "FORMAT_VERSION", "bulk_jsonl", "content_disposition", "md_text", "redact", "session_record",
+    "shown_id", "transcript", "transcript_csv", "transcript_jsonl", "transcript_md", "turn_agents", "utf8",
 ]
 
 FORMAT_VERSION = 1
@@ -104,9 +109,16 @@ def redact(value: Any) -> Any:
     return value
 
 
-def content_disposition(session_id: str, ext: str, stem: str = "transcript") -> str:
-    """``attachment`` with an ASCII ``filename`` and the exact name as RFC 5987 ``filename*``, for any id."""
-    name = re.sub(r"[\x00-\x1f\x7f/\\]", "_", clean_text(session_id))[:120]
+def shown_id(session_id: str, redacted: bool) -> str:
+    """The session id as an export writes it: a redacted export masks the contact in it (``+1555…`` →
+    ``[phone]``) in its content and its file name alike."""
+    return redact(session_id) if redacted else session_id
+
+
+def content_disposition(session_id: str, ext: str, stem: str = "transcript", *, redacted: bool = False) -> str:
+    """``attachment`` with an ASCII ``filename`` and the exact name as RFC 5987 ``filename*``, for any id
+    (``redacted``: named by :func:`shown_id`)."""
+    name = re.sub(r"[\x00-\x1f\x7f/\\]", "_", clean_text(shown_id(session_id, redacted)))[:120]
     ascii_name = re.sub(r"[^A-Za-z0-9._+\-]", "_", name).strip("._") or "session"
     full = f"{stem}-{name}.{ext}"
     return f'attachment; filename="{stem}-{ascii_name}.{ext}"; filename*=UTF-8\'\'{quote(full, safe="")}'
@@ -210,17 +222,32 @@ def _turn_record(seg: Segment, items: list, agents: list[str]) -> dict[str, Any]
     }
 
 
+def _agents(session: ChatSession, handoffs: list[list[dict]], bounds: list[tuple[int, datetime]],
+            entries: list | None = None, starting_agent: str | None = None) -> list[list[str]]:
+    """Each turn's agents: the handoffs in its messages plus the agents operators set between turns
+    (``entries``: the session's :func:`~sessions_app.timeline.agent_actions`, read when None)."""
+    if entries is None:
+        entries = agent_actions([session.session_id])[session.session_id]
+    changes = agent_changes(entries, bounds, session.created_at)
+    if (changes or any(handoffs)) and starting_agent is None:
+        starting_agent = _starting_agent()
+    return agents_by_turn(handoffs, session.active_agent_name, starting_agent or session.active_agent_name, changes)
+
+
 def transcript(session: ChatSession, rows: Iterable[Row] | None = None, *, redacted: bool = False,
-               starting_agent: str | None = None) -> dict[str, Any]:
-    """The whole turn-grouped transcript (the JSON format) of ``session``, built in memory."""
+               starting_agent: str | None = None, bounds: list[tuple[int, datetime]] | None = None,
+               entries: list | None = None) -> dict[str, Any]:
+    """The whole turn-grouped transcript (the JSON format) of ``session``, built in memory.
+
+    ``rows``, ``bounds`` (``turn_bounds``) and ``entries`` (``agent_actions``) are read when not given.
+    """
     segs = list(segments(iter_rows(session.session_id) if rows is None else rows))
     preamble = segs[0] if segs and segs[0].number == 0 else Segment(0)
     turns = [s for s in segs if s.number]
     items = [t.items() for t in turns]
     handoffs = [[i.handoff for i in its if i.handoff] for its in items]
-    if any(handoffs) and starting_agent is None:
-        starting_agent = _starting_agent()
-    agents = agents_by_turn(handoffs, session.active_agent_name, starting_agent or session.active_agent_name)
+    bounds = turn_bounds(session.session_id) if bounds is None else bounds
+    agents = _agents(session, handoffs, bounds, entries, starting_agent)
     out = {
         "format": "chatflow-transcript",
         "version": FORMAT_VERSION,
@@ -231,9 +258,11 @@ def transcript(session: ChatSession, rows: Iterable[Row] | None = None, *, redac
     return redact(out) if redacted else out
 
 
-def _stream_agents(session: ChatSession) -> tuple[list[int], list[list[str]]]:
-    """USER row ids and each turn's agents, from one narrow query for the handoff results."""
-    starts = [rid for rid, _at in turn_bounds(session.session_id)]
+def turn_agents(session: ChatSession) -> list[list[str]]:
+    """Each turn's agents (the ``agents`` of the JSON format: the one active when it started, then each
+    handoff's target), from one narrow query for the handoff results and one for the audit log."""
+    bounds = turn_bounds(session.session_id)
+    starts = [rid for rid, _at in bounds]
     handoffs: list[list[dict]] = [[] for _ in starts]
     rows = (ChatMessage.objects.filter(session_id=session.session_id, role=Role.TOOL.value,
                                        message_json__contains="HANDOFF_SUCCESS")
@@ -244,8 +273,7 @@ def _stream_agents(session: ChatSession) -> tuple[list[int], list[list[str]]]:
         if msg is None or n == 0:
             continue
         handoffs[n - 1].extend(h for r in msg.tool_results or [] if (h := handoff_of(r)))
-    start = _starting_agent() if any(handoffs) else session.active_agent_name
-    return starts, agents_by_turn(handoffs, session.active_agent_name, start)
+    return _agents(session, handoffs, bounds)
 
 
 def _chunked(parts: Iterable[str]) -> Iterator[bytes]:
@@ -266,7 +294,7 @@ def _chunked(parts: Iterable[str]) -> Iterator[bytes]:
 # ---- writers --------------------------------------------------------------------------------
 def transcript_jsonl(session: ChatSession, *, redacted: bool = False) -> Iterator[bytes]:
     """One JSON object per message: session_id, turn (0 before the first), seq, agent, then the message."""
-    _starts, agents = _stream_agents(session)
+    agents = turn_agents(session)
 
     def lines() -> Iterator[str]:
         seq = 0
@@ -293,7 +321,8 @@ def _cell(value: Any) -> Any:
 
 def transcript_csv(session: ChatSession, *, redacted: bool = False) -> Iterator[bytes]:
     """One row per message (UTF-8 with a BOM, for spreadsheets); tool calls and results as JSON cells."""
-    _starts, agents = _stream_agents(session)
+    agents = turn_agents(session)
+    sid = shown_id(session.session_id, redacted)
 
     def lines() -> Iterator[str]:
         buf = io.StringIO()
@@ -311,7 +340,7 @@ def transcript_csv(session: ChatSession, *, redacted: bool = False) -> Iterator[
                 if redacted:
                     rec = redact(rec)
                 writer.writerow([_cell(v) for v in (
-                    session.session_id, seg.number, seq, rec["role"], agent, rec.get("timestamp", ""),
+                    sid, seg.number, seq, rec["role"], agent, rec.get("timestamp", ""),
                     rec.get("content") or "",
                     dumps(rec["tool_calls"]) if rec.get("tool_calls") else "",
                     dumps(rec["tool_results"]) if rec.get("tool_results") else "",
@@ -336,14 +365,21 @@ def bulk_jsonl(query: listing.ListQuery, *, redacted: bool = False, batch: int =
             if not page:
                 return
             rows: dict[str, list[Row]] = {s.session_id: [] for s in page}
-            for row in (ChatMessage.objects.filter(session_id__in=list(rows)).order_by("session_id", "id")
-                        .values_list("session_id", *_ROW).iterator(chunk_size=BATCH)):
-                rows[row[0]].append(row[1:])
+            bounds: dict[str, list[tuple[int, datetime]]] = {sid: [] for sid in rows}
+            entries = agent_actions(list(rows))
+            for sid, *row, created in (ChatMessage.objects.filter(session_id__in=list(rows))
+                                       .order_by("session_id", "id")
+                                       .values_list("session_id", *_ROW, "created_at").iterator(chunk_size=BATCH)):
+                rows[sid].append(tuple(row))
+                if row[1] == Role.USER.value:
+                    bounds[sid].append((row[0], created))
             for s in page:
                 mine = rows.pop(s.session_id)
-                if start is None and any(r[1] == Role.TOOL.value and "HANDOFF_SUCCESS" in r[3] for r in mine):
+                if start is None and (entries[s.session_id] or any(
+                        r[1] == Role.TOOL.value and "HANDOFF_SUCCESS" in r[3] for r in mine)):
                     start = _starting_agent()
-                yield dumps(transcript(s, mine, redacted=redacted, starting_agent=start)) + "\n"
+                yield dumps(transcript(s, mine, redacted=redacted, starting_agent=start,
+                                       bounds=bounds[s.session_id], entries=entries[s.session_id])) + "\n"
             cursor = (getattr(page[-1], column), page[-1].session_id)
 
     return _chunked(lines())
@@ -362,8 +398,36 @@ def _line(text: str) -> str:
     return " ".join(str(text).split())
 
 
+_MD_INLINE = re.compile(r"[\\`*_\[\]]")  # escapes, code spans, emphasis, links and images
+# What opens a block at a line's start: a heading, a list item (-, +, 1. or 1)), a ~~~ fence.
+_MD_BLOCK = re.compile(r"^( {0,3}(?:\d{1,9}(?=[.)]))?)([#+\-~.)])", re.MULTILINE)
+
+
+def md_text(text: str) -> str:
+    """``text`` (written by a user, a model or an operator) as Markdown that renders as that very text.
+
+    ``&``, ``<`` and ``>`` become entities, so no renderer makes HTML (or an autolink) of it, with raw HTML
+    enabled or not; Markdown's inline syntax (``\\``, backticks, ``*``, ``_``, ``[``, ``]``: code spans,
+    emphasis, links, images) and what would open a block at a line's start (``#``, ``+``, ``-``, ``~``,
+    ``1.``) are backslash-escaped. CR and CRLF become LF, so a quote's prefix starts every line a renderer sees.
+    """
+    text = str(text).replace("\r\n", "\n").replace("\r", "\n")
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    text = _MD_INLINE.sub(r"\\\g<0>", text)
+    return _MD_BLOCK.sub(r"\1\\\2", text)
+
+
+def _code(text: str) -> str:
+    """``text`` on one line as an inline code span whose backtick run is longer than any inside it
+    (renderers show a code span's content as it is, HTML included)."""
+    text = _line(text)
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    ticks = "`" * (longest + 1)
+    return f"{ticks} {text} {ticks}"
+
+
 def _quote(text: str) -> str:
-    return "\n".join("> " + line if line else ">" for line in (text or "").split("\n")) + "\n"
+    return "\n".join("> " + line if line else ">" for line in md_text(text or "").split("\n")) + "\n"
 
 
 def _md_items(seg: Segment, trail: list[str]) -> Iterator[str]:
@@ -376,13 +440,14 @@ def _md_items(seg: Segment, trail: list[str]) -> Iterator[str]:
         elif item.kind == "system":
             yield f"**System** · {at}\n\n{_quote(item.text or '')}\n"
         elif item.kind == "model":
-            yield f"**{_line(agent) or 'Agent'}** · {at}\n\n{item.text}\n\n"
+            yield f"**{md_text(_line(agent)) or 'Agent'}** · {at}\n\n{md_text(item.text or '')}\n\n"
         elif item.kind == "call":
-            yield f"**Tool call** `{_line(item.call.name)}` (id `{_line(item.call.id)}`) · {at}\n\n"
+            yield f"**Tool call** {_code(item.call.name)} (id {_code(item.call.id)}) · {at}\n\n"
             yield _fence(dumps(item.call.args, indent=2), "json") + "\n"
             if item.handoff:
                 h = item.handoff
-                yield f"**Handoff** {_line(h['from'] or agent)} → {_line(h['to'])}: {_line(h['reason'])}\n\n"
+                yield (f"**Handoff** {md_text(_line(h['from'] or agent))} → {md_text(_line(h['to']))}: "
+                       f"{md_text(_line(h['reason']))}\n\n")
                 agent = h["to"]
             elif item.result is None:
                 yield "_No result was stored for this call._\n\n"
@@ -390,20 +455,21 @@ def _md_items(seg: Segment, trail: list[str]) -> Iterator[str]:
                 label = "Error" if item.result.is_error else "Result"
                 yield f"{label}:\n\n" + _fence(dumps(item.result.content, indent=2), "json") + "\n"
         elif item.kind == "orphan-result":
-            yield f"**Tool result without its call** `{_line(item.result.name)}`\n\n"
+            yield f"**Tool result without its call** {_code(item.result.name)}\n\n"
             yield _fence(dumps(item.result.content, indent=2), "json") + "\n"
         else:
-            yield f"**Unreadable message** · row {item.row_id}\n\n{_fence(item.text or '')}\n"
+            yield f"**Unreadable message** · row {item.row_id} (its text as a JSON string)\n\n"
+            yield _fence(dumps(item.text or ""), "json") + "\n"
 
 
 def transcript_md(session: ChatSession, *, redacted: bool = False) -> Iterator[bytes]:
     """A transcript for people: the session's facts, then a heading per turn; tool calls as fenced JSON."""
-    _starts, agents = _stream_agents(session)
+    agents = turn_agents(session)
     metadata = session.metadata if isinstance(session.metadata, dict) else {}
 
     def parts() -> Iterator[str]:
-        yield f"# Transcript: {_line(session.session_id)}\n\n"
-        yield f"- Active agent: {_line(session.active_agent_name)}\n"
+        yield f"# Transcript: {md_text(_line(shown_id(session.session_id, redacted)))}\n\n"
+        yield f"- Active agent: {md_text(_line(session.active_agent_name))}\n"
         yield f"- Created: {session.created_at.isoformat()}\n- Updated: {session.updated_at.isoformat()}\n"
         yield f"- Turns: {len(agents)}\n\n"
         if metadata:
@@ -418,8 +484,8 @@ def transcript_md(session: ChatSession, *, redacted: bool = False) -> Iterator[b
             else:
                 trail = agents[seg.number - 1]
                 first = next((m.timestamp.isoformat() for _r, m in seg.parsed if m is not None), "")
-                via = f" (from {' → '.join(_line(a) for a in trail[:-1])})" if len(trail) > 1 else ""
-                yield f"## Turn {seg.number} · {_line(trail[-1])}{via} · {first}\n\n"
+                via = f" (from {' → '.join(md_text(_line(a)) for a in trail[:-1])})" if len(trail) > 1 else ""
+                yield f"## Turn {seg.number} · {md_text(_line(trail[-1]))}{via} · {first}\n\n"
             yield from _md_items(seg, trail)
 
     return _chunked(parts())

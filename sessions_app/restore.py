@@ -3,7 +3,8 @@
 The messages go through :class:`DjangoSessionStore` in one turn (its lease, one commit), exactly as a bot
 turn writes them; the store's window is widened to the transcript's turn count so nothing is pruned.
 Then the session's ``created_at``/``updated_at`` and each row's ``created_at`` (the message's own
-timestamp) are set back with the ORM, so exporting the imported session gives the same JSON again.
+timestamp) are set back with the ORM, and agents operators set between turns (the turns' ``agents``)
+are written back to the audit log, so exporting the imported session gives the same JSON again.
 
 What the runtime itself never keeps does not come back: messages before the first USER message other
 than SYSTEM ones (pruning drops them), and rows that were unreadable when exported (skipped, counted).
@@ -21,8 +22,10 @@ from django.utils.dateparse import parse_datetime
 from agents_app import registry
 from chatflow_agent.core.agent import Agent
 from chatflow_agent.types import Message, Role
+from sessions_app import actions, export
 from sessions_app.export import FORMAT_VERSION
-from sessions_app.models import ChatMessage, ChatSession
+from sessions_app.models import ChatMessage, ChatSession, OperatorAction
+from sessions_app.timeline import turn_bounds
 
 __all__ = ["RestoreError", "Restored", "restore"]
 
@@ -43,6 +46,26 @@ def _stamp(value: Any, name: str):
     if moment is None or moment.tzinfo is None:
         raise RestoreError(f"session.{name} must be an ISO-8601 datetime with a timezone; got {value!r}")
     return moment
+
+
+def _restore_agent_changes(session: ChatSession, turns: list[dict[str, Any]]) -> None:
+    """Agents an operator set between turns are not in the messages but in the audit log, which a transcript
+    does not carry: where the transcript's turns' ``agents`` say the agent changed between two turns and the
+    restored session does not, write that change to the audit log (no actor, marked ``restored``) at the
+    start of the turn before it, so the console and the next export show each turn's agent again."""
+    wanted = [t.get("agents") for t in turns]
+    if not all(isinstance(a, list) and a and all(isinstance(x, str) for x in a) for a in wanted):
+        return  # an older or hand-written transcript without agents: nothing to compare with
+    if export.turn_agents(session) == wanted:
+        return
+    starts = turn_bounds(session.session_id)
+    for k in range(1, min(len(wanted), len(starts))):
+        if wanted[k][0] != wanted[k - 1][-1]:
+            entry = actions.audit(None, OperatorAction.Kind.FORCE_HANDOFF, session.session_id,
+                                  {"active_agent": wanted[k - 1][-1]},
+                                  {"active_agent": wanted[k][0], "reason": "restored from a transcript",
+                                   "restored": True})
+            OperatorAction.objects.filter(pk=entry.pk).update(created_at=starts[k - 1][1])
 
 
 def restore(doc: Any, *, replace: bool = False) -> Restored:
@@ -78,6 +101,7 @@ def restore(doc: Any, *, replace: bool = False) -> Restored:
             for row, message in zip(rows, history, strict=True):
                 row.created_at = message.timestamp
             ChatMessage.objects.bulk_update(rows, ["created_at"], batch_size=500)
+            _restore_agent_changes(ChatSession.objects.get(pk=sid), doc["turns"])
     finally:
         store.close()
     return Restored(sid, len(history), len(records) - len(messages))

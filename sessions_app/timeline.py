@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from bisect import bisect_right
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -21,7 +22,10 @@ from chatflow_agent.core.backend import StoredRow, parse_row
 from chatflow_agent.types import Message, Role, ToolCall, ToolResult
 from sessions_app.models import ChatMessage, OperatorAction
 
-__all__ = ["TurnPage", "agents_by_turn", "build_page", "handoff_of", "pretty_json", "turn_bounds", "turn_items"]
+__all__ = [
+    "AgentChange", "TurnPage", "agent_actions", "agent_changes", "agents_by_turn", "build_page", "handoff_of",
+    "pretty_json", "turn_bounds", "turn_items", "turns_before",
+]
 
 HANDOFF_STATUS = "HANDOFF_SUCCESS"
 TURNS_PER_PAGE = 20
@@ -219,13 +223,18 @@ def build_page(session_id: str, page: int = 1, newest_first: bool = True,
     return result
 
 
+def turns_before(bounds: list[tuple[int, datetime]], at: datetime) -> int:
+    """How many of the turns (``turn_bounds``) were stored by ``at``: an operator action at ``at`` happened
+    after that turn (0: before the first). Actions need the session's lease, so none falls inside a turn."""
+    return bisect_right([created for _rid, created in bounds], at)
+
+
 def _attach_events(page: TurnPage, session_id: str, bounds: list[tuple[int, datetime]]) -> None:
     """Operator actions (from the audit log) shown after the turn during which they happened."""
     events = list(OperatorAction.objects.filter(session_id=session_id).order_by("created_at", "id")[:500])
     by_number = {t.number: t for t in page.turns}
-    starts = [at for _rid, at in bounds]
     for event in events:
-        n = bisect_right(starts, event.created_at)
+        n = turns_before(bounds, event.created_at)
         if n == 0:
             if not page.turns or 1 in by_number:
                 page.early_events.append(event)
@@ -233,22 +242,85 @@ def _attach_events(page: TurnPage, session_id: str, bounds: list[tuple[int, date
             by_number[n].events.append(event)
 
 
-def agents_by_turn(handoffs: list[list[dict[str, Any]]], active_agent: str, starting_agent: str) -> list[list[str]]:
+@dataclass(frozen=True)
+class AgentChange:
+    """An operator action that set the active agent between turns (a forced handoff or a rollback).
+
+    ``after_turn`` turns were stored before it (:func:`turns_before`); ``agent`` is active from then on.
+    ``before`` is the agent that ended turn ``after_turn``, or None when that is not known: a later
+    rollback removed the turns the action followed.
+    """
+
+    after_turn: int
+    before: str | None
+    agent: str
+
+
+def agent_actions(session_ids: list[str]) -> dict[str, list[OperatorAction]]:
+    """The forced handoffs and rollbacks of each session, oldest first (one query)."""
+    kinds = [OperatorAction.Kind.FORCE_HANDOFF, OperatorAction.Kind.ROLLBACK]
+    out: dict[str, list[OperatorAction]] = {sid: [] for sid in session_ids}
+    for entry in (OperatorAction.objects.filter(session_id__in=session_ids, action__in=kinds)
+                  .order_by("created_at", "id")):
+        out[entry.session_id].append(entry)
+    return out
+
+
+def agent_changes(entries: list[OperatorAction], bounds: list[tuple[int, datetime]],
+                  since: datetime) -> list[AgentChange]:
+    """The agent changes recorded by ``entries`` (:func:`agent_actions`) at or after ``since`` (the session's
+    ``created_at``: entries of an earlier session with the same id do not count), placed among ``bounds``."""
+    changes: list[AgentChange] = []
+    for entry in entries:
+        after = entry.after if isinstance(entry.after, dict) else {}
+        agent = after.get("active_agent")
+        if entry.created_at < since or not isinstance(agent, str) or not agent:
+            continue
+        n = turns_before(bounds, entry.created_at)
+        if entry.action == OperatorAction.Kind.ROLLBACK:
+            # The turns it removed came after turn n and before it: what earlier entries at n or later
+            # followed is gone.
+            changes = [c if c.after_turn < n else AgentChange(c.after_turn, None, c.agent) for c in changes]
+            before = after.get("agent_after")  # the agent that ended the turn rolled back to
+        else:
+            before = (entry.before if isinstance(entry.before, dict) else {}).get("active_agent")
+        changes.append(AgentChange(n, str(before) if before else None, agent))
+    return changes
+
+
+def agents_by_turn(handoffs: list[list[dict[str, Any]]], active_agent: str, starting_agent: str,
+                   changes: Sequence[AgentChange] = ()) -> list[list[str]]:
     """For each turn (``handoffs[k]``: the handoffs of turn k+1, in order), the agents that handled it.
 
     The first agent of a turn is the one active when it started, each handoff adds its target, so the
-    last one is the agent that answered. The agent before the first handoff is that handoff's ``from``;
-    0.3.4 did not record it, and then it is ``starting_agent`` (no handoff before means the session
-    started there). With no handoff at all it is ``active_agent``. Handoffs forced by an operator are
-    not chat messages and do not show here (the audit log has them).
+    last one is the agent that answered. ``changes`` (:func:`agent_changes`, oldest first) are the agents
+    operators set between turns: the next turn starts with that agent. The agent before the first
+    recorded change is that change's ``before`` or that handoff's ``from``; 0.3.4 did not record the
+    ``from``, and then (or when ``before`` is unknown) it is ``starting_agent`` (no handoff before means
+    the session started there). With nothing recorded at all it is ``active_agent``.
     """
-    flat = [h for turn in handoffs for h in turn]
-    current = (flat[0]["from"] or starting_agent) if flat else active_agent
+    at: dict[int, list[AgentChange]] = {}
+    for change in changes:
+        at.setdefault(change.after_turn, []).append(change)
+    current = _first_agent(handoffs, at, active_agent, starting_agent)
     out: list[list[str]] = []
-    for turn in handoffs:
+    for k, turn in enumerate(handoffs):
+        for change in at.get(k, ()):
+            current = change.agent
         trail = [current]
         for h in turn:
             current = h["to"]
             trail.append(current)
         out.append(trail)
     return out
+
+
+def _first_agent(handoffs: list[list[dict[str, Any]]], changes: dict[int, list[AgentChange]],
+                 active_agent: str, starting_agent: str) -> str:
+    """The agent active before the first recorded handoff or change (see :func:`agents_by_turn`)."""
+    for k in range(len(handoffs) + 1):
+        if changes.get(k):
+            return changes[k][0].before or starting_agent
+        if k < len(handoffs) and handoffs[k]:
+            return handoffs[k][0]["from"] or starting_agent
+    return active_agent

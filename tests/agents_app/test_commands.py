@@ -62,6 +62,24 @@ def test_chatflow_demo_creates_n_sessions_from_real_turns():
     assert len(multi_turn) >= len(SCRIPTS) - 1
 
 
+def test_chatflow_demo_spreads_times_that_the_console_and_the_export_agree_on():
+    from datetime import datetime
+
+    from sessions_app import export
+    from sessions_app.timeline import build_page
+
+    run("chatflow_demo", sessions=3, seed=3, spread_hours=48)
+
+    for session in ChatSession.objects.all():
+        console = sorted(t.started_at for t in build_page(session.session_id, per_page=50).turns)
+        doc = export.transcript(session)
+        exported = [datetime.fromisoformat(t["started_at"]) for t in doc["turns"]]
+        assert console == exported and len(console) > 1, session.session_id
+        rows = list(ChatMessage.objects.filter(session=session).order_by("id").values_list("created_at", flat=True))
+        stamps = [datetime.fromisoformat(m["timestamp"]) for t in doc["turns"] for m in t["messages"]]
+        assert stamps == rows and session.created_at <= rows[0], session.session_id
+
+
 def test_chatflow_demo_if_empty_seeds_once():
     run("chatflow_demo", sessions=3, if_empty=True)
     ids = set(ChatSession.objects.values_list("pk", flat=True))

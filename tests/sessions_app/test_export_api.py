@@ -277,6 +277,26 @@ def test_any_session_id_works_and_gets_a_safe_download_name(auth, session_id):
     assert session_id in [s["session_id"] for s in listed["items"]]
 
 
+@pytest.mark.parametrize("session_id", ["+15550100199", "wa:+1 555 010 0199", "ana@example.com"])
+def test_a_redacted_export_masks_the_contact_in_the_session_id_and_the_file_name(auth, session_id):
+    store(session_id, [user("hi"), model("hello")], metadata={"phone": "+15550100199"})
+    secrets = ("5550100199", "555 010 0199", "ana@example.com", "ana%40example.com")
+
+    for fmt in ("json", "jsonl", "md", "csv"):
+        response = Client().get(url(session_id, f"/transcript?format={fmt}&redact=contacts"), **auth)
+        assert response.status_code == 200, fmt
+        text = body_of(response).decode("utf-8")
+        disposition = unquote(response["Content-Disposition"])
+        for secret in secrets:
+            assert secret not in text and secret not in disposition, (fmt, secret)
+        assert "[phone]" in text or "[email]" in text, fmt
+    bulk = Client().get("/api/v1/export.jsonl?redact=contacts", **auth)
+    text = body_of(bulk).decode("utf-8") + unquote(bulk["Content-Disposition"])
+    assert not any(secret in text for secret in secrets)
+    plain = Client().get(url(session_id, "/transcript?format=csv"), **auth)
+    assert session_id in body_of(plain).decode("utf-8")
+
+
 # ---- audit --------------------------------------------------------------------------------------
 def test_every_export_is_written_to_the_audit_log(operator, auth):
     store("s1", [user("hi")])

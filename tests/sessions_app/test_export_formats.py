@@ -8,6 +8,7 @@ import datetime as dt
 import decimal
 import io
 import json
+import re
 import sqlite3
 import uuid
 from datetime import UTC, datetime
@@ -16,15 +17,18 @@ from urllib.parse import quote
 import pytest
 from django.core.management import call_command
 from django.db import connection
+from django.test import Client
 
 from api_app.models import ApiToken
 from chatflow_agent.types import Message, Role
-from sessions_app.models import ChatMessage, ChatSession
+from sessions_app import actions
+from sessions_app.models import ChatMessage, ChatSession, OperatorAction
 from tests.processes import REPO
 from tests.sessions_app import personas
 from tests.sessions_app.conversations import (
     T0,
     call,
+    handoff_result,
     model,
     result,
     results,
@@ -39,14 +43,17 @@ FIXTURE_034 = REPO / "tests" / "fixtures" / "chatflow_034.db"
 
 
 @pytest.fixture
-def bearer():
-    token, secret = ApiToken.issue("tests", personas.operator())
+def olga():
+    return personas.operator()
+
+
+@pytest.fixture
+def bearer(olga):
+    token, secret = ApiToken.issue("tests", olga)
     return {"HTTP_AUTHORIZATION": f"Bearer {secret}"}
 
 
 def get(client_kwargs, session_id: str, fmt: str, **params):
-    from django.test import Client
-
     query = "&".join(f"{k}={quote(str(v))}" for k, v in {"format": fmt, **params}.items())
     response = Client().get(f"/api/v1/sessions/{quote(session_id, safe='/')}/transcript?{query}", **client_kwargs)
     body = b"".join(response.streaming_content) if response.streaming else response.content
@@ -192,6 +199,94 @@ def test_markdown_has_a_heading_per_turn_and_tool_calls_in_fenced_json(bearer):
     assert "Error:" in md and "backend timeout" in md
 
 
+HOSTILE = [
+    "<img src=x onerror=alert(1)>",
+    "<script>alert(2)</script> &lt;b&gt; & [click](javascript:alert(3)) ![i](x) <http://x> *em* _u_ \\",
+    "```\n<script>alert(4)</script>\n```\n~~~\n# Turn 9 · Admin\n- item\n1. one\r<iframe src=x>\r\n> quoted",
+    "`code` ``<b>x</b>`` \\`not code\\`",
+]
+
+
+def md_parts(md: str) -> tuple[list[str], list[str]]:
+    """(lines outside fenced code blocks, each fenced block's content), fences matched as CommonMark does:
+    closed by a line of the opening character at least as long as the opening fence."""
+    lines, outside, fenced, i = md.split("\n"), [], [], 0
+    while i < len(lines):
+        opening = re.match(r" {0,3}(`{3,}|~{3,})", lines[i])
+        if not opening:
+            outside.append(lines[i])
+            i += 1
+            continue
+        fence, body = opening.group(1), []
+        i += 1
+        while i < len(lines) and not re.fullmatch(rf" {{0,3}}{re.escape(fence[0])}{{{len(fence)},}}[ \t]*", lines[i]):
+            body.append(lines[i])
+            i += 1
+        assert i < len(lines), f"a {fence} fence is never closed: the rest of the transcript renders as code"
+        fenced.append("\n".join(body))
+        i += 1
+    return outside, fenced
+
+
+def without_code_spans(line: str) -> str:
+    """``line`` with each inline code span (a backtick run up to the next run as long) as ``CODE``;
+    a backslash-escaped character stays escaped. A backtick run with no match fails the test."""
+    out, i = [], 0
+    while i < len(line):
+        if line[i] == "\\":
+            out.append(line[i:i + 2])
+            i += 2
+        elif line[i] == "`":
+            run = re.match(r"`+", line[i:]).group(0)
+            close = re.compile(rf"(?<!`){run}(?!`)").search(line, i + len(run))
+            assert close, f"unmatched backtick run in {line!r}"
+            out.append("CODE")
+            i = close.end()
+        else:
+            out.append(line[i])
+            i += 1
+    return "".join(out)
+
+
+def md_unescape(text: str) -> str:
+    """What a CommonMark renderer shows for escaped text: backslash escapes and the three entities undone."""
+    text = re.sub(r"\\([!-/:-@\[-`{-~])", r"\1", text)
+    return text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+
+
+def test_markdown_never_lets_user_or_model_text_become_html_or_links(bearer):
+    sid = "xss-<b>bold</b> [x](javascript:alert(5))"
+    story = [user(HOSTILE[0]), model(HOSTILE[1], [call("c`<img src=x onerror=alert(6)>`", "look<up>``",
+                                                        q="````<script>alert(7)</script>"),
+                                                   call("h1", "transfer_to_billing")]),
+             results(result("c`<img src=x onerror=alert(6)>`", "look<up>``", {"x": "</code><img src=x>```"}),
+                     handoff_result("h1", "Support", "<b>Billing</b>", "<img src=x onerror=alert(8)>")),
+             model(HOSTILE[2]), user(HOSTILE[2]), user(HOSTILE[3])]
+    session = store(sid, story, metadata={"name": "<script>alert(9)</script>```"})
+    ChatMessage.objects.create(session=session, role="unknown", content="<img src=x onerror=alert(10)>\n\n<p>x",
+                               message_json="{not json")
+
+    md = text_of(get(bearer, sid, "md")[1])
+    outside, fenced = md_parts(md)
+
+    for line in outside:
+        text = without_code_spans(re.sub(r"^(> ?)+", "", line))
+        assert "<" not in text and ">" not in text, line
+        assert not re.search(r"&(?!(amp|lt|gt);)", text), line
+        assert not re.search(r"(?<!\\)[\[\]]", text), line  # no link or image can open
+    for body in fenced:
+        json.loads(body)  # a fence holds exactly its JSON: nothing closed it early
+        assert "\n\n" not in body  # one paragraph even for a renderer that knows no fences
+    assert len(fenced) == 5  # the metadata, the call's args and result, the handoff's args, the unreadable row
+    quotes = re.findall(r"\*\*User\*\* · [^\n]*\n\n((?:>[^\n]*\n)+)", md)
+    shown = [md_unescape("\n".join(re.sub(r"^> ?", "", q) for q in quote.rstrip("\n").split("\n")))
+             for quote in quotes]
+    assert shown == [HOSTILE[0], HOSTILE[2].replace("\r\n", "\n").replace("\r", "\n"), HOSTILE[3]]
+    assert md_unescape(outside[0]) == f"# Transcript: {sid}"
+    assert md_unescape(HOSTILE[1]) != HOSTILE[1] and md_unescape(
+        next(line for line in outside if "javascript:alert(3)" in line)) == HOSTILE[1]
+
+
 def test_csv_has_one_row_per_message_and_defuses_formulas(bearer):
     store("s1", support_story() + [user("=HYPERLINK(\"http://x\")")])
 
@@ -307,8 +402,6 @@ def test_importing_over_an_existing_session_needs_replace(bearer, tmp_path):
 
 
 def test_the_bulk_jsonl_export_imports_back_too(bearer, tmp_path):
-    from django.test import Client
-
     store("one", support_story())
     store("two", [user("hi"), model("hello")], agent="Support")
     response = Client().get("/api/v1/export.jsonl", **bearer)
@@ -340,3 +433,107 @@ def test_a_row_with_unreadable_json_is_exported_from_its_columns_dated_by_the_ro
     assert first == second
     message = json.loads(first)["turns"][0]["messages"][1]
     assert message["content"] == "from the column" and message["timestamp"] == "2026-01-10T09:05:00+00:00"
+
+
+# ---- agents after operator actions ------------------------------------------------------------
+def add_turn(session_id: str, messages: list[Message], agent: str | None = None) -> None:
+    """Rows of a turn stored now, as the store commits them (after any operator action so far), and the
+    agent that ended it."""
+    now = datetime.now(UTC)
+    if agent:
+        ChatSession.objects.filter(pk=session_id).update(active_agent_name=agent)
+    ChatMessage.objects.bulk_create([ChatMessage(session_id=session_id, role=m.role.value, content=m.content,
+                                                 message_json=m.model_dump_json(), created_at=now)
+                                     for m in messages])
+
+
+def exported_agents(bearer, session_id: str) -> dict[str, list]:
+    """Each format's agent per turn (JSON: per turn; JSONL, CSV: the set per turn; Markdown: the headings)."""
+    doc = json.loads(get(bearer, session_id, "json")[1])
+    lines = [json.loads(x) for x in text_of(get(bearer, session_id, "jsonl")[1]).splitlines()]
+    rows = list(csv.DictReader(io.StringIO(text_of(get(bearer, session_id, "csv")[1])[1:])))
+    md = text_of(get(bearer, session_id, "md")[1])
+    bulk = [json.loads(x) for x in b"".join(Client().get("/api/v1/export.jsonl", **bearer).streaming_content)
+            .decode().splitlines()]
+    turns = range(1, len(doc["turns"]) + 1)
+    return {
+        "json": [t["agent"] for t in doc["turns"]],
+        "jsonl": [{x["agent"] for x in lines if x["turn"] == n} for n in turns],
+        "csv": [{r["agent"] for r in rows if r["turn"] == str(n)} for n in turns],
+        "md": [line.split(" · ")[1] for line in md.splitlines() if line.startswith("## Turn ")],
+        "bulk": [t["agent"] for doc in bulk if doc["session"]["session_id"] == session_id for t in doc["turns"]],
+    }
+
+
+def test_turns_before_a_forced_handoff_keep_the_agent_that_answered_them(bearer, olga):
+    store("fh", [user("my screen flickers"), model("Let me look.")], agent="Support")
+    actions.force_handoff(olga, "fh", "Tech", "screen")
+    add_turn("fh", [user("still flickers"), model("Try a new cable.")])
+
+    agents = exported_agents(bearer, "fh")
+
+    assert agents["json"] == ["Support", "Tech"] and agents["bulk"] == ["Support", "Tech"]
+    assert agents["jsonl"] == agents["csv"] == [{"Support"}, {"Tech"}]
+    assert agents["md"] == ["Support", "Tech"]
+
+
+def test_forced_handoffs_and_chat_handoffs_give_each_turn_its_own_trail(bearer, olga):
+    store("mix", support_story(), agent="Billing")  # turn 2 hands off Support → Billing in the chat
+    actions.force_handoff(olga, "mix", "Tech")
+    add_turn("mix", [user("wifi?"), model("Restart it.")])
+    actions.force_handoff(olga, "mix", "Support")
+    add_turn("mix", [user("thanks"), model("Bye.")])
+
+    doc = json.loads(get(bearer, "mix", "json")[1])
+
+    assert [t["agents"] for t in doc["turns"]] == [["Support"], ["Support", "Billing"], ["Billing"], ["Tech"],
+                                                   ["Support"]]
+    assert exported_agents(bearer, "mix")["md"][3:] == ["Tech", "Support"]
+
+
+def test_a_forced_handoff_recorded_for_an_earlier_session_with_the_same_id_does_not_count(bearer, olga):
+    store("again", [user("hi"), model("hello")], agent="Support")
+    actions.force_handoff(olga, "again", "Tech")
+    ChatSession.objects.filter(pk="again").delete()
+    session = store("again", [user("hi"), model("hello")], agent="Billing")
+    ChatSession.objects.filter(pk="again").update(created_at=datetime.now(UTC))
+    ChatMessage.objects.filter(session=session).update(created_at=datetime.now(UTC))
+
+    assert json.loads(get(bearer, "again", "json")[1])["turns"][0]["agent"] == "Billing"
+
+
+def test_a_forced_handoff_after_turns_a_rollback_removed_says_nothing_of_the_kept_turns(bearer, olga):
+    store("rb", [user("a"), model("A")], agent="Support")
+    add_turn("rb", [user("b"), model(None, [call("h1", "transfer_to_billing")]),
+                    results(result("h1", "transfer_to_billing", {"status": "HANDOFF_SUCCESS",
+                            "transferred_from": "Support", "transferred_to": "Billing", "reason": "r"})),
+                    model("B")], agent="Billing")
+    actions.force_handoff(olga, "rb", "Tech")
+    actions.rollback(olga, "rb", 1)
+    add_turn("rb", [user("c"), model("C")])
+
+    doc = json.loads(get(bearer, "rb", "json")[1])
+
+    assert ChatSession.objects.get(pk="rb").active_agent_name == "Support"  # the agent that ended turn 1
+    assert [t["agents"] for t in doc["turns"]] == [["Support"], ["Support"]]  # not Billing, active before Tech
+
+
+def test_a_restored_backup_keeps_each_turns_agent_across_forced_handoffs(bearer, olga, tmp_path):
+    store("back", [user("screen?"), model("Looking.")], agent="Support")
+    actions.force_handoff(olga, "back", "Tech")
+    add_turn("back", [user("still"), model("New cable.")])
+    actions.force_handoff(olga, "back", "Billing")
+    add_turn("back", [user("refund"), model("Done.")])
+    first = get(bearer, "back", "json")[1]
+    path = tmp_path / "back.json"
+    path.write_bytes(first)
+    ChatSession.objects.all().delete()
+    OperatorAction.objects.all().delete()  # a backup restored into another database has no audit log
+
+    call_command("chatflow_import_transcript", str(path), stdout=io.StringIO())
+
+    assert get(bearer, "back", "json")[1] == first
+    assert [t["agent"] for t in json.loads(first)["turns"]] == ["Support", "Tech", "Billing"]
+    restored = OperatorAction.objects.filter(action="force_handoff").order_by("created_at")
+    assert [(e.before["active_agent"], e.after["active_agent"], e.after["restored"]) for e in restored] == [
+        ("Support", "Tech", True), ("Tech", "Billing", True)]
