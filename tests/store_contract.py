@@ -256,8 +256,7 @@ async def test_a_failed_first_turn_leaves_no_session_and_a_retry_starts_afresh(k
     runner = Runner(support, session_store=store, engine=StepsEngine(ProviderError("down"), "A1"))
     with pytest.raises(ProviderError):
         await runner.run_async("fresh", "U1", starting_agent=support, metadata={"try": 1})
-    assert store.get("fresh") is None
-    assert "fresh" not in store.list_sessions()
+    assert "fresh" not in store.list_sessions()  # (``get`` here would hide a stale cached session)
     await runner.run_async("fresh", "U1", starting_agent=billing, metadata={"try": 2})
     live = store.get("fresh")
     assert (live.active_agent.name, live.metadata, contents(live.history)) == ("Billing", {"try": 2}, ["U1", "A1"])

@@ -233,6 +233,14 @@ class PersistentSessionStore(BaseSessionStore):
             while len(self._lru) > self._CACHE_SIZE:
                 self._lru.popitem(last=False)
 
+    def _forget_unstored(self, stored: StoredSession | None, session_id: str) -> None:
+        """After a failed turn on a session that had no row: the turn made the context, so it goes
+        (before the turn there was no session; the next turn starts with its own agent and metadata)."""
+        if stored is None:
+            cached = self._cached(session_id)
+            if cached is not None and cached._token is None:
+                self._forget(session_id)
+
     def _forget(self, session_id: str) -> SessionContext | None:
         with self._cache_mutex:
             self._lru.pop(session_id, None)
@@ -535,6 +543,7 @@ class PersistentSessionStore(BaseSessionStore):
                     with suppress(asyncio.CancelledError):
                         await heartbeat
                 if not committed:
+                    self._forget_unstored(stored, session_id)
                     await asyncio.shield(self._submit(session_id, self._db_release_lease, (session_id, owner)))
         finally:
             self._locks.release(session_id)
@@ -601,6 +610,7 @@ class PersistentSessionStore(BaseSessionStore):
             finally:
                 self._release_kept_lease(session_id, owner)
                 if not committed:
+                    self._forget_unstored(stored, session_id)
                     self._db_release_lease(session_id, owner)
         finally:
             self._locks.release(session_id)

@@ -384,10 +384,15 @@ class BaseSessionStore(ABC):
         elif not self._locks.try_acquire(session_id):
             raise SessionBusyError(session_id)
         try:
-            session = await self.aget_or_create(session_id, default_agent, metadata)
-            with session._atomic():
-                yield session
-                session._check()  # in memory there is nothing to write
+            session, created = await self._aget_or_create_for_turn(session_id, default_agent, metadata)
+            try:
+                with session._atomic():
+                    yield session
+                    session._check()  # in memory there is nothing to write
+            except BaseException:
+                if created:
+                    self._discard_created(session)
+                raise
         finally:
             self._locks.release(session_id)
 
@@ -401,12 +406,32 @@ class BaseSessionStore(ABC):
         elif not self._locks.try_acquire(session_id):
             raise SessionBusyError(session_id)
         try:
-            session = self.get_or_create(session_id, default_agent, metadata)
-            with session._atomic():
-                yield session
-                session._check()
+            session, created = self._get_or_create_for_turn(session_id, default_agent, metadata)
+            try:
+                with session._atomic():
+                    yield session
+                    session._check()
+            except BaseException:
+                if created:
+                    self._discard_created(session)
+                raise
         finally:
             self._locks.release(session_id)
+
+    def _get_or_create_for_turn(
+        self, session_id: str, default_agent: Agent, metadata: dict[str, Any] | None
+    ) -> tuple[SessionContext, bool]:
+        """``(session, created)``: ``created`` when the turn made the session, which a failed turn
+        then removes again (before the turn there was none). Stores that cannot tell say False."""
+        return self.get_or_create(session_id, default_agent, metadata), False
+
+    async def _aget_or_create_for_turn(
+        self, session_id: str, default_agent: Agent, metadata: dict[str, Any] | None
+    ) -> tuple[SessionContext, bool]:
+        return await self.aget_or_create(session_id, default_agent, metadata), False
+
+    def _discard_created(self, session: SessionContext) -> None:
+        """Forget ``session``, made by a turn that failed (see :meth:`_get_or_create_for_turn`)."""
 
 
 class SessionStore(BaseSessionStore):
@@ -445,6 +470,23 @@ class SessionStore(BaseSessionStore):
     def get(self, session_id: str) -> SessionContext | None:
         with self._mutex:
             return self._sessions.get(session_id)
+
+    def _get_or_create_for_turn(
+        self, session_id: str, default_agent: Agent, metadata: dict[str, Any] | None
+    ) -> tuple[SessionContext, bool]:
+        with self._mutex:
+            created = session_id not in self._sessions
+            return self.get_or_create(session_id, default_agent, metadata), created
+
+    async def _aget_or_create_for_turn(
+        self, session_id: str, default_agent: Agent, metadata: dict[str, Any] | None
+    ) -> tuple[SessionContext, bool]:
+        return self._get_or_create_for_turn(session_id, default_agent, metadata)
+
+    def _discard_created(self, session: SessionContext) -> None:
+        with self._mutex:
+            if self._sessions.get(session.session_id) is session:
+                del self._sessions[session.session_id]
 
     def delete(self, session_id: str) -> bool:
         with self._mutex:

@@ -140,7 +140,7 @@ async def test_a_failing_streamed_turn_ends_with_turn_failed_and_re_raises() -> 
             events.append(event)
     assert [summary(e) for e in events] == ["turn_started", "message_appended:user", "turn_failed"]
     assert (events[-1].error_type, events[-1].error) == ("RuntimeError", "provider down")
-    assert runner.get_session("s1").history == []  # rolled back
+    assert runner.get_session("s1") is None  # rolled back: the failed turn had created the session
 
 
 @pytest.mark.asyncio
