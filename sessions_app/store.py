@@ -33,6 +33,7 @@ from django.conf import settings
 from django.db import DatabaseError, connections, transaction
 from django.db.models import TextField, Value
 from django.db.models.functions import Cast, Coalesce
+from django.dispatch import Signal
 
 from chatflow_agent._jsonsafe import json_object
 from chatflow_agent.core._persistent import (
@@ -45,11 +46,18 @@ from chatflow_agent.core._persistent import (
 from chatflow_agent.exceptions import SessionBusyError, SessionDeletedError
 from sessions_app.models import ChatMessage, ChatSession, ProcessedMessage, SessionLease, SessionWaiter
 
-__all__ = ["DjangoSessionStore"]
+__all__ = ["DjangoSessionStore", "session_committing"]
 
 _DELETE_CHUNK = 500  # ids per DELETE … IN (…): far below every backend's parameter limit
 _PURGE_EVERY_SECONDS = 300
 _WAITER_TTL = 5.0  # seconds a queued waiter stays in line without polling (as SQLiteSessionStore)
+
+
+#: Sent at the start of every commit's transaction, before any row is written, as
+#: ``session_committing.send(sender=DjangoSessionStore, session_id=str, metadata=dict, using=str)``
+#: (``metadata``: what the commit writes). A receiver that raises ``SessionDeletedError`` refuses the
+#: commit: nothing is written and the turn fails with that error. Receivers run on the store's threads.
+session_committing = Signal(use_caching=True)
 
 
 def _text(column: str) -> Coalesce:
@@ -219,12 +227,10 @@ class DjangoSessionStore(PersistentSessionStore):
     def _commit(self, changes: Changes) -> CommitResult:
         sid = changes.session_id
         with transaction.atomic(using=self.using):
+            metadata = json_object(changes.metadata_json)
+            session_committing.send(sender=DjangoSessionStore, session_id=sid, metadata=metadata, using=self.using)
             now = datetime.now(UTC)
-            fields = {
-                "active_agent_name": changes.agent_name,
-                "metadata": json_object(changes.metadata_json),
-                "updated_at": now,
-            }
+            fields = {"active_agent_name": changes.agent_name, "metadata": metadata, "updated_at": now}
             if changes.token is None:
                 self._sessions().bulk_create(
                     [ChatSession(session_id=sid, created_at=now, **fields)],

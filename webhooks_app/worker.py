@@ -36,7 +36,7 @@ from django.db import connections
 
 from agents_app import runtime
 from chatflow_agent.core.events import TurnStarted
-from webhooks_app import replies, taskqueue
+from webhooks_app import replies, settle, taskqueue
 from webhooks_app.models import InboundDelivery
 
 __all__ = ["Worker", "FALLBACK_REPLY", "UNSUPPORTED_REPLY", "RESET_REPLY"]
@@ -206,6 +206,10 @@ class Worker:
         if await db(taskqueue.turn_committed, delivery):
             logger.info("Delivery %s: its turn committed before a crash; not played again", delivery.pk)
             return RESET_REPLY if delivery.kind == Kind.RESET else await db(taskqueue.last_answer, delivery.session_id)
+        with settle.playing(delivery):  # its commit is refused if the session is deleted meanwhile
+            return await self._play_turn(delivery)
+
+    async def _play_turn(self, delivery: InboundDelivery) -> str:
         runner = runtime.site_runner()
         if delivery.kind == Kind.RESET:
             async with runner.session_store.turn(delivery.session_id, runner.starting_agent, delivery.metadata) as s:
