@@ -97,10 +97,10 @@ def _close_foreign(wrappers: list[Any]) -> None:
 
 
 class DjangoSessionStore(PersistentSessionStore):
-    """``DjangoSessionStore(using="default", default_max_turns=None, dedup_ttl_hours=None)``.
+    """``DjangoSessionStore(using="default", default_max_turns=None, dedup_ttl_hours=None, lease_ttl_seconds=None)``.
 
-    ``default_max_turns`` and ``dedup_ttl_hours`` default to the CHATFLOW_MAX_TURNS and
-    CHATFLOW_DEDUP_TTL_HOURS settings; ``using`` names the database alias.
+    ``default_max_turns``, ``dedup_ttl_hours`` and ``lease_ttl_seconds`` default to the CHATFLOW_MAX_TURNS,
+    CHATFLOW_DEDUP_TTL_HOURS and CHATFLOW_LEASE_SECONDS settings; ``using`` names the database alias.
     """
 
     def __init__(
@@ -108,10 +108,12 @@ class DjangoSessionStore(PersistentSessionStore):
         using: str = "default",
         default_max_turns: int | None = None,
         dedup_ttl_hours: float | None = None,
+        lease_ttl_seconds: float | None = None,
     ) -> None:
         super().__init__(
             default_max_turns=settings.CHATFLOW_MAX_TURNS if default_max_turns is None else default_max_turns,
             dedup_ttl_hours=settings.CHATFLOW_DEDUP_TTL_HOURS if dedup_ttl_hours is None else dedup_ttl_hours,
+            lease_ttl_seconds=settings.CHATFLOW_LEASE_SECONDS if lease_ttl_seconds is None else lease_ttl_seconds,
         )
         self.using = using
         self._vendor = connections[using].vendor
@@ -345,19 +347,26 @@ class DjangoSessionStore(PersistentSessionStore):
     def _try_lease(self, session_id: str, owner: str, ttl: float, now: float, ticket: int | None) -> bool:
         """One statement: insert or take over an expired lease, unless a live waiter is ahead."""
         ahead = "" if ticket is None else "AND w.ticket < %s "
-        params = [session_id, owner, now + ttl, session_id, now, owner, *([] if ticket is None else [ticket]), now]
+        params = [session_id, owner, now + ttl, now, session_id, now, owner,
+                  *([] if ticket is None else [ticket]), now]
         return self._execute(
-            "INSERT INTO chatflow_session_leases (session_id, owner, expires_at) SELECT %s, %s, %s "
+            "INSERT INTO chatflow_session_leases (session_id, owner, expires_at, acquired_at) SELECT %s, %s, %s, %s "
             "WHERE NOT EXISTS (SELECT 1 FROM chatflow_session_waiters w WHERE w.session_id = %s "
             f"AND w.expires_at >= %s AND w.owner <> %s {ahead}) "
-            "ON CONFLICT (session_id) DO UPDATE SET owner = EXCLUDED.owner, expires_at = EXCLUDED.expires_at "
-            "WHERE chatflow_session_leases.expires_at < %s",
+            "ON CONFLICT (session_id) DO UPDATE SET owner = EXCLUDED.owner, expires_at = EXCLUDED.expires_at, "
+            "acquired_at = EXCLUDED.acquired_at WHERE chatflow_session_leases.expires_at < %s",
             tuple(params),
         ) == 1
 
     def _leave_queue(self, owner: str) -> None:
         self._queued.discard(owner)
         SessionWaiter.objects.using(self.using).filter(owner=owner).delete()
+
+    def _purge_leases(self, before: float) -> int:
+        with transaction.atomic(using=self.using):  # a savepoint inside an operator's transaction
+            leases, _ = SessionLease.objects.using(self.using).filter(expires_at__lt=before).delete()
+            waiters, _ = SessionWaiter.objects.using(self.using).filter(expires_at__lt=before).delete()
+        return leases + waiters
 
     def _renew_lease(self, session_id: str, owner: str, ttl: float) -> bool:
         leases = SessionLease.objects.using(self.using).filter(session_id=session_id, owner=owner)
@@ -408,3 +417,6 @@ class DjangoSessionStore(PersistentSessionStore):
 
     def _db_release_lease(self, session_id: str, owner: str) -> None:
         self._call(self._release_lease, session_id, owner)
+
+    def _db_purge_leases(self, before: float) -> int:
+        return self._call(self._purge_leases, before)

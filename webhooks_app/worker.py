@@ -69,12 +69,12 @@ runtime.subscribe(_mark_turn)
 
 
 class Worker:
-    """``Worker(slots=4, poll=0.5, visibility=CHATFLOW_QUEUE_VISIBILITY_SECONDS)``; ``await run()``."""
+    """``Worker(slots=4, poll=0.5, visibility=CHATFLOW_LEASE_SECONDS)``; ``await run()``."""
 
     def __init__(self, slots: int = 4, poll: float = 0.5, visibility: float | None = None) -> None:
         self.slots = slots
         self.poll = poll
-        self.visibility = float(visibility or settings.CHATFLOW_QUEUE_VISIBILITY_SECONDS)
+        self.visibility = float(visibility or settings.CHATFLOW_LEASE_SECONDS)
         self.owner = f"worker:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.processed = 0
         self._stopping = False
