@@ -18,7 +18,7 @@ from tests.sessions_app import personas
 from tests.webhooks_app import payloads as p
 from tests.webhooks_app.fakes import FakeProviderAPI
 from tests.webhooks_app.test_endpoints import post_generic, post_wa
-from webhooks_app import taskqueue
+from webhooks_app import settle, taskqueue
 from webhooks_app.models import InboundDelivery
 from webhooks_app.worker import Worker
 
@@ -123,6 +123,9 @@ def test_a_delivery_claimed_before_the_delete_is_not_played_into_the_session_a_l
     play(worker, claimed)
     assert users(SID) == ["a new conversation"]
     assert InboundDelivery.objects.get(pk=claimed.pk).status == "cancelled"
+    page = personas.client_for(personas.viewer()).get(f"/sessions/{SID}/").content.decode()
+    assert f'<tr id="delivery-{claimed.pk}" class="delivery cancelled">' in page  # the ledger says so
+    assert settle.CANCELLED_ERROR in page and "old message" not in page
 
 
 def _wait_until(predicate, what: str) -> None:
