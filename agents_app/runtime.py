@@ -1,11 +1,11 @@
 """The site's runtime: the one place that builds its session store and its Runner (one of each per process).
 
 ``site_store()`` is the site's ``DjangoSessionStore`` (agent names resolved through the registry,
-``CHATFLOW_MAX_TURNS`` / ``CHATFLOW_DEDUP_TTL_HOURS``); ``site_runner()`` the ``Runner`` on it, for
-the registry's starting agent and the engine ``CHATFLOW_ENGINE`` names. Everything that plays or
-changes turns in this process — views, consumers, management commands, operator actions — uses
-these two, so they share the store's in-process turn lock and identity map: an operator action
-refused with 409 and a bot turn on the same session see the same lock.
+``CHATFLOW_MAX_TURNS`` / ``CHATFLOW_DEDUP_TTL_HOURS`` / ``CHATFLOW_LEASE_SECONDS``); ``site_runner()``
+the ``Runner`` on it, for the registry's starting agent and the engine ``CHATFLOW_ENGINE`` names.
+Everything that plays or changes turns in this process — views, consumers, management commands,
+operator actions — uses these two, so they share the store's in-process turn lock and identity map:
+an operator action refused with 409 and a bot turn on the same session see the same lock.
 
 Run-event subscribers (live updates) register once with :func:`add_runner_hook`; every Runner this
 module builds — the first one and those rebuilt after a settings change in tests — gets them.
@@ -36,7 +36,7 @@ T = TypeVar("T")
 
 # Settings the store or the Runner is built from: a change (override_settings) drops both.
 _SETTINGS = frozenset({
-    "CHATFLOW_AGENTS", "CHATFLOW_ENGINE", "CHATFLOW_MAX_TURNS", "CHATFLOW_DEDUP_TTL_HOURS",
+    "CHATFLOW_AGENTS", "CHATFLOW_ENGINE", "CHATFLOW_MAX_TURNS", "CHATFLOW_DEDUP_TTL_HOURS", "CHATFLOW_LEASE_SECONDS",
     "OPENAI_API_KEY", "OPENAI_BASE_URL", "DATABASES",
 })
 

@@ -284,5 +284,13 @@ CHATFLOW_WEBHOOK_MAX_BYTES = _positive_int("CHATFLOW_WEBHOOK_MAX_BYTES", 256 * 1
 # The embedded queue worker (a child process of the server): auto = only under an ASGI server
 # (daphne, uvicorn, runserver); on = in every process that loads the site; off = never.
 CHATFLOW_EMBEDDED_WORKER = _choice("CHATFLOW_EMBEDDED_WORKER", "auto", ("auto", "on", "off"))
-# Seconds a claimed delivery stays invisible to other workers without a heartbeat (crash recovery time).
-CHATFLOW_QUEUE_VISIBILITY_SECONDS = _positive_int("CHATFLOW_QUEUE_VISIBILITY_SECONDS", 30)
+# Seconds a process's claim on work lives without renewal (renewed every third of it): a session's turn
+# lease and a webhook delivery's queue lease (its visibility timeout) alike, so it is how long a killed
+# process keeps its session and its delivery blocked. One value: a delivery taken over sooner than its
+# session's lease would only wait for that lease, and a session freed sooner would still wait for its
+# delivery. CHATFLOW_QUEUE_VISIBILITY_SECONDS is its former name, read when CHATFLOW_LEASE_SECONDS is unset.
+_former_lease_name = _positive_int("CHATFLOW_QUEUE_VISIBILITY_SECONDS", 0)  # 0: not set
+CHATFLOW_LEASE_SECONDS = _positive_int("CHATFLOW_LEASE_SECONDS", _former_lease_name or 30)
+if _former_lease_name and _former_lease_name != CHATFLOW_LEASE_SECONDS:
+    raise ImproperlyConfigured("CHATFLOW_QUEUE_VISIBILITY_SECONDS is the former name of CHATFLOW_LEASE_SECONDS "
+                               "and differs from it; set CHATFLOW_LEASE_SECONDS only")

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import transaction
+from django.dispatch import Signal
 from django.http import Http404
 
 from agents_app import registry, runtime
@@ -31,7 +32,8 @@ from sessions_app.timeline import handoff_of, pretty_json
 
 __all__ = [
     "ActionError", "InvalidAction", "SessionBusy", "StalePlan", "RollbackPlan",
-    "audit", "delete_session", "force_handoff", "plan_rollback", "rollback", "session_counts", "site_store",
+    "audit", "delete_session", "force_handoff", "plan_rollback", "rollback", "session_counts", "session_deleting",
+    "site_store",
 ]
 
 
@@ -297,13 +299,27 @@ def _apply_plan(session: Any, plan: RollbackPlan) -> str:
 
 
 # ---- delete ----------------------------------------------------------------------------------
+#: Sent by :func:`delete_session` inside its transaction, before the session's rows go, as
+#: ``session_deleting.send(sender=delete_session, session_id=str)``. A receiver settles what other apps
+#: keep for the session (e.g. queued webhook deliveries) and returns a dict of counts, merged into the
+#: audit entry's ``after``; an exception aborts the deletion.
+session_deleting = Signal()
+
+
 def delete_session(user: Any, session_id: str) -> OperatorAction:
-    """Delete the session through the store (a running turn then gets SessionDeletedError)."""
+    """Delete the session through the store (a running turn then gets SessionDeletedError).
+
+    In the same transaction the ``session_deleting`` receivers settle what refers to the session;
+    the audit entry's ``after`` is ``{"deleted": True, **their counts}``.
+    """
     store = site_store()
     with transaction.atomic():
         row = _locked_session(session_id)
         before = {"active_agent": row.active_agent_name, "metadata": row.metadata,
                   "created_at": row.created_at.isoformat(), "updated_at": row.updated_at.isoformat(),
                   **session_counts(session_id)}
+        after: dict[str, Any] = {"deleted": True}
+        for _receiver, counts in session_deleting.send(sender=delete_session, session_id=session_id):
+            after.update(counts or {})
         store.delete(session_id)
-        return audit(user, OperatorAction.Kind.DELETE, session_id, before, {"deleted": True})
+        return audit(user, OperatorAction.Kind.DELETE, session_id, before, after)

@@ -21,7 +21,7 @@ from django.utils.html import format_html
 from chatflow_agent.types import Message, Role, ToolCall, ToolResult
 from sessions_app import listing
 from sessions_app.access import ROLLBACK, may
-from sessions_app.models import ChatMessage, ChatSession
+from sessions_app.models import ChatMessage, ChatSession, SessionLease
 from sessions_app.timeline import Item, Turn, _parse, handoff_of, page_count, turn_bounds, turn_items
 
 DETAIL = "sessions_app/session_detail.html"
@@ -194,7 +194,7 @@ def facts_from_db(session_id: str) -> str:
     except Exception:  # Http404: deleted meanwhile
         return ""
     return render_to_string(f"{DETAIL}#session-facts", {
-        "s": session, "live_oob": True,
+        "s": session, "live_oob": True, "lease": SessionLease.objects.filter(pk=session_id).first(),
         "agent_registered": registry.get_agent(session.active_agent_name) is not None})
 
 

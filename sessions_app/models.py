@@ -14,10 +14,12 @@ forms as aware UTC datetimes.
 
 from __future__ import annotations
 
+import time
+from datetime import UTC, datetime
+
 from django.conf import settings
 from django.db import models
 from django.utils import timezone
-
 
 #: The longest session id the console and the live chat accept (characters). The column is unbounded
 #: text; every channel caps the ids it derives to this length, so a longer one is refused, never cut.
@@ -88,7 +90,8 @@ class ProcessedMessage(models.Model):
 
 
 class SessionLease(models.Model):
-    """Cross-process turn lock on one session: held by ``owner`` until ``expires_at`` (unix epoch seconds).
+    """Cross-process turn lock on one session: held by ``owner`` (``host:pid:…``) since ``acquired_at`` until
+    ``expires_at`` (unix epoch seconds; ``acquired_at`` is NULL when older code wrote the row).
 
     No foreign key: a lease is taken before the session row may exist, and outlives its deletion.
     """
@@ -96,12 +99,28 @@ class SessionLease(models.Model):
     session_id = models.TextField(primary_key=True)
     owner = models.TextField()
     expires_at = models.FloatField()
+    acquired_at = models.FloatField(null=True, blank=True)
 
     class Meta:
         db_table = "chatflow_session_leases"
 
     def __str__(self) -> str:
         return f"{self.session_id} → {self.owner}"
+
+    @property
+    def acquired(self) -> datetime | None:
+        """``acquired_at`` as an aware UTC datetime (None when unknown)."""
+        return None if self.acquired_at is None else datetime.fromtimestamp(self.acquired_at, UTC)
+
+    @property
+    def expires(self) -> datetime:
+        """``expires_at`` as an aware UTC datetime."""
+        return datetime.fromtimestamp(self.expires_at, UTC)
+
+    @property
+    def expired(self) -> bool:
+        """True once the lease may be taken over (its holder stopped renewing it: it ended or died)."""
+        return self.expires_at < time.time()
 
 
 class SessionWaiter(models.Model):

@@ -33,6 +33,7 @@ from django.conf import settings
 from django.db import DatabaseError, connections, transaction
 from django.db.models import TextField, Value
 from django.db.models.functions import Cast, Coalesce
+from django.dispatch import Signal
 
 from chatflow_agent.core.backend import Changes, CommitResult, StoredRow, StoredSession
 from chatflow_agent.core.memory import PersistentSessionStore
@@ -40,11 +41,18 @@ from chatflow_agent.exceptions import SessionBusyError, SessionDeletedError
 from chatflow_agent.jsonsafe import json_object
 from sessions_app.models import ChatMessage, ChatSession, ProcessedMessage, SessionLease, SessionWaiter
 
-__all__ = ["DjangoSessionStore"]
+__all__ = ["DjangoSessionStore", "session_committing"]
 
 _DELETE_CHUNK = 500  # ids per DELETE … IN (…): far below every backend's parameter limit
 _PURGE_EVERY_SECONDS = 300
 _WAITER_TTL = 5.0  # seconds a queued waiter stays in line without polling (as SQLiteSessionStore)
+
+
+#: Sent at the start of every commit's transaction, before any row is written, as
+#: ``session_committing.send(sender=DjangoSessionStore, session_id=str, metadata=dict, using=str)``
+#: (``metadata``: what the commit writes). A receiver that raises ``SessionDeletedError`` refuses the
+#: commit: nothing is written and the turn fails with that error. Receivers run on the store's threads.
+session_committing = Signal(use_caching=True)
 
 
 def _text(column: str) -> Coalesce:
@@ -84,10 +92,10 @@ def _close_foreign(wrappers: list[Any]) -> None:
 
 
 class DjangoSessionStore(PersistentSessionStore):
-    """``DjangoSessionStore(using="default", default_max_turns=None, dedup_ttl_hours=None)``.
+    """``DjangoSessionStore(using="default", default_max_turns=None, dedup_ttl_hours=None, lease_ttl_seconds=None)``.
 
-    ``default_max_turns`` and ``dedup_ttl_hours`` default to the CHATFLOW_MAX_TURNS and
-    CHATFLOW_DEDUP_TTL_HOURS settings; ``using`` names the database alias.
+    ``default_max_turns``, ``dedup_ttl_hours`` and ``lease_ttl_seconds`` default to the CHATFLOW_MAX_TURNS,
+    CHATFLOW_DEDUP_TTL_HOURS and CHATFLOW_LEASE_SECONDS settings; ``using`` names the database alias.
     """
 
     def __init__(
@@ -95,10 +103,12 @@ class DjangoSessionStore(PersistentSessionStore):
         using: str = "default",
         default_max_turns: int | None = None,
         dedup_ttl_hours: float | None = None,
+        lease_ttl_seconds: float | None = None,
     ) -> None:
         super().__init__(
             default_max_turns=settings.CHATFLOW_MAX_TURNS if default_max_turns is None else default_max_turns,
             dedup_ttl_hours=settings.CHATFLOW_DEDUP_TTL_HOURS if dedup_ttl_hours is None else dedup_ttl_hours,
+            lease_ttl_seconds=settings.CHATFLOW_LEASE_SECONDS if lease_ttl_seconds is None else lease_ttl_seconds,
         )
         self.using = using
         self._vendor = connections[using].vendor
@@ -214,12 +224,10 @@ class DjangoSessionStore(PersistentSessionStore):
     def _commit(self, changes: Changes) -> CommitResult:
         sid = changes.session_id
         with transaction.atomic(using=self.using):
+            metadata = json_object(changes.metadata_json)
+            session_committing.send(sender=DjangoSessionStore, session_id=sid, metadata=metadata, using=self.using)
             now = datetime.now(UTC)
-            fields = {
-                "active_agent_name": changes.agent_name,
-                "metadata": json_object(changes.metadata_json),
-                "updated_at": now,
-            }
+            fields = {"active_agent_name": changes.agent_name, "metadata": metadata, "updated_at": now}
             if changes.token is None:
                 self._sessions().bulk_create(
                     [ChatSession(session_id=sid, created_at=now, **fields)],
@@ -334,19 +342,26 @@ class DjangoSessionStore(PersistentSessionStore):
     def _try_lease(self, session_id: str, owner: str, ttl: float, now: float, ticket: int | None) -> bool:
         """One statement: insert or take over an expired lease, unless a live waiter is ahead."""
         ahead = "" if ticket is None else "AND w.ticket < %s "
-        params = [session_id, owner, now + ttl, session_id, now, owner, *([] if ticket is None else [ticket]), now]
+        params = [session_id, owner, now + ttl, now, session_id, now, owner,
+                  *([] if ticket is None else [ticket]), now]
         return self._execute(
-            "INSERT INTO chatflow_session_leases (session_id, owner, expires_at) SELECT %s, %s, %s "
+            "INSERT INTO chatflow_session_leases (session_id, owner, expires_at, acquired_at) SELECT %s, %s, %s, %s "
             "WHERE NOT EXISTS (SELECT 1 FROM chatflow_session_waiters w WHERE w.session_id = %s "
             f"AND w.expires_at >= %s AND w.owner <> %s {ahead}) "
-            "ON CONFLICT (session_id) DO UPDATE SET owner = EXCLUDED.owner, expires_at = EXCLUDED.expires_at "
-            "WHERE chatflow_session_leases.expires_at < %s",
+            "ON CONFLICT (session_id) DO UPDATE SET owner = EXCLUDED.owner, expires_at = EXCLUDED.expires_at, "
+            "acquired_at = EXCLUDED.acquired_at WHERE chatflow_session_leases.expires_at < %s",
             tuple(params),
         ) == 1
 
     def _leave_queue(self, owner: str) -> None:
         self._queued.discard(owner)
         SessionWaiter.objects.using(self.using).filter(owner=owner).delete()
+
+    def _purge_leases(self, before: float) -> int:
+        with transaction.atomic(using=self.using):  # a savepoint inside an operator's transaction
+            leases, _ = SessionLease.objects.using(self.using).filter(expires_at__lt=before).delete()
+            waiters, _ = SessionWaiter.objects.using(self.using).filter(expires_at__lt=before).delete()
+        return leases + waiters
 
     def _renew_lease(self, session_id: str, owner: str, ttl: float) -> bool:
         leases = SessionLease.objects.using(self.using).filter(session_id=session_id, owner=owner)
@@ -397,3 +412,6 @@ class DjangoSessionStore(PersistentSessionStore):
 
     def _db_release_lease(self, session_id: str, owner: str) -> None:
         self._call(self._release_lease, session_id, owner)
+
+    def _db_purge_leases(self, before: float) -> int:
+        return self._call(self._purge_leases, before)

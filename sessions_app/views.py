@@ -23,7 +23,7 @@ from agents_app import registry
 from chatflow_agent.jsonsafe import clean_text
 from sessions_app import actions, listing
 from sessions_app.access import DELETE, FORCE_HANDOFF, ROLLBACK, console_required, may
-from sessions_app.models import ChatMessage, ChatSession, OperatorAction
+from sessions_app.models import ChatMessage, ChatSession, OperatorAction, SessionLease
 from sessions_app.timeline import build_page, pretty_json
 
 LIST = "sessions_app/session_list.html"
@@ -120,6 +120,7 @@ def detail_ctx(user: Any, session: ChatSession, newest_first: bool = True, page_
         "can_handoff": may(user, FORCE_HANDOFF),
         "can_rollback": may(user, ROLLBACK),
         "can_delete": may(user, DELETE),
+        "lease": SessionLease.objects.filter(pk=sid).first(),
         "can_chat": may(user, "sessions_app.add_chatmessage"),  # the live chat page (agents_app)
         # Live updates: the page has every message up to last_id; new turns are inserted only on the
         # page that shows the newest turn (tail).

@@ -10,8 +10,12 @@ class WebhooksAppConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from webhooks_app import embedded
+        from sessions_app.actions import session_deleting
+        from sessions_app.store import session_committing
+        from webhooks_app import embedded, settle
         from webhooks_app.groups import grant_ledger_permissions
 
         post_migrate.connect(grant_ledger_permissions, sender=self, dispatch_uid="webhooks_app.groups")
+        session_deleting.connect(settle.cancel_deliveries, dispatch_uid="webhooks_app.settle.cancel")
+        session_committing.connect(settle.refuse_cancelled_turn, dispatch_uid="webhooks_app.settle.refuse")
         embedded.start_if_serving()

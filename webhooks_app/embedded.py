@@ -164,7 +164,7 @@ class EmbeddedWorker:
             if self._stopping.is_set():
                 return
             logger.error("The embedded queue worker (pid %s) exited with status %s; starting a new one in %.0f s. "
-                         "Its deliveries are played again once their lease (CHATFLOW_QUEUE_VISIBILITY_SECONDS) "
+                         "Its deliveries are played again once their lease (CHATFLOW_LEASE_SECONDS) "
                          "expires.", proc.pid, code, delay)
             if self._stopping.wait(delay):
                 return

@@ -6,6 +6,10 @@ A delivery is accepted (``inbox.accept``) in the same transaction that claims it
 
     queued → running → done            (reply: sending → sent | failed; none when nothing is sent)
                      ↘ failed → (console retry or provider redelivery) → queued
+    queued | running (turn not played yet) → cancelled    (an operator deleted the session)
+
+Deleting a session cancels its open deliveries and redacts the texts of all of them (``settle``);
+their provider ids and claims stay, so a redelivery is still suppressed as a duplicate.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ class InboundDelivery(models.Model):
         RUNNING = "running", "Running"
         DONE = "done", "Done"
         FAILED = "failed", "Failed"
+        CANCELLED = "cancelled", "Cancelled (session deleted)"
 
     class Reply(models.TextChoices):
         PENDING = "", "Not yet"
@@ -49,7 +54,7 @@ class InboundDelivery(models.Model):
     text = models.TextField(blank=True, default="")
     metadata = models.JSONField(default=dict, blank=True, help_text="Session metadata from the channel.")
     payload = models.JSONField(default=dict, blank=True, help_text="The provider's message object.")
-    status = models.CharField(max_length=8, choices=Status.choices, default=Status.QUEUED)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
     attempts = models.PositiveIntegerField(default=0)
     first_seen = models.DateTimeField(default=timezone.now)
     last_seen = models.DateTimeField(default=timezone.now)

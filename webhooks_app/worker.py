@@ -36,7 +36,7 @@ from django.db import connections
 
 from agents_app import runtime
 from chatflow_agent.core.events import TurnStarted
-from webhooks_app import replies, taskqueue
+from webhooks_app import replies, settle, taskqueue
 from webhooks_app.models import InboundDelivery
 
 __all__ = ["Worker", "FALLBACK_REPLY", "UNSUPPORTED_REPLY", "RESET_REPLY"]
@@ -69,12 +69,12 @@ runtime.subscribe(_mark_turn)
 
 
 class Worker:
-    """``Worker(slots=4, poll=0.5, visibility=CHATFLOW_QUEUE_VISIBILITY_SECONDS)``; ``await run()``."""
+    """``Worker(slots=4, poll=0.5, visibility=CHATFLOW_LEASE_SECONDS)``; ``await run()``."""
 
     def __init__(self, slots: int = 4, poll: float = 0.5, visibility: float | None = None) -> None:
         self.slots = slots
         self.poll = poll
-        self.visibility = float(visibility or settings.CHATFLOW_QUEUE_VISIBILITY_SECONDS)
+        self.visibility = float(visibility or settings.CHATFLOW_LEASE_SECONDS)
         self.owner = f"worker:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.processed = 0
         self._stopping = False
@@ -206,6 +206,10 @@ class Worker:
         if await db(taskqueue.turn_committed, delivery):
             logger.info("Delivery %s: its turn committed before a crash; not played again", delivery.pk)
             return RESET_REPLY if delivery.kind == Kind.RESET else await db(taskqueue.last_answer, delivery.session_id)
+        with settle.playing(delivery):  # its commit is refused if the session is deleted meanwhile
+            return await self._play_turn(delivery)
+
+    async def _play_turn(self, delivery: InboundDelivery) -> str:
         runner = runtime.site_runner()
         if delivery.kind == Kind.RESET:
             async with runner.session_store.turn(delivery.session_id, runner.starting_agent, delivery.metadata) as s:

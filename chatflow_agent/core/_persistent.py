@@ -52,7 +52,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger("chatflow_agent.memory")
 _T = TypeVar("_T")
 
-__all__ = ["PersistentSessionStore"]
+__all__ = ["DEFAULT_LEASE_TTL_SECONDS", "PersistentSessionStore"]
+
+DEFAULT_LEASE_TTL_SECONDS = 30.0
 
 
 def _process_tag() -> str:
@@ -81,14 +83,19 @@ class PersistentSessionStore(BaseSessionStore):
     """Base class of stores that persist to a database (see the module docstring)."""
 
     _BLOCKING_IO_WORKERS = 4
-    #: seconds a turn's lease lives without renewal (renewed every third of it while running)
-    lease_ttl_seconds: float = 30.0
     _CACHE_SIZE = 1024
+    #: seconds between two purges of expired lease and waiter rows (see :meth:`purge_expired_leases`)
+    _LEASE_PURGE_EVERY = 300.0
 
-    def __init__(self, default_max_turns: int = 40, dedup_ttl_hours: float = DEFAULT_DEDUP_TTL_HOURS) -> None:
+    def __init__(self, default_max_turns: int = 40, dedup_ttl_hours: float = DEFAULT_DEDUP_TTL_HOURS,
+                 lease_ttl_seconds: float = DEFAULT_LEASE_TTL_SECONDS) -> None:
         super().__init__()
         self.default_max_turns = _positive_int("default_max_turns", default_max_turns)
         self.dedup_ttl_hours = _positive_number("dedup_ttl_hours", dedup_ttl_hours)
+        #: seconds a turn's lease lives without renewal (renewed every third of it while the turn runs):
+        #: how long a session stays blocked after the process holding it died
+        self.lease_ttl_seconds = _positive_number("lease_ttl_seconds", lease_ttl_seconds)
+        self._last_lease_purge = 0.0
         self._weak: weakref.WeakValueDictionary[str, SessionContext] = weakref.WeakValueDictionary()
         self._lru: OrderedDict[str, SessionContext] = OrderedDict()
         self._cache_mutex = threading.RLock()
@@ -120,6 +127,7 @@ class PersistentSessionStore(BaseSessionStore):
     def _db_leave_queue(self, session_id: str, owner: str) -> None: return None
     def _db_renew_lease(self, session_id: str, owner: str, ttl: float) -> bool: raise NotImplementedError
     def _db_release_lease(self, session_id: str, owner: str) -> None: raise NotImplementedError
+    def _db_purge_leases(self, before: float) -> int: raise NotImplementedError
 
     # ---- blocking dispatch ----------------------------------------------------------------
     async def _run_blocking(self, fn: Callable[..., _T], *args: Any) -> _T:
@@ -360,6 +368,12 @@ class PersistentSessionStore(BaseSessionStore):
         """Delete expired de-duplication rows; returns how many."""
         return self._db_purge_processed(self.dedup_ttl_seconds)
 
+    def purge_expired_leases(self) -> int:
+        """Delete lease and waiter rows that expired more than ``lease_ttl_seconds`` ago (left by
+        processes that died); returns how many. Turns also do it, at most every five minutes."""
+        self._last_lease_purge = time.time()
+        return self._db_purge_leases(self._last_lease_purge - self.lease_ttl_seconds)
+
     # ---- commits --------------------------------------------------------------------------
     @staticmethod
     def _delta(session: SessionContext) -> tuple[list[Message], list[Message]] | None:
@@ -490,6 +504,11 @@ class PersistentSessionStore(BaseSessionStore):
     def _begin_blocking(self, session_id: str, owner: str, queue: bool = True) -> tuple[bool, StoredSession | None]:
         if not self._db_acquire_lease(session_id, owner, self.lease_ttl_seconds, queue):
             return False, None
+        if time.time() - self._last_lease_purge > self._LEASE_PURGE_EVERY:
+            try:
+                self.purge_expired_leases()
+            except Exception:  # noqa: BLE001 - tidying only: the turn goes on, the next purge retries
+                logger.exception("Purging expired session leases failed")
         try:
             head = self._db_head(session_id)
             cached = self._cached(session_id)

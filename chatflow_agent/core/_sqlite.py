@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
-from chatflow_agent.core._persistent import PersistentSessionStore
+from chatflow_agent.core._persistent import DEFAULT_LEASE_TTL_SECONDS, PersistentSessionStore
 from chatflow_agent.core._session import DEFAULT_DEDUP_TTL_HOURS, SessionContext
 from chatflow_agent.core.backend import Changes, CommitResult, StoredRow, StoredSession
 from chatflow_agent.exceptions import SessionBusyError, SessionDeletedError, StoreSchemaError
@@ -64,7 +64,8 @@ CREATE INDEX IF NOT EXISTS idx_chatflow_processed_at ON chatflow_processed_messa
 CREATE TABLE IF NOT EXISTS chatflow_session_leases (
     session_id TEXT PRIMARY KEY,
     owner TEXT NOT NULL,
-    expires_at REAL NOT NULL
+    expires_at REAL NOT NULL,
+    acquired_at REAL
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS chatflow_session_waiters (
     ticket INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -117,8 +118,10 @@ def is_memory_database(db_path: str) -> bool:
 class SQLiteSessionStore(PersistentSessionStore):
     """Persistent store on a SQLite file (or an in-memory database); see the module docstring.
 
-    ``SQLiteSessionStore(db_path="chatflow.db", default_max_turns=40, dedup_ttl_hours=192)``;
-    any other keyword → ``TypeError``; non-positive numbers → ``ValueError``.
+    ``SQLiteSessionStore(db_path="chatflow.db", default_max_turns=40, dedup_ttl_hours=192,
+    lease_ttl_seconds=30)``; any other keyword → ``TypeError``; non-positive numbers → ``ValueError``.
+    ``lease_ttl_seconds``: how long a turn's lease lives without renewal, so how long a session stays
+    blocked after the process running a turn on it died.
     """
 
     def __init__(
@@ -126,8 +129,10 @@ class SQLiteSessionStore(PersistentSessionStore):
         db_path: str | Path = "chatflow.db",
         default_max_turns: int = 40,
         dedup_ttl_hours: float = DEFAULT_DEDUP_TTL_HOURS,
+        lease_ttl_seconds: float = DEFAULT_LEASE_TTL_SECONDS,
     ) -> None:
-        super().__init__(default_max_turns=default_max_turns, dedup_ttl_hours=dedup_ttl_hours)
+        super().__init__(default_max_turns=default_max_turns, dedup_ttl_hours=dedup_ttl_hours,
+                         lease_ttl_seconds=lease_ttl_seconds)
         self.db_path = str(db_path)
         self._inline = is_memory_database(self.db_path)
         self._local = threading.local()
@@ -211,6 +216,7 @@ class SQLiteSessionStore(PersistentSessionStore):
             for statement in _SCHEMA.split(";"):
                 if statement.strip():
                     conn.execute(statement)
+            _lease_acquired_column(conn)
             _leases_without_rowid(conn)
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
@@ -380,12 +386,12 @@ class SQLiteSessionStore(PersistentSessionStore):
     def _db_try_lease(conn: sqlite3.Connection, session_id: str, owner: str, ttl: float, now: float,
                       ticket: int | None) -> bool:
         cur = conn.execute(
-            "INSERT INTO chatflow_session_leases (session_id, owner, expires_at) SELECT ?, ?, ? "
+            "INSERT INTO chatflow_session_leases (session_id, owner, expires_at, acquired_at) SELECT ?, ?, ?, ? "
             "WHERE NOT EXISTS (SELECT 1 FROM chatflow_session_waiters w WHERE w.session_id = ? "
             "AND w.expires_at >= ? AND w.owner != ? AND (? IS NULL OR w.ticket < ?)) "
-            "ON CONFLICT(session_id) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at "
-            "WHERE chatflow_session_leases.expires_at < ?",
-            (session_id, owner, now + ttl, session_id, now, owner, ticket, ticket, now),
+            "ON CONFLICT(session_id) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at, "
+            "acquired_at = excluded.acquired_at WHERE chatflow_session_leases.expires_at < ?",
+            (session_id, owner, now + ttl, now, session_id, now, owner, ticket, ticket, now),
         )
         return cur.rowcount == 1
 
@@ -402,6 +408,22 @@ class SQLiteSessionStore(PersistentSessionStore):
     def _db_release_lease(self, session_id: str, owner: str) -> None:
         self._write1("DELETE FROM chatflow_session_leases WHERE session_id = ? AND owner = ?", (session_id, owner))
 
+    def _db_purge_leases(self, before: float) -> int:
+        def purge(conn: sqlite3.Connection) -> int:
+            leases = conn.execute("DELETE FROM chatflow_session_leases WHERE expires_at < ?", (before,)).rowcount
+            return leases + conn.execute("DELETE FROM chatflow_session_waiters WHERE expires_at < ?",
+                                         (before,)).rowcount
+
+        return self._write(purge)
+
+
+def _lease_acquired_column(conn: sqlite3.Connection) -> None:
+    """Add ``acquired_at`` (unix seconds the lease was taken; NULL when written by older code) to a lease
+    table made without it. Older code reads and writes the table as before."""
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(chatflow_session_leases)")}
+    if "acquired_at" not in columns:
+        conn.execute("ALTER TABLE chatflow_session_leases ADD COLUMN acquired_at REAL")
+
 
 def _leases_without_rowid(conn: sqlite3.Connection) -> None:
     """Rebuild a lease table made with a rowid (by this store before, or by the Django migration).
@@ -416,9 +438,9 @@ def _leases_without_rowid(conn: sqlite3.Connection) -> None:
     if row is None or "WITHOUT ROWID" in row[0].upper():
         return
     conn.execute("CREATE TABLE chatflow_session_leases_new (session_id TEXT PRIMARY KEY, owner TEXT NOT NULL, "
-                 "expires_at REAL NOT NULL) WITHOUT ROWID")
+                 "expires_at REAL NOT NULL, acquired_at REAL) WITHOUT ROWID")
     conn.execute("INSERT INTO chatflow_session_leases_new "
-                 "SELECT session_id, owner, expires_at FROM chatflow_session_leases")
+                 "SELECT session_id, owner, expires_at, acquired_at FROM chatflow_session_leases")
     conn.execute("DROP TABLE chatflow_session_leases")
     conn.execute("ALTER TABLE chatflow_session_leases_new RENAME TO chatflow_session_leases")
 

@@ -17,10 +17,22 @@ from webhooks_app.models import InboundDelivery
     ("CHATFLOW_WEBHOOK_MAX_BYTES", "-1"),
     ("CHATFLOW_EMBEDDED_WORKER", "sometimes"),
     ("CHATFLOW_QUEUE_VISIBILITY_SECONDS", "0"),
+    ("CHATFLOW_LEASE_SECONDS", "0"),
 ])
 def test_a_malformed_webhook_setting_stops_start_up_naming_it(name, value, tmp_path):
     result = run_manage("check", env=site_env(DATABASE_URL=f"sqlite:///{tmp_path / 'x.db'}", **{name: value}))
     assert result.returncode != 0 and name in result.stderr
+
+
+@pytest.mark.slow
+def test_the_lease_setting_and_its_former_name_must_not_disagree(tmp_path):
+    db = f"sqlite:///{tmp_path / 'x.db'}"
+    both = run_manage("check", env=site_env(DATABASE_URL=db, CHATFLOW_LEASE_SECONDS="5",
+                                            CHATFLOW_QUEUE_VISIBILITY_SECONDS="7"))
+    assert both.returncode != 0 and "CHATFLOW_LEASE_SECONDS" in both.stderr
+    code = "from django.conf import settings; print(settings.CHATFLOW_LEASE_SECONDS)"
+    former = run_manage("shell", "-c", code, env=site_env(DATABASE_URL=db, CHATFLOW_QUEUE_VISIBILITY_SECONDS="7"))
+    assert former.returncode == 0 and former.stdout.splitlines()[-1] == "7"
 
 
 @pytest.mark.django_db
