@@ -128,7 +128,7 @@ def _claim_resend(user: Any, delivery_id: int, owner: str) -> InboundDelivery:
                   "reply_error": delivery.reply_error[:500]}
         delivery.status, delivery.reply_status, delivery.reply_error = Status.RUNNING, Reply.SENDING, ""
         delivery.lease_owner = owner
-        delivery.lease_expires_at = now + timedelta(seconds=settings.CHATFLOW_QUEUE_VISIBILITY_SECONDS)
+        delivery.lease_expires_at = now + timedelta(seconds=settings.CHATFLOW_LEASE_SECONDS)
         delivery.save(update_fields=["status", "reply_status", "reply_error", "lease_owner", "lease_expires_at"])
         actions.audit(user, RESEND_ACTION, delivery.session_id, before,
                       {"delivery": delivery.pk, "reply_status": Reply.SENDING})
