@@ -45,8 +45,9 @@ def _reply_unknown(now: Any) -> Q:
 
 
 def _resendable(now: Any) -> Q:
-    """A reply of a channel that answers (WhatsApp, Telegram) that is unknown, or whose send failed."""
-    return Q(provider__in=[Provider.WHATSAPP, Provider.TELEGRAM]) & (
+    """A reply of a channel that answers (WhatsApp, Telegram) that is unknown, or whose send failed, and
+    that still has an answer to send."""
+    return Q(provider__in=[Provider.WHATSAPP, Provider.TELEGRAM]) & ~Q(answer="") & (
         _reply_unknown(now) | Q(reply_status=Reply.FAILED, status__in=_FINISHED))
 
 

@@ -180,3 +180,28 @@ def test_a_reply_being_sent_by_a_live_worker_is_not_unknown(client, apis):  # no
     operator = personas.client_for(personas.operator())
     assert f'id="delivery-{d.pk}"' not in operator.get("/webhooks/attention/").content.decode()
     assert resend(operator, d).status_code == 409
+
+
+def test_a_deleted_sessions_unknown_reply_is_settled_and_cannot_be_resent(client, apis):  # noqa: F811
+    wa, _ = apis
+    d = died_while_sending(client, post_wa, p.whatsapp(p.wa_text("wamid.D", "hi")), "Hello!")
+    operator = personas.client_for(personas.operator())
+    assert operator.post(f"/actions/delete/{d.session_id}/").status_code == 302
+    d.refresh_from_db()
+    assert (d.reply_status, d.answer) == (Reply.NONE, "")
+    assert f'id="delivery-{d.pk}"' not in operator.get("/webhooks/attention/").content.decode()
+    assert resend(operator, d).status_code == 409
+    assert wa.bodies() == [] and not OperatorAction.objects.filter(action="resend_reply").exists()
+
+
+def test_resend_is_its_own_permission(client, apis):  # noqa: F811
+    from django.contrib.auth.models import Permission
+
+    wa, _ = apis
+    d = died_while_sending(client, post_wa, p.whatsapp(p.wa_text("wamid.Q", "hi")), "Hello!")
+    retrier = personas.viewer("rita.retrier")
+    retrier.user_permissions.add(Permission.objects.get(codename="retry_delivery"))
+    assert resend(personas.client_for(retrier), d).status_code == 403
+    retrier.user_permissions.add(Permission.objects.get(codename="resend_reply"))
+    assert resend(personas.client_for(retrier), d).status_code == 302
+    assert len(wa.bodies()) == 1
