@@ -18,6 +18,7 @@ import re
 from typing import Any
 
 from chatflow_agent.jsonsafe import json_safe
+from sessions_app.models import SESSION_ID_MAX_LENGTH
 from webhooks_app.inbox import Inbound
 from webhooks_app.models import InboundDelivery
 
@@ -26,7 +27,7 @@ __all__ = ["Refused", "check_hmac", "check_secret_token", "parse_json", "whatsap
 
 Provider = InboundDelivery.Provider
 Kind = InboundDelivery.Kind
-MAX_ID = 255  # characters of a message or session id
+MAX_ID = SESSION_ID_MAX_LENGTH  # characters of a message or session id
 MAX_TEXT = 64 * 1024
 MAX_DEPTH = 32  # nested arrays/objects in a body (providers send fewer than ten)
 TELEGRAM_ID_BITS = 64  # Telegram ids fit a signed 64-bit integer (core.telegram.org/bots/api#chat)

@@ -1,4 +1,5 @@
-"""Console groups get the ledger's permissions: Operators may view and retry deliveries and resend replies, Viewers view them.
+"""Console groups get the ledger's permissions: Operators may view and retry deliveries and resend replies,
+Viewers view them.
 
 A post_migrate receiver (after sessions_app's, which creates the groups), so a flush keeps them too.
 """

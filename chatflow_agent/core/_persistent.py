@@ -338,7 +338,7 @@ class PersistentSessionStore(BaseSessionStore):
         cached = self._forget(session_id)
         if cached is not None:
             cached._deleted = True
-        return self._db_delete(session_id) or cached is not None
+        return self._db_delete(session_id) or (cached is not None and cached._token is None)
 
     def list_sessions(self) -> list[str]:
         """Session ids, most recently updated first."""

@@ -509,7 +509,7 @@ def test_a_forced_handoff_after_turns_a_rollback_removed_says_nothing_of_the_kep
                             "transferred_from": "Support", "transferred_to": "Billing", "reason": "r"})),
                     model("B")], agent="Billing")
     actions.force_handoff(olga, "rb", "Tech")
-    actions.rollback(olga, "rb", 1)
+    actions.rollback(olga, "rb", 1, actions.plan_rollback("rb", 1).fingerprint)
     add_turn("rb", [user("c"), model("C")])
 
     doc = json.loads(get(bearer, "rb", "json")[1])
