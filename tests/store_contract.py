@@ -275,6 +275,19 @@ def test_deleting_a_session_another_store_deleted_answers_false(kit: StoreKit) -
         live.add_message(Message(role=Role.USER, content="ghost"))
 
 
+@pytest.mark.asyncio
+async def test_turn_metadata_is_stored_with_its_turn_or_not_at_all(kit: StoreKit) -> None:
+    store = kit.make()
+    runner = Runner(Agent(name="Bot", instructions="x"), session_store=store,
+                    engine=StepsEngine("A1", ProviderError("down")))
+    await runner.run_async("tm", "U1", {"channel": "web"}, turn_metadata={"delivery": "d1"})
+    with pytest.raises(ProviderError):
+        await runner.run_async("tm", "U2", turn_metadata={"delivery": "d2"})
+    live = store.get("tm")
+    assert (live.metadata, contents(live.history)) == ({"channel": "web", "delivery": "d1"}, ["U1", "A1"])
+    assert_reload_equals(kit, store, "tm", live)
+
+
 def test_a_stale_session_object_raises_after_delete(kit: StoreKit) -> None:
     store = kit.make()
     s = store.get_or_create("stale", default_agent=Agent(name="Bot", instructions="x"))
