@@ -29,7 +29,7 @@ Provider = InboundDelivery.Provider
 Kind = InboundDelivery.Kind
 MAX_ID = SESSION_ID_MAX_LENGTH  # characters of a message or session id
 MAX_TEXT = 64 * 1024
-MAX_DEPTH = 32  # nested arrays/objects in a body (providers send fewer than ten)
+MAX_DEPTH = 32  # nested arrays/objects in a body: far deeper than any provider sends
 TELEGRAM_ID_BITS = 64  # Telegram ids fit a signed 64-bit integer (core.telegram.org/bots/api#chat)
 # What an id may not hold: C0/C1 controls (NUL included), unpaired surrogates, line/paragraph separators
 # and the bidi embedding/override/isolate controls and marks. Each would be dropped, replaced or shown
