@@ -50,9 +50,12 @@ Reply = InboundDelivery.Reply
 
 
 def _turn_metadata(delivery: InboundDelivery) -> dict[str, Any]:
-    """What the delivery's turn writes into its session with its commit: the channel metadata and the
-    delivery's marker (so a delivery claimed again after a crash is played iff its turn did not commit)."""
-    return {**delivery.metadata, taskqueue.MARKER_KEY: delivery.marker}
+    """What the delivery's turn writes into its session with its commit: the delivery's metadata and its
+    marker (so a delivery claimed again after a crash is played iff its turn did not commit). Not its
+    ``channel``: a session keeps the channel it was created on (a message arriving through another
+    channel must not, say, turn a WhatsApp customer's session into one the live chat may write to)."""
+    fresh = {k: v for k, v in delivery.metadata.items() if k != "channel"}
+    return {**fresh, taskqueue.MARKER_KEY: delivery.marker}
 
 
 class Worker:
