@@ -54,7 +54,7 @@ def cancel_deliveries(sender: Any, session_id: str, **kwargs: Any) -> dict[str, 
     unplayed = Q(status=Status.QUEUED) | Q(status=Status.RUNNING, reply_status=InboundDelivery.Reply.PENDING)
     cancelled = deliveries.filter(unplayed).update(
         status=Status.CANCELLED, error=CANCELLED_ERROR, lease_owner="", lease_expires_at=None,
-        finished_at=timezone.now(),
+        finished_at=timezone.now(), reply_status=Reply.NONE,
     )
     redacted = deliveries.update(text="", answer="", payload={}, metadata={})
     # A reply that is unknown or failed can no longer be resent: its answer is gone. (A worker still
