@@ -81,14 +81,15 @@ class ChatConsumer(AsyncWebsocketConsumer):
             return
         # clean_text: no NUL (PostgreSQL text cannot hold it) and no lone surrogates reach the store.
         text = clean_text(str(data.get("message") or "")).strip()
-        session_id = clean_text(str(data.get("session_id") or "")).strip()
+        session_id = str(data.get("session_id") or "").strip()  # as typed: refused, never cleaned
         agent = registry.get_agent(str(data.get("agent") or "")) or registry.starting_agent()
         channel = clean_text(str(data.get("channel") or "")).strip()[:100]
         if not text or not session_id or len(text) > MAX_MESSAGE:
             await self._error(f"A message (at most {MAX_MESSAGE} characters) and a session id are needed.")
             return
-        if refusal := chat_refusal(session_id, None):  # too long an id: refused, never cut
-            logger.info("Live chat refused a message for a session id of %d characters", len(session_id))
+        if refusal := chat_refusal(session_id, None):  # an id that cannot be stored as typed: refused
+            logger.info("Live chat refused a message for a session id of %d characters: %s",
+                        len(session_id), refusal)
             await self._error(refusal)
             return
         if len(self.tasks) >= MAX_QUEUED:

@@ -12,8 +12,8 @@ from django.views.decorators.http import require_GET
 from agents_app import registry
 from agents_app.graph import layout
 from chatflow_agent.core.agent import handoff_tool_name
-from chatflow_agent.jsonsafe import clean_text
 from sessions_app.access import console_required
+from sessions_app.ids import id_problem
 from sessions_app.models import SESSION_ID_MAX_LENGTH, ChatSession
 from sessions_app.timeline import pretty_json
 
@@ -60,7 +60,9 @@ def chat_refusal(session_id: str, metadata: Any) -> str:
     the metadata a new session would get); ``""`` when it may."""
     if len(session_id) > SESSION_ID_MAX_LENGTH:
         return (f"Session ids have at most {SESSION_ID_MAX_LENGTH} characters; this one has {len(session_id)}.")
-    channel = metadata.get("channel") if isinstance(metadata, dict) else None
+    if problem := id_problem(session_id):
+        return f"This session id {problem}."
+    channel = str(metadata.get("channel") or "").lower() if isinstance(metadata, dict) else ""
     if channel in CUSTOMER_CHANNELS:
         return (f"Read only: this is a {channel} customer's session. A message sent here would be stored as the "
                 f"customer's own and the answer would never reach {channel}, so the live chat does not send on it.")
@@ -76,8 +78,9 @@ def chat_page(request: HttpRequest) -> HttpResponse:
     a session of a customer channel (:data:`CUSTOMER_CHANNELS`) is shown read only."""
     from secrets import token_hex
 
-    session_id = clean_text(request.GET.get("session", "")).strip() or f"web-{token_hex(4)}"  # no NUL
-    existing = ChatSession.objects.filter(pk=session_id).first() if len(session_id) <= SESSION_ID_MAX_LENGTH else None
+    session_id = request.GET.get("session", "").strip() or f"web-{token_hex(4)}"
+    valid = not id_problem(session_id)
+    existing = ChatSession.objects.filter(pk=session_id).first() if valid else None
     names = list(registry.agents())
     metadata = existing.metadata if existing else {"channel": request.GET.get("channel", "web")[:100]}
     refusal = chat_refusal(session_id, metadata)
@@ -91,4 +94,4 @@ def chat_page(request: HttpRequest) -> HttpResponse:
         "refusal": refusal,
     }
     return render(request, "agents_app/chat.html", ctx,
-                  status=400 if len(session_id) > SESSION_ID_MAX_LENGTH else 200)
+                  status=200 if valid else 400)

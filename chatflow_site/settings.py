@@ -241,6 +241,7 @@ X_FRAME_OPTIONS = "DENY"
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
+    "filters": {"refusal_in_one_line": {"()": "chatflow_site.logfilters.RefusalInOneLine"}},
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": "WARNING"},
     "loggers": {
@@ -248,6 +249,7 @@ LOGGING = {
         # Django's default config gives "django" a console handler of its own; records also reach the
         # root handler, so each 4xx/5xx line printed twice. Configured here, it keeps only the root's.
         "django": {"level": "INFO"},
+        "django.request": {"level": "INFO", "filters": ["refusal_in_one_line"]},
     },
 }
 

@@ -255,7 +255,8 @@ def transcript(session: ChatSession, rows: Iterable[Row] | None = None, *, redac
         "preamble": [message_record(row, msg) for row, msg in preamble.parsed],
         "turns": [_turn_record(t, its, a) for t, its, a in zip(turns, items, agents, strict=True)],
     }
-    return redact(out) if redacted else out
+    # A redacted transcript says so: it is a report, not a backup (its contacts, perhaps its id, are masked).
+    return {**redact(out), "redacted": True} if redacted else out
 
 
 def turn_agents(session: ChatSession) -> list[list[str]]:

@@ -13,9 +13,11 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlencode
 
 from django.http import HttpRequest
 from django.template.loader import render_to_string
+from django.urls import reverse
 from django.utils.html import format_html
 
 from chatflow_agent.types import Message, Role, ToolCall, ToolResult
@@ -27,7 +29,7 @@ from sessions_app.timeline import Item, Turn, _parse, handoff_of, page_count, tu
 DETAIL = "sessions_app/session_detail.html"
 LIST = "sessions_app/session_list.html"
 
-__all__ = ["DetailView", "list_row_from_db", "list_removed", "render_event"]
+__all__ = ["DetailView", "list_row_from_db", "list_removed", "pager_ctx", "render_event"]
 
 
 def call_dom_id(prefix: str, call_id: str) -> str:
@@ -175,8 +177,6 @@ def _previous_turn_actions(ctx: dict[str, Any], had: int, first_new: int) -> str
 
 def toolbar(view: DetailView, turn_count: int) -> str:
     """The history toolbar (turn count, page, links) for ``view`` once the session has ``turn_count`` turns."""
-    from sessions_app.views import pager_ctx
-
     pages = page_count(turn_count)
     page = min(view.page, pages)
     return render_to_string(f"{DETAIL}#history-toolbar", {
@@ -282,3 +282,19 @@ def list_removed(session_id: str) -> str:
     from sessions_app.live import dom_id
 
     return f'<tr id="row-{dom_id(session_id)}" hx-swap-oob="delete"></tr>'
+
+
+def pager_ctx(session_id: str, page: int, pages: int, newest_first: bool) -> dict[str, str | None]:
+    """The history toolbar's order and links (``order``, ``prev_url``, ``next_url``, ``toggle_url``) for
+    page ``page`` of ``pages``."""
+    order = "newest" if newest_first else "oldest"
+
+    def page_url(n: int, order: str = order) -> str:
+        return reverse("sessions-show-session", args=[session_id]) + "?" + urlencode({"order": order, "page": n})
+
+    return {
+        "order": order,
+        "prev_url": page_url(page - 1) if page > 1 else None,
+        "next_url": page_url(page + 1) if page < pages else None,
+        "toggle_url": page_url(1, "oldest" if newest_first else "newest"),
+    }

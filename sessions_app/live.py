@@ -50,7 +50,7 @@ from chatflow_agent.jsonsafe import json_safe
 
 __all__ = [
     "LIST_GROUP", "LayerOutage", "Publisher", "encode_event", "group_for_session", "group_send", "mark_serving",
-    "outage", "publish_action", "publisher",
+    "flush_before_close", "outage", "publish_action", "publisher",
     "warn_if_isolated", "warn_unless_serving",
 ]
 
@@ -206,6 +206,19 @@ class Publisher:
 
 #: The process's publisher, subscribed to the site's Runner by agents_app's AppConfig.
 publisher = Publisher()
+
+#: Seconds a closing event loop waits for its queued live updates (a channel layer that is down fails
+#: each send after its connect timeout; past this the rest are dropped).
+FLUSH_TIMEOUT = 10.0
+
+
+async def flush_before_close() -> None:
+    """Send the live updates this event loop still has queued: for code whose loop is about to close
+    (``asyncio.run`` of a command's turn), whose queued messages would otherwise be dropped with it."""
+    try:
+        await asyncio.wait_for(publisher.flush(), FLUSH_TIMEOUT)
+    except TimeoutError:
+        logger.warning("Live updates still queued after %.0f s were dropped", FLUSH_TIMEOUT)
 
 
 def _action_message(entry: Any) -> dict[str, Any]:

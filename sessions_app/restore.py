@@ -74,6 +74,9 @@ def restore(doc: Any, *, replace: bool = False) -> Restored:
 
     if not isinstance(doc, dict) or doc.get("format") != "chatflow-transcript" or doc.get("version") != FORMAT_VERSION:
         raise RestoreError(f"Not a chatflow transcript, version {FORMAT_VERSION}.")
+    if doc.get("redacted"):
+        raise RestoreError("A redacted export (?redact=contacts) cannot be restored: its contacts, and perhaps "
+                           "its session id, are masked. Restore an export made without redact.")
     try:
         info = doc["session"]
         sid, agent_name = str(info["session_id"]), str(info["active_agent"])

@@ -23,6 +23,7 @@ from agents_app import registry
 from chatflow_agent.jsonsafe import clean_text
 from sessions_app import actions, listing
 from sessions_app.access import DELETE, FORCE_HANDOFF, ROLLBACK, console_required, may
+from sessions_app.fragments import pager_ctx
 from sessions_app.models import ChatMessage, ChatSession, OperatorAction, SessionLease
 from sessions_app.timeline import build_page, pretty_json
 
@@ -128,22 +129,6 @@ def detail_ctx(user: Any, session: ChatSession, newest_first: bool = True, page_
         "live_tail": page.page == (1 if newest_first else page.pages),
         "last_id": max([before, *_row_ids(page)]),
         **extra,
-    }
-
-
-def pager_ctx(session_id: str, page: int, pages: int, newest_first: bool) -> dict[str, str | None]:
-    """The history toolbar's order and links (``order``, ``prev_url``, ``next_url``, ``toggle_url``) for
-    page ``page`` of ``pages``."""
-    order = "newest" if newest_first else "oldest"
-
-    def page_url(n: int, order: str = order) -> str:
-        return _url("sessions-show-session", {"order": order, "page": n}, session_id)
-
-    return {
-        "order": order,
-        "prev_url": page_url(page - 1) if page > 1 else None,
-        "next_url": page_url(page + 1) if page < pages else None,
-        "toggle_url": page_url(1, "oldest" if newest_first else "newest"),
     }
 
 

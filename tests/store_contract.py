@@ -197,7 +197,8 @@ async def test_exceeding_max_handoffs_keeps_every_tool_call_answered(kit: StoreK
     store = kit.make()
     support, billing = team()
     billing.add_handoff(support)
-    calls = [ToolCall(id="h1", name="transfer_to_billing", args={}), ToolCall(id="h2", name="transfer_to_billing", args={}),
+    calls = [ToolCall(id="h1", name="transfer_to_billing", args={}),
+             ToolCall(id="h2", name="transfer_to_billing", args={}),
              ToolCall(id="x3", name="transfer_to_billing", args={})]
     engine = StepsEngine(EngineTurnResult(tool_calls=calls), "done")
     runner = Runner(support, session_store=store, engine=engine, max_handoffs_per_turn=1)
@@ -261,6 +262,30 @@ async def test_a_failed_first_turn_leaves_no_session_and_a_retry_starts_afresh(k
     live = store.get("fresh")
     assert (live.active_agent.name, live.metadata, contents(live.history)) == ("Billing", {"try": 2}, ["U1", "A1"])
     assert_reload_equals(kit, store, "fresh", live)
+
+
+def test_deleting_a_session_another_store_deleted_answers_false(kit: StoreKit) -> None:
+    if kit.reopen is None:
+        pytest.skip("not persistent: there is no other store on the same data")
+    store = kit.make()
+    live = store.get_or_create("gone", default_agent=Agent(name="Bot", instructions="x"))
+    assert kit.reopen(store).delete("gone") is True
+    assert store.delete("gone") is False  # its cached copy was stored: nothing is left to delete
+    with pytest.raises(SessionDeletedError):
+        live.add_message(Message(role=Role.USER, content="ghost"))
+
+
+@pytest.mark.asyncio
+async def test_turn_metadata_is_stored_with_its_turn_or_not_at_all(kit: StoreKit) -> None:
+    store = kit.make()
+    runner = Runner(Agent(name="Bot", instructions="x"), session_store=store,
+                    engine=StepsEngine("A1", ProviderError("down")))
+    await runner.run_async("tm", "U1", {"channel": "web"}, turn_metadata={"delivery": "d1"})
+    with pytest.raises(ProviderError):
+        await runner.run_async("tm", "U2", turn_metadata={"delivery": "d2"})
+    live = store.get("tm")
+    assert (live.metadata, contents(live.history)) == ({"channel": "web", "delivery": "d1"}, ["U1", "A1"])
+    assert_reload_equals(kit, store, "tm", live)
 
 
 def test_a_stale_session_object_raises_after_delete(kit: StoreKit) -> None:

@@ -14,10 +14,10 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import re
 from typing import Any
 
 from chatflow_agent.jsonsafe import json_safe
+from sessions_app.ids import id_problem
 from webhooks_app.inbox import Inbound
 from webhooks_app.models import InboundDelivery
 
@@ -26,15 +26,9 @@ __all__ = ["Refused", "check_hmac", "check_secret_token", "parse_json", "whatsap
 
 Provider = InboundDelivery.Provider
 Kind = InboundDelivery.Kind
-MAX_ID = 255  # characters of a message or session id
 MAX_TEXT = 64 * 1024
-MAX_DEPTH = 32  # nested arrays/objects in a body (providers send fewer than ten)
+MAX_DEPTH = 32  # nested arrays/objects in a body: far deeper than any provider sends
 TELEGRAM_ID_BITS = 64  # Telegram ids fit a signed 64-bit integer (core.telegram.org/bots/api#chat)
-# What an id may not hold: C0/C1 controls (NUL included), unpaired surrogates, line/paragraph separators
-# and the bidi embedding/override/isolate controls and marks. Each would be dropped, replaced or shown
-# reordered, so two distinct ids could become one, or one could pass for another.
-_UNSAFE_ID = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff\u061c\u200e\u200f\u2028\u2029"
-                        "\u202a-\u202e\u2066-\u2069]")
 
 
 class Refused(Exception):
@@ -127,21 +121,13 @@ def _list(value: Any, where: str) -> list[Any]:
 
 
 def _id(value: Any, where: str) -> str:
-    """A message or session id exactly as sent (an integer as its digits), or 400 ``invalid_payload``.
-
-    Refused rather than cleaned, so distinct ids never merge: empty, white space at either end, a
-    character of ``_UNSAFE_ID``, more than ``MAX_ID`` characters.
-    """
-    if isinstance(value, bool) or not isinstance(value, (str, int)) or not str(value).strip():
+    """A message or session id exactly as sent (an integer as its digits), or 400 ``invalid_payload``
+    (the rule: :func:`sessions_app.ids.id_problem`)."""
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
         raise _bad(f"{where} must be a non-empty string.")
     text = str(value)
-    if text != text.strip():
-        raise _bad(f"{where} must not start or end with white space.")
-    if _UNSAFE_ID.search(text):
-        raise _bad(f"{where} holds a control, bidi control or unpaired surrogate character; "
-                   "it cannot be stored as sent.")
-    if len(text) > MAX_ID:
-        raise _bad(f"{where} is longer than {MAX_ID} characters.")
+    if problem := id_problem(text):
+        raise _bad(f"{where} {problem}.")
     return text
 
 

@@ -1,4 +1,5 @@
-"""Console groups get the ledger's permissions: Operators may view and retry deliveries, Viewers view them.
+"""Console groups get the ledger's permissions: Operators may view and retry deliveries and resend replies,
+Viewers view them.
 
 A post_migrate receiver (after sessions_app's, which creates the groups), so a flush keeps them too.
 """
@@ -10,5 +11,5 @@ from sessions_app.groups import grant_console_groups
 
 def grant_ledger_permissions(sender=None, using: str = "default", apps=None, **kwargs) -> None:
     """post_migrate receiver: the ledger's permissions for the console's groups."""
-    grant_console_groups("webhooks_app", "InboundDelivery", ["view_inbounddelivery", "retry_delivery"],
+    grant_console_groups("webhooks_app", "InboundDelivery", ["view_inbounddelivery", "retry_delivery", "resend_reply"],
                          ["view_inbounddelivery"], using=using, apps=apps)

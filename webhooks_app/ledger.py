@@ -9,6 +9,7 @@ send failed, can be resent by an operator (:func:`resend`): at most one send per
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -16,7 +17,7 @@ from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
-from asgiref.sync import async_to_sync
+from asgiref.sync import async_to_sync, sync_to_async
 from django.conf import settings
 from django.db import connections, transaction
 from django.db.models import BooleanField, ExpressionWrapper, Q, QuerySet
@@ -45,8 +46,9 @@ def _reply_unknown(now: Any) -> Q:
 
 
 def _resendable(now: Any) -> Q:
-    """A reply of a channel that answers (WhatsApp, Telegram) that is unknown, or whose send failed."""
-    return Q(provider__in=[Provider.WHATSAPP, Provider.TELEGRAM]) & (
+    """A reply of a channel that answers (WhatsApp, Telegram) that is unknown, or whose send failed, and
+    that still has an answer to send."""
+    return Q(provider__in=[Provider.WHATSAPP, Provider.TELEGRAM]) & ~Q(answer="") & (
         _reply_unknown(now) | Q(reply_status=Reply.FAILED, status__in=_FINISHED))
 
 
@@ -104,7 +106,7 @@ def resend(user: Any, delivery: InboundDelivery) -> InboundDelivery:
     owner = f"resend:{uuid.uuid4().hex[:12]}"
     claimed = _claim_resend(user, delivery.pk, owner)
     try:
-        async_to_sync(_send)(claimed)
+        async_to_sync(_send)(claimed, owner)
     except Exception as err:  # noqa: BLE001 - recorded on the delivery, shown in the ledger
         taskqueue.complete(claimed, owner, Reply.FAILED, f"{type(err).__name__}: {err}")
     else:
@@ -135,9 +137,16 @@ def _claim_resend(user: Any, delivery_id: int, owner: str) -> InboundDelivery:
     return delivery
 
 
-async def _send(delivery: InboundDelivery) -> None:
+async def _send(delivery: InboundDelivery, owner: str) -> None:
+    """Send the answer, renewing the resend's lease every third of it until the send ends (a send that
+    outlasted its lease would make the reply look unknown, and resendable, while it goes out)."""
+    lease = settings.CHATFLOW_LEASE_SECONDS
+    renew = sync_to_async(taskqueue.renew)  # thread-sensitive: the request's own database connection
     async with replies.client() as http:
-        await replies.send(http, delivery, delivery.answer)
+        sending = asyncio.ensure_future(replies.send(http, delivery, delivery.answer))
+        while not (await asyncio.wait({sending}, timeout=lease / 3))[0]:
+            await renew(delivery, owner, lease)
+        sending.result()
 
 
 @contextmanager

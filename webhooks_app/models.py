@@ -83,7 +83,8 @@ class InboundDelivery(models.Model):
             # session's history of done deliveries is.
             models.Index(fields=["session_id", "status", "id"], name="idx_inbound_session_status"),
         ]
-        permissions = [("retry_delivery", "Can retry a failed webhook delivery")]
+        permissions = [("retry_delivery", "Can retry a failed webhook delivery"),
+                       ("resend_reply", "Can send a delivery's reply to the customer again")]
 
     def __str__(self) -> str:
         return f"{self.provider}:{self.provider_message_id} ({self.status})"

@@ -29,11 +29,12 @@ from chatflow_agent.exceptions import SessionDeletedError
 from webhooks_app.models import InboundDelivery
 from webhooks_app.taskqueue import MARKER_KEY
 
-__all__ = ["CANCELLED_ERROR", "cancel_deliveries", "playing", "refuse_cancelled_turn"]
+__all__ = ["CANCELLED_ERROR", "CANCELLED_REPLY", "cancel_deliveries", "playing", "refuse_cancelled_turn"]
 
 CANCELLED_ERROR = "The session was deleted before this message was played."
+CANCELLED_REPLY = "The session was deleted: the reply is not sent again."
 
-Status = InboundDelivery.Status
+Status, Reply = InboundDelivery.Status, InboundDelivery.Reply
 _playing: set[str] = set()  # markers of the deliveries whose turns this process is playing
 
 
@@ -53,9 +54,13 @@ def cancel_deliveries(sender: Any, session_id: str, **kwargs: Any) -> dict[str, 
     unplayed = Q(status=Status.QUEUED) | Q(status=Status.RUNNING, reply_status=InboundDelivery.Reply.PENDING)
     cancelled = deliveries.filter(unplayed).update(
         status=Status.CANCELLED, error=CANCELLED_ERROR, lease_owner="", lease_expires_at=None,
-        finished_at=timezone.now(),
+        finished_at=timezone.now(), reply_status=Reply.NONE,
     )
     redacted = deliveries.update(text="", answer="", payload={}, metadata={})
+    # A reply that is unknown or failed can no longer be resent: its answer is gone. (A worker still
+    # sending one records how its send ended afterwards.)
+    deliveries.filter(reply_status__in=[Reply.SENDING, Reply.FAILED]).update(
+        reply_status=Reply.NONE, reply_error=CANCELLED_REPLY)
     return {"deliveries_cancelled": cancelled, "deliveries_redacted": redacted}
 
 

@@ -5,10 +5,13 @@ from django.urls import path
 from sessions_app import converters  # noqa: F401 - registers <session:…>
 from webhooks_app import views
 
+# Providers are configured with a URL typed by hand: each endpoint also answers without its trailing
+# slash (a redirect would lose the POST's body, and Django's APPEND_SLASH refuses to make one for a POST).
+_RECEIVERS = [("whatsapp", views.whatsapp), ("telegram", views.telegram), ("generic", views.generic)]
+
 urlpatterns = [
-    path("webhooks/whatsapp/", views.whatsapp, name="webhooks-receive-whatsapp"),
-    path("webhooks/telegram/", views.telegram, name="webhooks-receive-telegram"),
-    path("webhooks/generic/", views.generic, name="webhooks-receive-generic"),
+    *(path(f"webhooks/{channel}/", view, name=f"webhooks-receive-{channel}") for channel, view in _RECEIVERS),
+    *(path(f"webhooks/{channel}", view) for channel, view in _RECEIVERS),
     path("webhooks/deliveries/<int:delivery_id>/retry/", views.retry_delivery, name="webhooks-retry-delivery"),
     path("webhooks/deliveries/<int:delivery_id>/resend/", views.resend_reply, name="webhooks-resend-reply"),
     path("webhooks/attention/", views.attention_list, name="webhooks-list-attention"),

@@ -30,6 +30,7 @@ from webhooks_app.models import InboundDelivery
 LEDGER = "webhooks_app/ledger.html"
 ATTENTION = "webhooks_app/attention.html"
 RETRY = "webhooks_app.retry_delivery"
+RESEND = "webhooks_app.resend_reply"
 WAIT_SECONDS = 60.0
 
 
@@ -167,7 +168,8 @@ async def generic(request: HttpRequest) -> HttpResponse:
 
 
 def _answered(final: InboundDelivery, duplicate: bool = False) -> JsonResponse:
-    """The ``?wait=true`` answer: 200 with the answer, 502 with the error, 202 when still running."""
+    """The ``?wait=true`` answer: 200 with the answer, 502 with the error, 410 when its session was deleted
+    before it was played, 202 when still running."""
     body: dict[str, Any] = {"delivery": final.pk, "status": final.status, "session_id": final.session_id}
     if duplicate:
         body["duplicate"] = True
@@ -175,15 +177,20 @@ def _answered(final: InboundDelivery, duplicate: bool = False) -> JsonResponse:
         return JsonResponse({"ok": True, **body, "answer": final.answer})
     if final.status == InboundDelivery.Status.FAILED:
         return JsonResponse({"ok": False, **body, "error": "turn_failed", "detail": final.error}, status=502)
+    if final.status == InboundDelivery.Status.CANCELLED:
+        return JsonResponse({"ok": False, **body, "error": "session_deleted", "detail": final.error}, status=410)
     return JsonResponse({"ok": True, **body, "detail": "Still running; poll the console."}, status=202)
 
 
 async def _delivery_id(message: inbox.Inbound) -> int | None:
-    """The delivery a duplicate message belongs to (None if it is gone, e.g. its session was deleted)."""
+    """The delivery a duplicate message belongs to (None if there is none)."""
     found = InboundDelivery.objects.filter(provider=message.provider, provider_message_id=message.provider_message_id)
     with ledger.queue_thread() as ex:
         return await asyncio.get_running_loop().run_in_executor(
             ex, lambda: found.values_list("pk", flat=True).first())
+
+
+_SETTLED = (InboundDelivery.Status.DONE, InboundDelivery.Status.FAILED, InboundDelivery.Status.CANCELLED)
 
 
 async def _play_now(delivery_id: int) -> InboundDelivery:
@@ -200,7 +207,7 @@ async def _play_now(delivery_id: int) -> InboundDelivery:
         deadline = loop.time() + WAIT_SECONDS
         while True:
             final = await loop.run_in_executor(ex, lambda: InboundDelivery.objects.get(pk=delivery_id))
-            if final.status in (InboundDelivery.Status.DONE, InboundDelivery.Status.FAILED) or loop.time() > deadline:
+            if final.status in _SETTLED or loop.time() > deadline:
                 return final
             await asyncio.sleep(0.05)
 
@@ -245,7 +252,7 @@ def attention_list(request: HttpRequest) -> HttpResponse:
 
 
 @require_POST
-@console_required(RETRY)
+@console_required(RESEND)
 def resend_reply(request: HttpRequest, delivery_id: int) -> HttpResponse:
     """Send a delivery's stored answer again (audited; one send per click, a concurrent click gets 409).
 

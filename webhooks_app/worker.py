@@ -5,9 +5,9 @@ its own database connection). Per delivery:
 
 1. claim it (``taskqueue``) with a visibility timeout, renewed by a heartbeat while it runs; a lost
    lease cancels the turn (rolled back, invariant 3);
-2. play the turn on the site's Runner. A run-event subscriber writes the delivery's *marker* into
-   the session's metadata when the turn starts, so the marker commits in the same transaction as
-   the turn's rows, or not at all. A delivery claimed again after a crash (SIGKILL between claim and
+2. play the turn on the site's Runner, which writes the delivery's *marker* into the session's
+   metadata as the turn's ``turn_metadata``, so the marker commits in the same transaction as the
+   turn's rows, or not at all. A delivery claimed again after a crash (SIGKILL between claim and
    the ``done`` write) whose marker is already in the session is not played again: its answer is
    read back from the session;
 3. write the answer and ``reply_status=sending``, THEN send the reply, then record ``sent``/``failed``
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import logging
 import os
 import socket
@@ -35,7 +34,6 @@ from django.conf import settings
 from django.db import connections
 
 from agents_app import runtime
-from chatflow_agent.core.events import TurnStarted
 from webhooks_app import replies, settle, taskqueue
 from webhooks_app.models import InboundDelivery
 
@@ -49,23 +47,15 @@ RESET_REPLY = "Done: I have forgotten our conversation. How can I help?"
 
 Kind = InboundDelivery.Kind
 Reply = InboundDelivery.Reply
-_PLAYING: contextvars.ContextVar[InboundDelivery | None] = contextvars.ContextVar("webhook_delivery", default=None)
 
 
-def _mark_turn(event: Any) -> None:
-    """Run-event subscriber: write the playing delivery's marker (and channel metadata) into its session."""
-    delivery = _PLAYING.get()
-    if delivery is None or not isinstance(event, TurnStarted) or event.session_id != delivery.session_id:
-        return
-    session = runtime.site_store()._cached(event.session_id)  # the context the running turn holds
-    if session is None or not session.in_turn:
-        logger.error("Delivery %s: no running turn on %r to mark", delivery.pk, event.session_id)
-        return
-    session.metadata.update(delivery.metadata)
-    session.metadata[taskqueue.MARKER_KEY] = delivery.marker
-
-
-runtime.subscribe(_mark_turn)
+def _turn_metadata(delivery: InboundDelivery) -> dict[str, Any]:
+    """What the delivery's turn writes into its session with its commit: the delivery's metadata and its
+    marker (so a delivery claimed again after a crash is played iff its turn did not commit). Not its
+    ``channel``: a session keeps the channel it was created on (a message arriving through another
+    channel must not, say, turn a WhatsApp customer's session into one the live chat may write to)."""
+    fresh = {k: v for k, v in delivery.metadata.items() if k != "channel"}
+    return {**fresh, taskqueue.MARKER_KEY: delivery.marker}
 
 
 class Worker:
@@ -214,14 +204,10 @@ class Worker:
         if delivery.kind == Kind.RESET:
             async with runner.session_store.turn(delivery.session_id, runner.starting_agent, delivery.metadata) as s:
                 s.clear_history()  # inside the turn: committed with the marker, under the session lock
-                s.metadata.update(delivery.metadata)
-                s.metadata[taskqueue.MARKER_KEY] = delivery.marker
+                s.metadata.update(_turn_metadata(delivery))
             return RESET_REPLY
-        token = _PLAYING.set(delivery)
-        try:
-            response = await runner.run_async(delivery.session_id, delivery.text, delivery.metadata)
-        finally:
-            _PLAYING.reset(token)
+        response = await runner.run_async(delivery.session_id, delivery.text, delivery.metadata,
+                                          turn_metadata=_turn_metadata(delivery))
         return response.content
 
     async def _heartbeat(self, delivery: InboundDelivery, db: Any, playing: asyncio.Future[Any]) -> None:

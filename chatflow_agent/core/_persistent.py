@@ -338,7 +338,7 @@ class PersistentSessionStore(BaseSessionStore):
         cached = self._forget(session_id)
         if cached is not None:
             cached._deleted = True
-        return self._db_delete(session_id) or cached is not None
+        return self._db_delete(session_id) or (cached is not None and cached._token is None)
 
     def list_sessions(self) -> list[str]:
         """Session ids, most recently updated first."""
@@ -370,7 +370,7 @@ class PersistentSessionStore(BaseSessionStore):
 
     def purge_expired_leases(self) -> int:
         """Delete lease and waiter rows that expired more than ``lease_ttl_seconds`` ago (left by
-        processes that died); returns how many. Turns also do it, at most every five minutes."""
+        processes that died); returns how many. Turns also do it, at most once every ``_LEASE_PURGE_EVERY`` seconds."""
         self._last_lease_purge = time.time()
         return self._db_purge_leases(self._last_lease_purge - self.lease_ttl_seconds)
 

@@ -432,6 +432,7 @@ class BaseSessionStore(ABC):
 
     def _discard_created(self, session: SessionContext) -> None:
         """Forget ``session``, made by a turn that failed (see :meth:`_get_or_create_for_turn`)."""
+        return None
 
 
 class SessionStore(BaseSessionStore):

@@ -159,16 +159,17 @@ class Runner:
 
     # ---- running --------------------------------------------------------------------------
     async def run_async(self, session_id: str, user_message: str, metadata: dict[str, Any] | None = None,
-                        *, starting_agent: Agent | None = None) -> AgentResponse:
+                        *, starting_agent: Agent | None = None,
+                        turn_metadata: dict[str, Any] | None = None) -> AgentResponse:
         """Play one turn and return the answer. Raises what the engine or store raised (the turn
         is then rolled back), ``SessionDeletedError`` if the session is deleted meanwhile.
-        ``starting_agent`` and ``metadata``: as for :meth:`run_streamed`."""
+        ``starting_agent``, ``metadata`` and ``turn_metadata``: as for :meth:`run_streamed`."""
         return await self._execute(session_id, user_message, metadata, self._publish, streamed=False,
-                                   starting_agent=starting_agent)
+                                   starting_agent=starting_agent, turn_metadata=turn_metadata)
 
     async def run_streamed(
         self, session_id: str, user_message: str, metadata: dict[str, Any] | None = None,
-        *, starting_agent: Agent | None = None,
+        *, starting_agent: Agent | None = None, turn_metadata: dict[str, Any] | None = None,
     ) -> AsyncIterator[RunEvent]:
         """Play one turn, yielding its run events as they happen (ending with ``TurnCompleted``
         or ``TurnFailed``; the error is then re-raised). Subscribers get the events too. If the
@@ -176,7 +177,11 @@ class Runner:
 
         A session the turn creates starts with ``starting_agent`` (one of this Runner's agents;
         default: the Runner's own) and ``metadata``, both written with the turn's commit: a turn
-        that fails leaves no session behind. An existing session keeps its agent and metadata."""
+        that fails leaves no session behind. An existing session keeps its agent and metadata.
+
+        ``turn_metadata`` (JSON-safe keys and values) is merged into the session's metadata by the
+        turn itself, under its lock, and written with its commit: it is stored if and only if the
+        turn's messages are (a webhook worker records which delivery a turn played this way)."""
         queue: asyncio.Queue[RunEvent | None] = asyncio.Queue()
 
         async def emit(event: RunEvent) -> None:
@@ -184,7 +189,7 @@ class Runner:
             await self._publish(event)
 
         task = asyncio.ensure_future(self._execute(session_id, user_message, metadata, emit, streamed=True,
-                                                   starting_agent=starting_agent))
+                                                   starting_agent=starting_agent, turn_metadata=turn_metadata))
         self._background.add(task)
         task.add_done_callback(self._background.discard)
         task.add_done_callback(lambda _t: queue.put_nowait(None))
@@ -203,12 +208,15 @@ class Runner:
         )
 
     async def _execute(self, session_id: str, user_message: str, metadata: dict[str, Any] | None, emit: _Emit,
-                       *, streamed: bool, starting_agent: Agent | None = None) -> AgentResponse:
+                       *, streamed: bool, starting_agent: Agent | None = None,
+                       turn_metadata: dict[str, Any] | None = None) -> AgentResponse:
         turn = _Turn(self, emit, streamed)
         started = time.perf_counter()
         try:
             async with self.session_store.turn(session_id, starting_agent or self.starting_agent, metadata) as session:
                 turn.session = session
+                if turn_metadata:
+                    session.metadata.update(turn_metadata)
                 response = await self._play(turn, user_message)
         except BaseException as err:
             if isinstance(err, asyncio.CancelledError) and getattr(getattr(turn, "session", None), "_committed", False):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import re
@@ -186,3 +187,35 @@ def run_manage_with_stdin(env, stdin: str, *args: str):
 
     return subprocess.run([sys.executable, "manage.py", *args], cwd=REPO, env=env, input=stdin,
                           capture_output=True, text=True, timeout=120)
+
+
+def test_chatflow_chat_sends_a_turns_last_live_updates_before_it_goes_on(settings):
+    """Each line's turn runs on its own event loop: the live updates still queued when the turn ends are
+    sent before that loop closes, so the console sees the turn commit even when the command exits at once."""
+    from asgiref.sync import async_to_sync
+    from channels.layers import channel_layers, get_channel_layer
+
+    from sessions_app.live import group_for_session
+
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "tests.agents_app.slow_layer.SlowInMemoryChannelLayer"}}
+    channel_layers.backends.clear()
+    try:
+        layer = get_channel_layer()
+        channel = async_to_sync(layer.new_channel)()
+        async_to_sync(layer.group_add)(group_for_session("web-live-1"), channel)
+
+        run("chatflow_chat", session="web-live-1", stdin=io.StringIO("Where is order A-1001?\n"))
+
+        async def take_all() -> list[str]:
+            kinds: list[str] = []
+            while True:
+                try:
+                    message = await asyncio.wait_for(layer.receive(channel), 0.5)
+                except TimeoutError:
+                    return kinds
+                kinds.append(message["event"]["kind"])
+
+        kinds = async_to_sync(take_all)()
+    finally:
+        channel_layers.backends.clear()
+    assert kinds[0] == "turn_started" and kinds[-1] == "turn_completed", kinds

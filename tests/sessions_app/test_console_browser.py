@@ -141,7 +141,8 @@ def test_an_operator_works_through_the_console_in_a_browser(page, site, tmp_path
     page.select_option("#h-agent", "Tech")
     page.fill("#h-reason", "screen flickers")
     with sqlite3.connect(tmp_path / "site.db") as db:  # a bot process starts a turn on the session
-        db.execute("INSERT INTO chatflow_session_leases VALUES ('tg:998877', 'bot:1:x', ?)", (time.time() + 60,))
+        db.execute("INSERT INTO chatflow_session_leases (session_id, owner, expires_at) "
+                   "VALUES ('tg:998877', 'bot:1:x', ?)", (time.time() + 60,))
     page.click("text=Force handoff")
     expect(page.locator("#dialog [role=alert]")).to_contain_text("A turn is running on session 'tg:998877'")
     expect(page.locator("#session-panel dd strong").first).to_have_text("Support")

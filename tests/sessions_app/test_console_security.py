@@ -267,3 +267,17 @@ def test_agent_names_instructions_and_tool_docs_render_inert_on_the_agents_page(
     assert_inert(body, 1)
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in body and "<svg" in body
     assert "I:&lt;iframe srcdoc=" in body and "Look things up &lt;script&gt;" in body
+
+
+def test_a_refused_request_is_logged_in_one_line(story, caplog):
+    """A 403 is the site working as meant: its log line carries no traceback (a 5xx would)."""
+    viewer = personas.client_for(personas.viewer())
+    with caplog.at_level("WARNING", logger="django.request"):
+        for path in ("/chat/", *ACTION_VIEWS):
+            assert viewer.get(path).status_code == 403
+        path, data = form("delete")
+        assert viewer.post(path, data).status_code == 403
+    refusals = [r for r in caplog.records if r.name == "django.request"]
+    assert len(refusals) == 4
+    assert all(r.getMessage().startswith("Forbidden") and r.exc_info is None for r in refusals)
+    assert all("Traceback" not in caplog.handler.format(r) for r in refusals)

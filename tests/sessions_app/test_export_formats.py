@@ -509,7 +509,7 @@ def test_a_forced_handoff_after_turns_a_rollback_removed_says_nothing_of_the_kep
                             "transferred_from": "Support", "transferred_to": "Billing", "reason": "r"})),
                     model("B")], agent="Billing")
     actions.force_handoff(olga, "rb", "Tech")
-    actions.rollback(olga, "rb", 1)
+    actions.rollback(olga, "rb", 1, actions.plan_rollback("rb", 1).fingerprint)
     add_turn("rb", [user("c"), model("C")])
 
     doc = json.loads(get(bearer, "rb", "json")[1])
@@ -537,3 +537,20 @@ def test_a_restored_backup_keeps_each_turns_agent_across_forced_handoffs(bearer,
     restored = OperatorAction.objects.filter(action="force_handoff").order_by("created_at")
     assert [(e.before["active_agent"], e.after["active_agent"], e.after["restored"]) for e in restored] == [
         ("Support", "Tech", True), ("Tech", "Billing", True)]
+
+
+def test_a_redacted_export_says_so_and_is_refused_as_a_backup(bearer, tmp_path):
+    from django.core.management.base import CommandError
+
+    store("+15550100777", [user("call me on +15550100777"), model("Sure.")], agent="Support")
+    response, body = get(bearer, "+15550100777", "json", redact="contacts")
+    assert response.status_code == 200
+    doc = json.loads(body)
+    assert doc["redacted"] is True and "+15550100777" not in body.decode()
+    assert "redacted" not in json.loads(get(bearer, "+15550100777", "json")[1])
+    path = tmp_path / "red.json"
+    path.write_bytes(body)
+    ChatSession.objects.all().delete()
+    with pytest.raises(CommandError, match="redacted export"):
+        call_command("chatflow_import_transcript", str(path), stdout=io.StringIO(), stderr=io.StringIO())
+    assert not ChatSession.objects.exists()

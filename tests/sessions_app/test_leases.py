@@ -48,7 +48,7 @@ def test_a_dead_process_lease_blocks_the_session_only_for_the_lease_setting(shor
     with pytest.raises(actions.SessionBusy):
         actions.force_handoff(operator, "s", other_agent("s"))
 
-    deadline = time.monotonic() + 10  # the old fixed lease held for 30 s
+    deadline = time.monotonic() + 10  # far shorter than the default lease
     while True:
         try:
             actions.force_handoff(operator, "s", other_agent("s"))

@@ -163,3 +163,33 @@ async def test_the_consumer_refuses_to_play_a_turn_on_a_customers_channel_sessio
     assert contents == ["where is my parcel", "on its way"]
     assert not await db(ChatSession.objects.filter(pk="wa-new").exists)
     assert not await db(OperatorAction.objects.exists)  # no turn was played
+
+
+@pytest.mark.parametrize("session_id", ["a\x00b", "ctl-a\n# injected", "spoof\u202efdp.exe", "bell\x07"])
+def test_the_page_refuses_a_session_id_it_cannot_store_as_typed(client, operator, session_id):
+    client.force_login(operator)
+    page = client.get("/chat/", {"session": session_id})
+    assert page.status_code == 400
+    assert "This session id holds a control, bidi control or unpaired surrogate character" in page.content.decode()
+    assert "<fieldset class=\"plain\" disabled>" in page.content.decode()
+
+
+@pytest.mark.asyncio
+@pytest.mark.usefixtures("close_consumer_connections")
+async def test_the_consumer_never_cleans_a_session_id_into_another_one(operator_cookie):
+    await db(cv.store, "ab", [cv.user("hi"), cv.model("hello")], metadata={"channel": "web"})
+    async with connected("/ws/chat/", operator_cookie) as ws:
+        assert (await ws.connect())[0]
+        for session_id in ("a\x00b", "ctl-a\n# injected\u202eb", "a\ud83db"):
+            await ws.send_json_to({"message": "hello", "session_id": session_id})
+            refused = await ws.receive_from(timeout=5)
+            assert "This session id holds a control, bidi control or unpaired surrogate character" in refused
+    users = await db(lambda: list(ChatMessage.objects.filter(role="user").values_list("session_id", "content")))
+    assert users == [("ab", "hi")]
+    assert await db(lambda: list(ChatSession.objects.values_list("pk", flat=True))) == ["ab"]
+
+
+def test_a_customer_channel_is_read_only_whatever_its_case(client, operator):
+    cv.store("cust-2", [cv.user("hi"), cv.model("hello")], metadata={"channel": "WhatsApp"})
+    client.force_login(operator)
+    assert "<fieldset class=\"plain\" disabled>" in client.get("/chat/", {"session": "cust-2"}).content.decode()

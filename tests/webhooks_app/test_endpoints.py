@@ -287,3 +287,23 @@ def test_a_lone_surrogate_or_nul_in_the_text_is_cleaned_not_a_500(client, send):
     r = send(client, "a\ud800b\x00c")
     assert r.status_code in (200, 202), r.content
     assert InboundDelivery.objects.get().text == "a\ufffdbc"
+
+
+@pytest.mark.parametrize("debug", [False, True])
+def test_the_webhooks_answer_without_their_trailing_slash(client, settings, debug):
+    """A provider configured without the slash reaches the endpoint: no redirect that drops the body (and,
+    with DEBUG, no 500 from APPEND_SLASH)."""
+    settings.DEBUG = debug
+    body = p.generic("web:slash", "m-slash", "hello")
+    r = client.post("/webhooks/generic", body, content_type="application/json",
+                    HTTP_X_CHATFLOW_SIGNATURE=p.sign(body, p.GENERIC_SECRET))
+    assert r.status_code == 202, r.content
+    assert InboundDelivery.objects.filter(session_id="web:slash").count() == 1
+    body = p.whatsapp(p.wa_text("wamid.slash", "hi"))
+    r = client.post("/webhooks/whatsapp", body, content_type="application/json",
+                    HTTP_X_HUB_SIGNATURE_256=p.sign(body, p.WA_SECRET))
+    assert r.status_code == 200, r.content
+    r = client.post("/webhooks/telegram", p.telegram(1, "hi"), content_type="application/json",
+                    HTTP_X_TELEGRAM_BOT_API_SECRET_TOKEN=p.TG_SECRET)
+    assert r.status_code == 200, r.content
+    assert InboundDelivery.objects.count() == 3

@@ -37,3 +37,34 @@ def test_a_duplicate_without_wait_is_still_acknowledged_without_the_answer(clien
     post_generic(client, body, query="?wait=true")
     r = post_generic(client, body)
     assert r.status_code == 200 and r.json() == {"ok": True, "status": "duplicate"}
+
+
+def test_a_wait_request_for_a_delivery_cancelled_by_a_delete_is_a_410_at_once(client, apis):  # noqa: F811
+    from tests.webhooks_app.test_settle import delete
+
+    first = p.generic("web:10", "m-10", "hello")
+    assert post_generic(client, first, query="?wait=true").status_code == 200  # the session exists
+    queued = p.generic("web:10", "m-11", "are you there?")
+    assert post_generic(client, queued).status_code == 202  # queued; no worker has taken it
+    delete("web:10")
+    r = post_generic(client, queued, query="?wait=true")  # the client retries: the delivery is settled
+    assert r.status_code == 410, r.content
+    assert (r.json()["error"], r.json()["status"], r.json()["duplicate"]) == ("session_deleted", "cancelled", True)
+
+
+def test_a_message_through_another_channel_keeps_the_sessions_channel(client, apis):  # noqa: F811
+    """A signed generic message on a WhatsApp customer's session does not relabel it (its channel decides
+    that the live chat may not write to it)."""
+    from sessions_app.models import ChatSession
+    from tests.webhooks_app.test_endpoints import post_wa
+    from tests.webhooks_app.test_worker import drain
+
+    post_wa(client, p.whatsapp(p.wa_text("wamid.K", "hello")))
+    drain()
+    session = ChatSession.objects.get()
+    assert session.metadata["channel"] == "whatsapp"
+    r = post_generic(client, p.generic(session.pk, "g-1", "hi from the CRM"), query="?wait=true")
+    assert r.status_code == 200, r.content
+    session.refresh_from_db()
+    assert session.metadata["channel"] == "whatsapp"
+    assert texts(session.pk)[-2:] == [("user", "hi from the CRM"), ("model", "echo: hi from the CRM")]

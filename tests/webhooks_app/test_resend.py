@@ -180,3 +180,61 @@ def test_a_reply_being_sent_by_a_live_worker_is_not_unknown(client, apis):  # no
     operator = personas.client_for(personas.operator())
     assert f'id="delivery-{d.pk}"' not in operator.get("/webhooks/attention/").content.decode()
     assert resend(operator, d).status_code == 409
+
+
+def test_a_deleted_sessions_unknown_reply_is_settled_and_cannot_be_resent(client, apis):  # noqa: F811
+    wa, _ = apis
+    d = died_while_sending(client, post_wa, p.whatsapp(p.wa_text("wamid.D", "hi")), "Hello!")
+    operator = personas.client_for(personas.operator())
+    assert operator.post(f"/actions/delete/{d.session_id}/").status_code == 302
+    d.refresh_from_db()
+    assert (d.reply_status, d.answer) == (Reply.NONE, "")
+    assert f'id="delivery-{d.pk}"' not in operator.get("/webhooks/attention/").content.decode()
+    assert resend(operator, d).status_code == 409
+    assert wa.bodies() == [] and not OperatorAction.objects.filter(action="resend_reply").exists()
+
+
+def test_resend_is_its_own_permission(client, apis):  # noqa: F811
+    from django.contrib.auth.models import Permission
+
+    wa, _ = apis
+    d = died_while_sending(client, post_wa, p.whatsapp(p.wa_text("wamid.Q", "hi")), "Hello!")
+    retrier = personas.viewer("rita.retrier")
+    retrier.user_permissions.add(Permission.objects.get(codename="retry_delivery"))
+    assert resend(personas.client_for(retrier), d).status_code == 403
+    retrier.user_permissions.add(Permission.objects.get(codename="resend_reply"))
+    assert resend(personas.client_for(retrier), d).status_code == 302
+    assert len(wa.bodies()) == 1
+
+
+def test_a_resend_that_outlasts_its_lease_keeps_it_until_the_send_ends(client, apis, settings):  # noqa: F811
+    """While a slow send goes out, its lease is renewed: the reply never looks unknown, so no second click
+    (and no worker) can take it."""
+    settings.CHATFLOW_LEASE_SECONDS = 1
+    wa, _ = apis
+    d = died_while_sending(client, post_wa, p.whatsapp(p.wa_text("wamid.S", "hi")), "Hello!")
+    wa.hold = threading.Event()
+    first: list = []
+    other = personas.client_for(personas.operator("first.operator"))
+
+    def click() -> None:
+        try:
+            first.append(resend(other, d))
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=click)
+    thread.start()
+    try:
+        assert wa.arrived.wait(20)  # the send is under way and held by the provider
+        deadline = timezone.now() + timedelta(seconds=3)  # three leases' worth
+        second_operator = personas.client_for(personas.operator())
+        while timezone.now() < deadline:
+            assert resend(second_operator, d).status_code == 409
+            assert f'id="delivery-{d.pk}"' not in second_operator.get("/webhooks/attention/").content.decode()
+    finally:
+        wa.hold.set()
+        thread.join(20)
+    assert first and first[0].status_code == 302
+    d.refresh_from_db()
+    assert d.reply_status == Reply.SENT and [b["text"]["body"] for b in wa.bodies()] == ["Hello!"]

@@ -72,6 +72,8 @@ def test_deleting_with_the_worker_stopped_cancels_the_queued_deliveries_and_the_
     assert not ChatSession.objects.filter(pk=SID).exists() and users(SID) == []
     statuses = dict(InboundDelivery.objects.values_list("provider_message_id", "status"))
     assert statuses == {"wamid.1": "done", "wamid.2": "cancelled", "wamid.3": "cancelled"}
+    replies = set(InboundDelivery.objects.filter(status="cancelled").values_list("reply_status", flat=True))
+    assert replies == {InboundDelivery.Reply.NONE}  # the ledger says "Nothing to send", not "Not yet"
     assert [b["text"]["body"] for b in wa.bodies()] == ["echo: my card is 4242"]
 
 

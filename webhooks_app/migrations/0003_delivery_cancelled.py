@@ -13,6 +13,9 @@ class Migration(migrations.Migration):
         migrations.AlterField(
             model_name='inbounddelivery',
             name='status',
-            field=models.CharField(choices=[('queued', 'Queued'), ('running', 'Running'), ('done', 'Done'), ('failed', 'Failed'), ('cancelled', 'Cancelled (session deleted)')], default='queued', max_length=16),
+            field=models.CharField(
+                choices=[('queued', 'Queued'), ('running', 'Running'), ('done', 'Done'), ('failed', 'Failed'),
+                         ('cancelled', 'Cancelled (session deleted)')],
+                default='queued', max_length=16),
         ),
     ]

@@ -29,6 +29,7 @@ from chatflow_agent.core.events import (
     ToolCallStarted,
     TurnCompleted,
 )
+from sessions_app.live import flush_before_close
 
 _QUIT = {"/quit", "/exit", "/q"}
 _HANDOFF_PREFIX = "transfer_to_"
@@ -95,6 +96,8 @@ class Command(BaseCommand):
             printer.end_line()
             self.stderr.write(f"error: the turn failed and was rolled back ({type(err).__name__}: {err})")
             return False
+        finally:
+            await flush_before_close()  # this turn's loop closes next: its last live updates go out first
         return True
 
 

@@ -20,7 +20,15 @@ from django.utils import timezone
 from tqdm import tqdm
 
 from agents_app import demo_sessions, runtime
+from sessions_app.live import flush_before_close
 from sessions_app.models import ChatSession
+
+
+async def _play(runner, session: demo_sessions.DemoSession) -> None:
+    try:
+        await demo_sessions.play(runner, session)
+    finally:
+        await flush_before_close()  # the loop closes next: its last live updates go out first
 
 _MAX_SESSIONS = 10_000
 
@@ -59,7 +67,7 @@ class Command(BaseCommand):
         turns = 0
         for n, session in enumerate(bar):
             try:
-                asyncio.run(demo_sessions.play(runner, session))
+                asyncio.run(_play(runner, session))
             except Exception as err:
                 bar.close()
                 raise CommandError(

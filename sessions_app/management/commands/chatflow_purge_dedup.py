@@ -3,7 +3,7 @@
 A row of ``chatflow_processed_messages`` expires CHATFLOW_DEDUP_TTL_HOURS after it was claimed;
 the store also purges now and then while claiming, so this is for cron jobs and tidy databases.
 It also deletes the session lease and waiter rows that processes which died left behind (expired
-for longer than CHATFLOW_LEASE_SECONDS; turns delete them too, every five minutes at most).
+for longer than CHATFLOW_LEASE_SECONDS; turns delete them too, now and then).
 Exit status: 0, or 1 when the database cannot be reached (message on stderr).
 """
 

@@ -17,6 +17,7 @@ import sys
 
 from django.core.management.base import BaseCommand
 
+from sessions_app.live import flush_before_close
 from webhooks_app.worker import Worker
 
 PARENT_GONE_GRACE = 60.0
@@ -62,6 +63,8 @@ class Command(BaseCommand):
             return await task
         except asyncio.CancelledError:
             return worker.processed
+        finally:
+            await flush_before_close()
 
     def _watch_server(self, loop: asyncio.AbstractEventLoop, worker: Worker, task: asyncio.Future,
                       state: dict) -> None:
