@@ -46,6 +46,15 @@ async def channel_layer(request, settings):
     channel_layers.backends.clear()
 
 
+@pytest.fixture(autouse=True)
+def fresh_channel_layer():
+    """A new channel layer per test (an in-memory layer's queues belong to one event loop). Autouse in
+    every module that imports it."""
+    channel_layers.backends.clear()
+    yield
+    channel_layers.backends.clear()
+
+
 def cookie_for(user: Any) -> bytes | None:
     """The session cookie of a logged-in ``user`` (sync: call from a sync fixture or through a thread)."""
     if user is None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 
 import pytest
-from channels.layers import channel_layers
 
 from sessions_app.models import ChatMessage, ChatSession
 from tests.sessions_app import conversations as cv
@@ -18,16 +17,12 @@ from tests.sessions_app.live_support import (  # noqa: F401  (fixtures)
     cookie_for,
     db,
     frames_until,
+    fresh_channel_layer,
 )
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
 
-@pytest.fixture(autouse=True)
-def fresh_channel_layer():
-    channel_layers.backends.clear()
-    yield
-    channel_layers.backends.clear()
 
 
 @pytest.fixture
@@ -73,7 +68,7 @@ async def test_a_new_session_starts_with_the_chosen_agent_and_bad_input_is_refus
         await ws.send_json_to({"message": "", "session_id": "x"})
         assert "A message" in await ws.receive_from(timeout=5)
         await ws.send_to(text_data="not json")
-        await ws.send_json_to({"message": "<b>hi</b>\x00", "session_id": "web:chat:2\x00", "agent": "Tech",
+        await ws.send_json_to({"message": "<b>hi</b>\x00", "session_id": "web:chat:2", "agent": "Tech",
                                "channel": "\ud800"})
         frames = await frames_until(ws, "badge answered", timeout=20)
     text = "\n".join(frames)

@@ -5,7 +5,6 @@ customers' channel sessions are read only; every turn is in the audit log."""
 from __future__ import annotations
 
 import pytest
-from channels.layers import channel_layers
 
 from sessions_app.models import SESSION_ID_MAX_LENGTH, ChatMessage, ChatSession, OperatorAction
 from tests.chatflow_agent.test_engines_openai import FakeOpenAI
@@ -17,16 +16,12 @@ from tests.sessions_app.live_support import (  # noqa: F401  (fixture)
     cookie_for,
     db,
     frames_until,
+    fresh_channel_layer,
 )
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
 
-@pytest.fixture(autouse=True)
-def fresh_channel_layer():
-    channel_layers.backends.clear()
-    yield
-    channel_layers.backends.clear()
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ from urllib.parse import quote
 
 import pytest
 from channels.db import database_sync_to_async
-from channels.layers import channel_layers
 
 from chatflow_agent.core.engines.base import EngineTurnResult
 from chatflow_agent.types import ToolCall
@@ -25,6 +24,7 @@ from tests.sessions_app.live_support import (  # noqa: F401  (fixtures)
     db,
     drain,
     frames_until,
+    fresh_channel_layer,
     message_ids,
     resume,
     site_runner_with,
@@ -35,12 +35,6 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio,
               pytest.mark.usefixtures("close_consumer_connections")]
 
 
-@pytest.fixture(autouse=True)
-def fresh_channel_layer():
-    """A new in-memory layer per test (its queues belong to one event loop)."""
-    channel_layers.backends.clear()
-    yield
-    channel_layers.backends.clear()
 
 
 @pytest.fixture

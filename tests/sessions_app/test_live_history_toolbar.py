@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 
 import pytest
-from channels.layers import channel_layers
 
 from sessions_app.live import publisher
 from sessions_app.models import ChatMessage
@@ -18,6 +17,7 @@ from tests.sessions_app.live_support import (  # noqa: F401  (fixture)
     cookie_for,
     db,
     frames_until,
+    fresh_channel_layer,
     resume,
     site_runner_with,
 )
@@ -26,11 +26,6 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio,
               pytest.mark.usefixtures("close_consumer_connections")]
 
 
-@pytest.fixture(autouse=True)
-def fresh_channel_layer():
-    channel_layers.backends.clear()
-    yield
-    channel_layers.backends.clear()
 
 
 @pytest.fixture

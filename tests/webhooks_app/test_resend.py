@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 
 import pytest
@@ -43,6 +45,30 @@ def died_while_sending(client, post, body: bytes, answer: str) -> InboundDeliver
 
 def resend(who, d: InboundDelivery, data: dict | None = None, **extra):
     return who.post(f"/webhooks/deliveries/{d.pk}/resend/", data or {}, **extra)
+
+
+@contextmanager
+def click_while_held(wa, d: InboundDelivery) -> Iterator[list]:
+    """Inside: another operator's Resend of ``d`` is under way, its send held by the fake provider; the
+    list gets that click's response once the block ends (the send is then let through)."""
+    wa.hold = threading.Event()
+    first: list = []
+    other = personas.client_for(personas.operator("first.operator"))
+
+    def click() -> None:
+        try:
+            first.append(resend(other, d))
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=click)
+    thread.start()
+    try:
+        assert wa.arrived.wait(20)  # the first resend is sending now
+        yield first
+    finally:
+        wa.hold.set()
+        thread.join(20)
 
 
 def test_a_reply_left_sending_by_a_dead_worker_is_unknown_and_an_operator_resends_it(client, apis):  # noqa: F811
@@ -117,25 +143,9 @@ def test_a_failed_send_can_be_resent_and_a_failing_resend_is_recorded(client, ap
 def test_two_concurrent_resends_send_once_and_the_second_gets_409(client, apis):  # noqa: F811
     wa, _ = apis
     d = died_while_sending(client, post_wa, p.whatsapp(p.wa_text("wamid.C2", "hi")), "Hello!")
-    wa.hold = threading.Event()
-    first: list = []
-    other = personas.client_for(personas.operator("first.operator"))
-
-    def click() -> None:
-        try:
-            first.append(resend(other, d))
-        finally:
-            connections.close_all()
-
-    thread = threading.Thread(target=click)
-    thread.start()
-    try:
-        assert wa.arrived.wait(20)  # the first resend is sending now
+    with click_while_held(wa, d) as first:
         second = resend(personas.client_for(personas.operator()), d)
         assert second.status_code == 409 and second.json()["error"] == "resend_refused"
-    finally:
-        wa.hold.set()
-        thread.join(20)
     assert first and first[0].status_code == 302
     assert [b["text"]["body"] for b in wa.bodies()] == ["Hello!"]
     assert OperatorAction.objects.filter(action="resend_reply").count() == 1
@@ -213,28 +223,12 @@ def test_a_resend_that_outlasts_its_lease_keeps_it_until_the_send_ends(client, a
     settings.CHATFLOW_LEASE_SECONDS = 1
     wa, _ = apis
     d = died_while_sending(client, post_wa, p.whatsapp(p.wa_text("wamid.S", "hi")), "Hello!")
-    wa.hold = threading.Event()
-    first: list = []
-    other = personas.client_for(personas.operator("first.operator"))
-
-    def click() -> None:
-        try:
-            first.append(resend(other, d))
-        finally:
-            connections.close_all()
-
-    thread = threading.Thread(target=click)
-    thread.start()
-    try:
-        assert wa.arrived.wait(20)  # the send is under way and held by the provider
+    with click_while_held(wa, d) as first:
         deadline = timezone.now() + timedelta(seconds=3)  # three leases' worth
         second_operator = personas.client_for(personas.operator())
         while timezone.now() < deadline:
             assert resend(second_operator, d).status_code == 409
             assert f'id="delivery-{d.pk}"' not in second_operator.get("/webhooks/attention/").content.decode()
-    finally:
-        wa.hold.set()
-        thread.join(20)
     assert first and first[0].status_code == 302
     d.refresh_from_db()
     assert d.reply_status == Reply.SENT and [b["text"]["body"] for b in wa.bodies()] == ["Hello!"]
