@@ -41,6 +41,7 @@ async def channel_layer(request, settings):
     settings.CHANNEL_LAYERS = {"default": layer}
     channel_layers.backends.clear()
     yield request.param
+    await publisher.flush()  # a live update still being sent would open a connection after close_pools
     if request.param == "redis":
         await get_channel_layer().close_pools()
     channel_layers.backends.clear()
