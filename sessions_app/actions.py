@@ -314,12 +314,15 @@ def delete_session(user: Any, session_id: str) -> OperatorAction:
     """
     store = site_store()
     with transaction.atomic():
+        # The receivers first, then the session row: a turn's commit locks its delivery before the session
+        # row (webhooks_app.settle), so taking the two in the same order cannot deadlock. A session that
+        # does not exist rolls their work back with the 404.
+        after: dict[str, Any] = {"deleted": True}
+        for _receiver, counts in session_deleting.send(sender=delete_session, session_id=session_id):
+            after.update(counts or {})
         row = _locked_session(session_id)
         before = {"active_agent": row.active_agent_name, "metadata": row.metadata,
                   "created_at": row.created_at.isoformat(), "updated_at": row.updated_at.isoformat(),
                   **session_counts(session_id)}
-        after: dict[str, Any] = {"deleted": True}
-        for _receiver, counts in session_deleting.send(sender=delete_session, session_id=session_id):
-            after.update(counts or {})
         store.delete(session_id)
         return audit(user, OperatorAction.Kind.DELETE, session_id, before, after)
