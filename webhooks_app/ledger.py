@@ -67,6 +67,7 @@ def context(user: Any, session_id: str, note: str = "", refused: bool = False) -
         "ledger_session_id": session_id,
         "deliveries": found,
         "can_retry": may(user, "webhooks_app.retry_delivery"),
+        "can_resend": may(user, "webhooks_app.resend_reply"),
         "ledger_note": note,
         "ledger_refused": refused,
     }
@@ -88,7 +89,8 @@ def attention_context(user: Any) -> dict[str, Any]:
     """The cross-session list: the newest deliveries (at most LEDGER_SIZE) whose reply can be resent."""
     qs = with_reply_state().filter(resendable=True).order_by("-id")
     return {"deliveries": list(qs[:LEDGER_SIZE]), "total": qs.count(),
-            "can_retry": may(user, "webhooks_app.retry_delivery")}
+            "can_retry": may(user, "webhooks_app.retry_delivery"),
+            "can_resend": may(user, "webhooks_app.resend_reply")}
 
 
 class ResendRefused(Exception):

@@ -211,6 +211,7 @@ def test_resend_is_its_own_permission(client, apis):  # noqa: F811
     d = died_while_sending(client, post_wa, p.whatsapp(p.wa_text("wamid.Q", "hi")), "Hello!")
     retrier = personas.viewer("rita.retrier")
     retrier.user_permissions.add(Permission.objects.get(codename="retry_delivery"))
+    assert b">Resend</button>" not in personas.client_for(retrier).get("/webhooks/attention/").content
     assert resend(personas.client_for(retrier), d).status_code == 403
     retrier.user_permissions.add(Permission.objects.get(codename="resend_reply"))
     assert resend(personas.client_for(retrier), d).status_code == 302
