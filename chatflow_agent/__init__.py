@@ -38,7 +38,8 @@ from chatflow_agent.exceptions import (
     StoreSchemaError,
     ToolExecutionError,
 )
-from chatflow_agent.types import AgentResponse, Handoff, Message, Role, ToolCall, ToolResult
+from chatflow_agent.pricing import ModelPrice, PriceBook
+from chatflow_agent.types import AgentResponse, Handoff, Message, ModelCallUsage, Role, ToolCall, ToolResult, TurnUsage
 
 BaseSessionContext = SessionContext
 
@@ -84,4 +85,8 @@ __all__ = [
     "TextDelta",
     "TurnCompleted",
     "TurnFailed",
+    "ModelCallUsage",
+    "TurnUsage",
+    "ModelPrice",
+    "PriceBook",
 ]

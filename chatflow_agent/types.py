@@ -9,18 +9,22 @@ text has lone surrogates replaced by U+FFFD (so it can always be encoded as UTF-
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from collections.abc import Callable
+from datetime import UTC, datetime
+from decimal import Decimal
 from enum import Enum
-from typing import Any
+from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validator
 
 from chatflow_agent.jsonsafe import clean_text, json_safe
 
-__all__ = ["AgentResponse", "Handoff", "Message", "Role", "ToolCall", "ToolResult"]
+__all__ = [
+    "AgentResponse", "Handoff", "Message", "ModelCallUsage", "Role", "ToolCall", "ToolResult", "TurnUsage",
+]
 
 
-class Role(str, Enum):
+class Role(str, Enum):  # noqa: UP042  # 0.3.4: str(Role.USER) is "Role.USER", not "user"
     """Who wrote a message."""
 
     USER = "user"
@@ -72,7 +76,7 @@ class Message(BaseModel):
     tool_calls: list[ToolCall] | None = Field(default=None, description="Tools invoked in this turn")
     tool_results: list[ToolResult] | None = Field(default=None, description="Tool results returned in this turn")
     timestamp: datetime = Field(
-        default_factory=lambda: datetime.now(timezone.utc),
+        default_factory=lambda: datetime.now(UTC),
         description="UTC timestamp of creation",
     )
 
@@ -84,7 +88,93 @@ class Message(BaseModel):
     @field_validator("timestamp")
     @classmethod
     def _utc(cls, v: datetime) -> datetime:
-        return v.replace(tzinfo=timezone.utc) if v.tzinfo is None else v.astimezone(timezone.utc)
+        return v.replace(tzinfo=UTC) if v.tzinfo is None else v.astimezone(UTC)
+
+
+class ModelCallUsage(BaseModel):
+    """What one model call used, as its engine reported it; ``None`` means "the provider did not say".
+
+    Tokens: ``input_tokens`` is the whole prompt, cached part included; ``cached_tokens`` the part
+    of it read from the provider's prompt cache; ``cache_write_tokens`` the part written to it
+    (Anthropic); ``output_tokens`` what the model generated (reasoning included where billed).
+    Times in milliseconds: ``latency_ms`` from the request to the complete answer (the SDK's retries
+    included), ``ttft_ms`` from the request to the first streamed text or tool-call fragment
+    (streamed calls only). ``finish_reason`` is the provider's own word (``"stop"``, ``"tool_calls"``,
+    ``"end_turn"``, ``"STOP"`` …); ``retries`` how many times the SDK retried the request.
+    ``estimated`` is true when the counts are an engine's estimate (the demo engine), not a bill.
+    ``cost`` is the call's price in ``currency`` (always ``"USD"``), set by the Runner's price book
+    when the turn runs; ``None`` when the model's price is not known. ``agent_name``: the agent
+    whose turn step made the call (set by the Runner).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    provider: str | None = None
+    model: str | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cached_tokens: int | None = None
+    cache_write_tokens: int | None = None
+    latency_ms: float | None = None
+    ttft_ms: float | None = None
+    finish_reason: str | None = None
+    retries: int | None = None
+    estimated: bool = False
+    cost: Decimal | None = None
+    currency: Literal["USD"] = "USD"
+    agent_name: str | None = None
+
+
+_N = TypeVar("_N", int, float, Decimal)
+
+
+def _total(calls: list[ModelCallUsage], value: Callable[[ModelCallUsage], _N | None]) -> _N | None:
+    """The sum over ``calls``, or ``None`` when there are none or any call lacks the value."""
+    values = [value(c) for c in calls]
+    if not values or any(v is None for v in values):
+        return None
+    known = [v for v in values if v is not None]
+    return sum(known[1:], known[0])
+
+
+class TurnUsage(BaseModel):
+    """A turn's model calls (in order) and their totals.
+
+    A total is ``None`` unless every call reported that value (a partial sum would pass for a
+    whole one): one call of an unpriced model makes the turn's ``cost`` unknown, never ``0``.
+    The totals are computed fields: they appear in ``model_dump()`` / JSON and are recomputed from
+    ``calls`` when a dump is validated back.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    calls: list[ModelCallUsage] = Field(default_factory=list)
+    currency: Literal["USD"] = "USD"
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def input_tokens(self) -> int | None:
+        return _total(self.calls, lambda c: c.input_tokens)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def output_tokens(self) -> int | None:
+        return _total(self.calls, lambda c: c.output_tokens)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def cached_tokens(self) -> int | None:
+        return _total(self.calls, lambda c: c.cached_tokens)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def latency_ms(self) -> float | None:
+        return _total(self.calls, lambda c: c.latency_ms)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def cost(self) -> Decimal | None:
+        return _total(self.calls, lambda c: c.cost)
 
 
 class AgentResponse(BaseModel):
@@ -94,3 +184,4 @@ class AgentResponse(BaseModel):
     active_agent_name: str = Field(description="Name of the agent currently handling the conversation")
     tool_calls_executed: list[str] = Field(default_factory=list, description="Names of tools executed during this turn")
     handoff: Handoff | None = Field(default=None, description="Handoff details if a transfer occurred")
+    usage: TurnUsage | None = Field(default=None, description="The turn's model calls, tokens and cost (Runner)")

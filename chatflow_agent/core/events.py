@@ -2,7 +2,9 @@
 
 Every event carries ``session_id`` and ``turn_id`` (a hex id shared by the events of one turn)
 and a ``type`` literal, so consumers can dispatch on ``event.type``. ``TurnCompleted`` is emitted
-after the turn was committed, ``TurnFailed`` after it was rolled back.
+after the turn was committed, ``TurnFailed`` after it was rolled back; both carry the turn's
+``usage`` (:class:`~chatflow_agent.types.TurnUsage`: each model call's tokens, latency and cost,
+and the totals) — a failed turn's calls were made and billed too.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from chatflow_agent.types import AgentResponse, Handoff, Message, ToolCall, ToolResult
+from chatflow_agent.types import AgentResponse, Handoff, Message, ToolCall, ToolResult, TurnUsage
 
 __all__ = [
     "RunEvent", "TurnStarted", "MessageAppended", "ToolCallStarted", "ToolCallFinished",
@@ -76,6 +78,7 @@ class TurnCompleted(_Event):
     response: AgentResponse
     duration_ms: float
     message_ids: tuple[int, ...] = field(default=())  # row ids of the turn's messages (persistent stores)
+    usage: TurnUsage = field(default_factory=TurnUsage)
     type: Literal["turn_completed"] = "turn_completed"
 
 
@@ -85,6 +88,7 @@ class TurnFailed(_Event):
 
     error_type: str
     error: str
+    usage: TurnUsage = field(default_factory=TurnUsage)  # the model calls made before it failed
     type: Literal["turn_failed"] = "turn_failed"
 
 

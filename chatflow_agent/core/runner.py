@@ -36,7 +36,8 @@ from chatflow_agent.core.events import (
     TurnStarted,
 )
 from chatflow_agent.exceptions import AgentHandoffError
-from chatflow_agent.types import AgentResponse, Handoff, Message, Role, ToolCall, ToolResult
+from chatflow_agent.pricing import PriceBook
+from chatflow_agent.types import AgentResponse, Handoff, Message, ModelCallUsage, Role, ToolCall, ToolResult, TurnUsage
 
 logger = logging.getLogger("chatflow_agent.runner")
 
@@ -64,6 +65,11 @@ class _Turn:
         self.tools_executed: list[str] = []
         self.last_handoff: Handoff | None = None
         self.handoffs = 0
+        self.calls: list[ModelCallUsage] = []  # each model call's usage, priced
+
+    @property
+    def usage(self) -> TurnUsage:
+        return TurnUsage(calls=list(self.calls))
 
     @property
     def watched(self) -> bool:
@@ -92,6 +98,9 @@ class Runner:
 
     ``session_store`` defaults to an in-memory ``SessionStore``; ``engine`` is the default for
     agents that name no engine, provider or base URL of their own (see ``resolve_engine``).
+    ``prices`` prices each model call's usage when the turn runs (default:
+    ``PriceBook.from_env()``, genai-prices with the ``CHATFLOW_MODEL_PRICES`` overrides); the
+    turn's usage is ``AgentResponse.usage`` and ``usage`` of ``TurnCompleted`` / ``TurnFailed``.
     """
 
     def __init__(
@@ -102,6 +111,7 @@ class Runner:
         api_key: str | None = None,
         max_handoffs_per_turn: int = 5,
         max_tool_iterations: int = 10,
+        prices: PriceBook | None = None,
     ) -> None:
         self.starting_agent = starting_agent
         self.session_store: BaseSessionStore = session_store if session_store is not None else SessionStore()
@@ -112,6 +122,7 @@ class Runner:
         self.engine = engine
         self.max_handoffs_per_turn = max_handoffs_per_turn
         self.max_tool_iterations = max_tool_iterations
+        self.prices = prices if prices is not None else PriceBook.from_env()
         self._agents_registry: dict[str, Agent] = {}
         self._subscribers: list[Subscriber] = []
         self._background: set[asyncio.Task[Any]] = set()
@@ -225,7 +236,7 @@ class Runner:
                 raise
             if turn.watched:
                 await emit(TurnFailed(session_id=session_id, turn_id=turn.turn_id, error_type=type(err).__name__,
-                                      error=str(err) or type(err).__name__))
+                                      error=str(err) or type(err).__name__, usage=turn.usage))
             raise
         if turn.watched:
             await self._completed(turn, emit, response, started)
@@ -236,7 +247,8 @@ class Runner:
         session = turn.session
         ids = tuple(rid for m in session.history[-turn.count:] if (rid := _row_id(session, m)) is not None)
         await emit(TurnCompleted(session_id=session.session_id, turn_id=turn.turn_id, response=response,
-                                 duration_ms=(time.perf_counter() - started) * 1000, message_ids=ids))
+                                 duration_ms=(time.perf_counter() - started) * 1000, message_ids=ids,
+                                 usage=response.usage or turn.usage))
 
     async def _play(self, turn: _Turn, user_message: str) -> AgentResponse:
         session = turn.session
@@ -265,21 +277,25 @@ class Runner:
 
     def _response(self, turn: _Turn, text: str) -> AgentResponse:
         return AgentResponse(content=text, active_agent_name=turn.session.active_agent.name,
-                             tool_calls_executed=turn.tools_executed, handoff=turn.last_handoff)
+                             tool_calls_executed=turn.tools_executed, handoff=turn.last_handoff, usage=turn.usage)
 
     async def _generate(self, turn: _Turn, agent: Agent) -> Any:
         engine = resolve_engine(agent, default_engine=self.engine)
         history = engine_view(turn.session.history)
         stream = _streaming_method(engine)
         if stream is None:
-            return await engine.generate_turn_async(agent=agent, history=history)
+            result = await engine.generate_turn_async(agent=agent, history=history)
+        else:
+            async def on_delta(text: str) -> None:
+                if turn.watched:
+                    await turn.emit(TextDelta(session_id=turn.session.session_id, turn_id=turn.turn_id,
+                                              text=text, agent_name=agent.name))
 
-        async def on_delta(text: str) -> None:
-            if turn.watched:
-                await turn.emit(TextDelta(session_id=turn.session.session_id, turn_id=turn.turn_id,
-                                          text=text, agent_name=agent.name))
-
-        return await stream(agent, history, on_delta)
+            result = await stream(agent, history, on_delta)
+        usage = getattr(result, "usage", None)
+        if isinstance(usage, ModelCallUsage):  # priced now: the cost is the one at the time of the turn
+            turn.calls.append(self.prices.priced(usage).model_copy(update={"agent_name": agent.name}))
+        return result
 
     async def _run_tools(self, turn: _Turn, agent: Agent, calls: list[ToolCall]) -> list[ToolResult]:
         available = {t.name: t for t in agent.get_all_tools()}

@@ -48,6 +48,7 @@ EXPECTED_ALL = [
     "SessionBusyError", "SessionDeletedError", "StoreSchemaError",
     "RunEvent", "TurnStarted", "MessageAppended", "ToolCallStarted", "ToolCallFinished", "HandoffOccurred",
     "TextDelta", "TurnCompleted", "TurnFailed",
+    "ModelCallUsage", "TurnUsage", "ModelPrice", "PriceBook",
 ]
 
 

@@ -8,23 +8,27 @@ Anthropic Messages API (https://docs.anthropic.com/en/api/messages): ``system`` 
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
+
+import httpx
 
 from chatflow_agent.core.engines._endpoints import (
     is_official_endpoint,
     redact_url,
     resolve_api_key,
 )
-from chatflow_agent.core.engines.base import BaseEngine, EngineTurnResult
+from chatflow_agent.core.engines._openai_format import parse_tool_arguments
+from chatflow_agent.core.engines.base import BaseEngine, EngineTurnResult, TextDeltaCallback
 from chatflow_agent.exceptions import DependencyError, ProviderError
-from chatflow_agent.types import Message, Role, ToolCall
+from chatflow_agent.types import Message, ModelCallUsage, Role, ToolCall
 
 if TYPE_CHECKING:
-    import httpx
-
     from chatflow_agent.core.agent import Agent
 
-__all__ = ["ANTHROPIC_BASE_URL", "AnthropicEngine"]
+__all__ = ["ANTHROPIC_BASE_URL", "AnthropicEngine", "usage_from_anthropic"]
 
 ANTHROPIC_BASE_URL = "https://api.anthropic.com/v1"
 _ENV_KEY = "ANTHROPIC_API_KEY"
@@ -116,9 +120,7 @@ class AnthropicEngine(BaseEngine):
         client.auth_token = None  # the SDK reads ANTHROPIC_AUTH_TOKEN too; it is never sent
         return client, anthropic
 
-    async def generate_turn_async(self, agent: Agent, history: list[Message]) -> EngineTurnResult:
-        """One ``messages.create`` call; ``raw_response`` is the message as a dict."""
-        client, anthropic = self._client()
+    def _request(self, agent: Agent, history: list[Message]) -> dict[str, Any]:
         system, messages = _to_messages(history)
         system = "\n\n".join(s for s in (agent.get_instructions(), system) if s)
         request: dict[str, Any] = {"model": agent.model, "max_tokens": 4096, "messages": messages}
@@ -129,20 +131,142 @@ class AnthropicEngine(BaseEngine):
             request["tools"] = [
                 {"name": t.name, "description": t.description, "input_schema": t.json_schema} for t in tools
             ]
+        return request
+
+    @asynccontextmanager
+    async def _create(self) -> AsyncIterator[Callable[..., Awaitable[Any]]]:
+        """``messages.with_raw_response.create`` for one call; SDK errors leave as ``ProviderError``."""
+        client, anthropic = self._client()
         label = f"Anthropic ({redact_url(self.base_url)})"
         try:
-            response = await client.messages.create(**request)
+            yield client.messages.with_raw_response.create
         except anthropic.APIStatusError as err:
             raise ProviderError(f"{label} API error (HTTP {err.status_code}): {str(err.message)[:500]}") from err
         except anthropic.AnthropicError as err:
             raise ProviderError(f"{label} request failed: {type(err).__name__}: {err}") from err
+        except httpx.HTTPError as err:  # transport errors in the middle of a stream are not wrapped
+            raise ProviderError(f"{label} connection error: {type(err).__name__}: {err}") from err
         finally:
             if self._external_client is None:
                 await client.close()
+
+    async def generate_turn_async(self, agent: Agent, history: list[Message]) -> EngineTurnResult:
+        """One ``messages.create`` call; ``raw_response`` is the message as a dict; ``usage`` from its
+        ``usage`` block (see :func:`usage_from_anthropic`)."""
+        started = time.perf_counter()
+        async with self._create() as create:
+            raw = await create(**self._request(agent, history))
+            response = raw.parse()
+        message = response.model_dump()
+        usage = usage_from_anthropic(message.get("usage"), model=response.model or agent.model,
+                                     finish_reason=response.stop_reason, retries=raw.retries_taken,
+                                     latency_ms=(time.perf_counter() - started) * 1000)
         text = [b.text for b in response.content if b.type == "text"]
         calls = [
             ToolCall(id=b.id, name=b.name, args=dict(b.input or {})) for b in response.content if b.type == "tool_use"
         ]
-        return EngineTurnResult(
-            text="".join(text) if text else None, tool_calls=calls, raw_response=response.model_dump()
+        return EngineTurnResult(text="".join(text) if text else None, tool_calls=calls, raw_response=message,
+                                usage=usage)
+
+    async def stream_turn_async(
+        self, agent: Agent, history: list[Message], on_text_delta: TextDeltaCallback
+    ) -> EngineTurnResult:
+        """A streamed ``messages.create`` (SSE): ``on_text_delta`` per ``text_delta``; ``tool_use``
+        blocks assembled from their ``input_json_delta`` fragments.
+
+        Usage (https://docs.anthropic.com/en/docs/build-with-claude/streaming): ``message_start``
+        carries the input counts, each ``message_delta`` the cumulative ``usage.output_tokens`` and
+        the ``stop_reason``. ``raw_response`` is a message-shaped dict built from the events.
+        Errors as in :meth:`generate_turn_async`, including a stream cut off midway.
+        """
+        started = time.perf_counter()
+        state = _StreamState()
+        async with self._create() as create:
+            raw = await create(**self._request(agent, history), stream=True)
+            stream = raw.parse()
+            async with stream:
+                async for event in stream:
+                    delta = state.add(event.model_dump())
+                    if delta:
+                        await on_text_delta(delta)
+        message = state.message(agent.model)
+        usage = usage_from_anthropic(
+            message["usage"], model=message["model"], finish_reason=message["stop_reason"], retries=raw.retries_taken,
+            latency_ms=(time.perf_counter() - started) * 1000,
+            ttft_ms=None if state.first is None else (state.first - started) * 1000,
         )
+        text = "".join(b["text"] for b in state.blocks if b["type"] == "text")
+        calls = [ToolCall(id=b["id"], name=b["name"], args=parse_tool_arguments(b["json"]))
+                 for b in state.blocks if b["type"] == "tool_use"]
+        return EngineTurnResult(text=text or None, tool_calls=calls, raw_response=message, usage=usage)
+
+
+class _StreamState:
+    """Joins Anthropic stream events (as dicts) into content blocks, usage and stop reason."""
+
+    def __init__(self) -> None:
+        self.start: dict[str, Any] = {}
+        self.usage: dict[str, Any] = {}
+        self.stop_reason: str | None = None
+        self.blocks: list[dict[str, Any]] = []
+        self.first: float | None = None
+
+    def add(self, event: dict[str, Any]) -> str:
+        """Record ``event``; returns the text it adds (``""`` for none)."""
+        kind = event.get("type")
+        if kind == "message_start":
+            self.start = dict(event.get("message") or {})
+            self.usage.update({k: v for k, v in (self.start.get("usage") or {}).items() if v is not None})
+        elif kind == "message_delta":
+            self.usage.update({k: v for k, v in (event.get("usage") or {}).items() if v is not None})
+            self.stop_reason = (event.get("delta") or {}).get("stop_reason") or self.stop_reason
+        elif kind == "content_block_start":
+            block = dict(event.get("content_block") or {})
+            self.blocks.append({"type": block.get("type"), "text": block.get("text") or "", "id": block.get("id"),
+                                "name": block.get("name") or "", "json": ""})
+        elif kind == "content_block_delta" and self.blocks:
+            delta = event.get("delta") or {}
+            if delta.get("type") in ("text_delta", "input_json_delta") and self.first is None:
+                self.first = time.perf_counter()  # the first token
+            if delta.get("type") == "text_delta":
+                self.blocks[-1]["text"] += delta.get("text") or ""
+                return str(delta.get("text") or "")
+            if delta.get("type") == "input_json_delta":
+                self.blocks[-1]["json"] += delta.get("partial_json") or ""
+        return ""
+
+    def message(self, model: str | None) -> dict[str, Any]:
+        content: list[dict[str, Any]] = []
+        for b in self.blocks:
+            if b["type"] == "text":
+                content.append({"type": "text", "text": b["text"]})
+            elif b["type"] == "tool_use":
+                content.append({"type": "tool_use", "id": b["id"], "name": b["name"],
+                                "input": parse_tool_arguments(b["json"])})
+        return {"id": self.start.get("id"), "type": "message", "role": "assistant",
+                "model": self.start.get("model") or model, "content": content,
+                "stop_reason": self.stop_reason, "usage": self.usage}
+
+
+def usage_from_anthropic(usage: Any, *, model: str | None, latency_ms: float | None = None,
+                         ttft_ms: float | None = None, finish_reason: str | None = None,
+                         retries: int | None = None) -> ModelCallUsage:
+    """A :class:`ModelCallUsage` from an Anthropic message's ``usage`` dict (or ``None``).
+
+    Source: https://docs.anthropic.com/en/api/messages (``usage.input_tokens`` — the uncached
+    input only —, ``cache_read_input_tokens``, ``cache_creation_input_tokens``, ``output_tokens``).
+    ``input_tokens`` here is their sum, the whole prompt, as for the other providers.
+    """
+    data = usage if isinstance(usage, dict) else {}
+    fresh, read, written = (_count(data.get(k)) for k in
+                            ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"))
+    return ModelCallUsage(
+        provider="anthropic", model=model,
+        input_tokens=None if fresh is None else fresh + (read or 0) + (written or 0),
+        output_tokens=_count(data.get("output_tokens")), cached_tokens=read, cache_write_tokens=written,
+        latency_ms=latency_ms, ttft_ms=ttft_ms, finish_reason=finish_reason, retries=retries,
+    )
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None

@@ -6,7 +6,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from chatflow_agent.types import Message, ToolCall
+from chatflow_agent.types import Message, ModelCallUsage, ToolCall
 
 if TYPE_CHECKING:
     from chatflow_agent.core.agent import Agent
@@ -17,17 +17,21 @@ TextDeltaCallback = Callable[[str], Awaitable[None]]
 
 
 class EngineTurnResult:
-    """One model answer: ``text`` and/or ``tool_calls``; ``raw_response`` is the provider's payload."""
+    """One model answer: ``text`` and/or ``tool_calls``; ``raw_response`` is the provider's payload;
+    ``usage`` what the call used (tokens, latency, finish reason …) or ``None`` when the engine
+    does not say. The Runner prices it and reports it with the turn."""
 
     def __init__(
         self,
         text: str | None = None,
         tool_calls: list[ToolCall] | None = None,
         raw_response: Any | None = None,
+        usage: ModelCallUsage | None = None,
     ) -> None:
         self.text = text
         self.tool_calls = tool_calls or []
         self.raw_response = raw_response
+        self.usage = usage
 
     @property
     def has_tool_calls(self) -> bool:

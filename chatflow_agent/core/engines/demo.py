@@ -11,24 +11,30 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
+import math
+import time
 from typing import TYPE_CHECKING, Any
 
 from chatflow_agent.core.agent import handoff_tool_name
 from chatflow_agent.core.engines._demo_words import HANDOFF_PREFIX, Match, best_match, fill_arguments, humanize
 from chatflow_agent.core.engines.base import BaseEngine, EngineTurnResult, TextDeltaCallback
 from chatflow_agent.core.engines.scripted import split_words
-from chatflow_agent.types import Message, Role, ToolCall, ToolResult
+from chatflow_agent.types import Message, ModelCallUsage, Role, ToolCall, ToolResult
 
 if TYPE_CHECKING:
     from chatflow_agent.core.agent import Agent
 
-__all__ = ["DemoEngine"]
+__all__ = ["DemoEngine", "estimate_tokens"]
 
 
 class DemoEngine(BaseEngine):
     """Deterministic offline answers from the agent's tools and the last user message.
 
     ``delta_delay`` (seconds, default 0) is awaited between streamed words; keep it to a few ms.
+    Each answer's ``usage`` is an estimate (``estimated=True``, ``provider=None``, so no cost
+    unless a price override names the agent's model): one token per four characters, rounded up,
+    of what a provider would have read (instructions, messages, tool calls and results) and written.
     """
 
     provider = None
@@ -38,6 +44,12 @@ class DemoEngine(BaseEngine):
 
     async def generate_turn_async(self, agent: Agent, history: list[Message]) -> EngineTurnResult:
         """A tool call, a handoff, a summary of tool results, or a polite answer (in that spirit)."""
+        started = time.perf_counter()
+        result = self._answer(agent, history)
+        result.usage = _estimate(agent, history, result, started)
+        return result
+
+    def _answer(self, agent: Agent, history: list[Message]) -> EngineTurnResult:
         if history and history[-1].role == Role.TOOL:
             return EngineTurnResult(text=_summarise_results(agent, history))
         text = _last_user_text(history)
@@ -56,11 +68,36 @@ class DemoEngine(BaseEngine):
         self, agent: Agent, history: list[Message], on_text_delta: TextDeltaCallback
     ) -> EngineTurnResult:
         """Like :meth:`generate_turn_async`, with the answer reported word by word."""
-        result = await self.generate_turn_async(agent, history)
+        started = time.perf_counter()
+        result = self._answer(agent, history)
+        first: float | None = None
         for piece in split_words(result.text or ""):
+            first = first or time.perf_counter()
             await on_text_delta(piece)
             await asyncio.sleep(self.delta_delay)
+        result.usage = _estimate(agent, history, result, started, first)
         return result
+
+
+def estimate_tokens(text: str) -> int:
+    """One token per four characters, rounded up (OpenAI's rule of thumb for English text)."""
+    return math.ceil(len(text) / 4)
+
+
+def _estimate(agent: Agent, history: list[Message], result: EngineTurnResult, started: float,
+              first: float | None = None) -> ModelCallUsage:
+    read = [agent.get_instructions() or ""]
+    for msg in history:
+        read.append(msg.content or "")
+        read += [json.dumps(c.args, ensure_ascii=False) + c.name for c in msg.tool_calls or []]
+        read += [json.dumps(r.content, ensure_ascii=False) for r in msg.tool_results or []]
+    written = (result.text or "") + "".join(c.name + json.dumps(c.args, ensure_ascii=False) for c in result.tool_calls)
+    return ModelCallUsage(
+        provider=None, model=agent.model, input_tokens=sum(estimate_tokens(t) for t in read),
+        output_tokens=estimate_tokens(written), cached_tokens=0, estimated=True, retries=0,
+        finish_reason="tool_calls" if result.tool_calls else "stop",
+        latency_ms=(time.perf_counter() - started) * 1000, ttft_ms=None if first is None else (first - started) * 1000,
+    )
 
 
 def _last_user_text(history: list[Message]) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
@@ -30,12 +31,12 @@ from chatflow_agent.core.engines._openai_format import (
 )
 from chatflow_agent.core.engines.base import BaseEngine, EngineTurnResult, TextDeltaCallback
 from chatflow_agent.exceptions import ProviderError
-from chatflow_agent.types import Message
+from chatflow_agent.types import Message, ModelCallUsage
 
 if TYPE_CHECKING:
     from chatflow_agent.core.agent import Agent
 
-__all__ = ["PROVIDER_PRESETS", "OpenAIEngine"]
+__all__ = ["PROVIDER_PRESETS", "OpenAIEngine", "usage_from_openai"]
 
 # 0.3.4's private names, kept for code that imported them from here.
 _is_local_base_url = is_local_base_url
@@ -156,7 +157,8 @@ class OpenAIEngine(BaseEngine):
             default_headers=headers,
         )
         try:
-            yield functools.partial(client.chat.completions.create, extra_headers=per_request)
+            # The raw response says how many retries the SDK took; ``.parse()`` gives the completion.
+            yield functools.partial(client.chat.completions.with_raw_response.create, extra_headers=per_request)
         except openai.APIStatusError as err:
             raise ProviderError(self._status_message(err)) from err
         except openai.APITimeoutError as err:
@@ -192,19 +194,27 @@ class OpenAIEngine(BaseEngine):
         return request
 
     async def generate_turn_async(self, agent: Agent, history: list[Message]) -> EngineTurnResult:
-        """One chat completion. ``raw_response`` is the completion as a dict (with ``usage``).
+        """One chat completion. ``raw_response`` is the completion as a dict (with ``usage``);
+        ``usage`` is read from the completion's ``usage`` (see :func:`usage_from_openai`).
 
         Raises ``ProviderError`` for a missing/unscoped key, HTTP errors after retries, redirects,
         timeouts and connection errors.
         """
+        started = time.perf_counter()
         async with self._completions() as create:
-            completion = await create(**self._request(agent, history))
+            response = await create(**self._request(agent, history))
+            completion = response.parse()
+        latency_ms = (time.perf_counter() - started) * 1000
         raw = completion.model_dump(mode="json", exclude_unset=True)
+        finish = completion.choices[0].finish_reason if completion.choices else None
+        usage = usage_from_openai(raw.get("usage"), provider=self.provider, model=completion.model or agent.model,
+                                  latency_ms=latency_ms, finish_reason=finish, retries=response.retries_taken)
         if not completion.choices:
-            return EngineTurnResult(text=None, raw_response=raw)
+            return EngineTurnResult(text=None, raw_response=raw, usage=usage)
         message = completion.choices[0].message
         return EngineTurnResult(
-            text=message.content, tool_calls=tool_calls_from_message(message.tool_calls), raw_response=raw
+            text=message.content, tool_calls=tool_calls_from_message(message.tool_calls), raw_response=raw,
+            usage=usage,
         )
 
     async def stream_turn_async(
@@ -212,14 +222,21 @@ class OpenAIEngine(BaseEngine):
     ) -> EngineTurnResult:
         """A streamed chat completion (SSE): ``on_text_delta`` per content delta; tool calls assembled.
 
-        ``raw_response`` is a completion-shaped dict built from the chunks. Errors as in
+        ``raw_response`` is a completion-shaped dict built from the chunks. The request asks for
+        ``stream_options={"include_usage": true}``: the server then sends the whole call's ``usage``
+        in a last chunk with no choices (servers that ignore the option leave the counts ``None``).
+        ``usage.ttft_ms`` is the time to the first text or tool-call fragment. Errors as in
         :meth:`generate_turn_async`, including a stream cut off midway.
         """
         text: list[str] = []
         assembler = ToolCallAssembler()
         meta: dict[str, Any] = {"finish_reason": None, "usage": None, "id": None, "model": agent.model}
+        started = time.perf_counter()
+        first: float | None = None
         async with self._completions() as create:
-            stream = await create(**self._request(agent, history), stream=True)
+            response = await create(**self._request(agent, history), stream=True,
+                                    stream_options={"include_usage": True})
+            stream = response.parse()
             async with stream:
                 async for chunk in stream:
                     meta["id"] = meta["id"] or chunk.id
@@ -230,14 +247,46 @@ class OpenAIEngine(BaseEngine):
                         continue
                     choice = chunk.choices[0]
                     meta["finish_reason"] = choice.finish_reason or meta["finish_reason"]
+                    if first is None and (choice.delta.content or choice.delta.tool_calls):
+                        first = time.perf_counter()
                     assembler.add(choice.delta.tool_calls)
                     if choice.delta.content:
                         text.append(choice.delta.content)
                         await on_text_delta(choice.delta.content)
-        return _streamed_result("".join(text) if text else None, assembler, meta)
+        usage = usage_from_openai(
+            meta["usage"], provider=self.provider, model=meta["model"], finish_reason=meta["finish_reason"],
+            latency_ms=(time.perf_counter() - started) * 1000, retries=response.retries_taken,
+            ttft_ms=None if first is None else (first - started) * 1000,
+        )
+        return _streamed_result("".join(text) if text else None, assembler, meta, usage)
 
 
-def _streamed_result(text: str | None, assembler: ToolCallAssembler, meta: dict[str, Any]) -> EngineTurnResult:
+def usage_from_openai(usage: Any, *, provider: str | None, model: str | None, latency_ms: float | None = None,
+                      ttft_ms: float | None = None, finish_reason: str | None = None,
+                      retries: int | None = None) -> ModelCallUsage:
+    """A :class:`ModelCallUsage` from a chat completion's ``usage`` dict (or ``None``).
+
+    Source: https://platform.openai.com/docs/api-reference/chat/object (``usage.prompt_tokens``,
+    cached part included; ``usage.prompt_tokens_details.cached_tokens``; ``usage.completion_tokens``)
+    and ``stream_options.include_usage`` in https://platform.openai.com/docs/api-reference/chat/create.
+    Counts a server leaves out (or sends as non-integers) are ``None``.
+    """
+    data = usage if isinstance(usage, dict) else {}
+    details = data.get("prompt_tokens_details")
+    return ModelCallUsage(
+        provider=provider, model=model, input_tokens=_count(data.get("prompt_tokens")),
+        output_tokens=_count(data.get("completion_tokens")),
+        cached_tokens=_count(details.get("cached_tokens")) if isinstance(details, dict) else None,
+        latency_ms=latency_ms, ttft_ms=ttft_ms, finish_reason=finish_reason, retries=retries,
+    )
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _streamed_result(text: str | None, assembler: ToolCallAssembler, meta: dict[str, Any],
+                     usage: ModelCallUsage) -> EngineTurnResult:
     calls = assembler.calls()
     message: dict[str, Any] = {"role": "assistant", "content": text}
     if calls:
@@ -251,4 +300,4 @@ def _streamed_result(text: str | None, assembler: ToolCallAssembler, meta: dict[
         "choices": [{"index": 0, "message": message, "finish_reason": meta["finish_reason"]}],
         "usage": meta["usage"],
     }
-    return EngineTurnResult(text=text, tool_calls=calls, raw_response=raw)
+    return EngineTurnResult(text=text, tool_calls=calls, raw_response=raw, usage=usage)

@@ -45,6 +45,8 @@ class ScriptedEngine(BaseEngine):
     async). ``calls`` records ``(agent name, copy of history)`` per call, including calls that
     raise. With ``stream=True``, :meth:`stream_turn_async` reports the text word by word.
     ``delay`` (seconds) is awaited before each answer. No step left → :class:`ScriptExhaustedError`.
+    A step's usage is what the script says: an ``EngineTurnResult(..., usage=ModelCallUsage(...))``
+    reports it; a ``str`` step reports none (``usage`` is ``None``).
     """
 
     provider = None
