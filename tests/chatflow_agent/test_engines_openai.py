@@ -7,11 +7,7 @@ from __future__ import annotations
 
 import json
 import os
-import threading
-from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -20,93 +16,12 @@ from chatflow_agent.core.agent import Agent
 from chatflow_agent.core.engines import OpenAIEngine
 from chatflow_agent.exceptions import ProviderError
 from chatflow_agent.types import Message, Role, ToolCall, ToolResult
+from tests.chatflow_agent.provider_server import FakeProvider
+
+FakeOpenAI = FakeProvider
 
 ENV_KEY = "sk-FAKE-env-openai-0000"
 EXPLICIT_KEY = "sk-FAKE-explicit-0000"
-
-
-@dataclass
-class Received:
-    path: str
-    headers: dict[str, str]
-    body: dict[str, Any]
-
-
-@dataclass
-class Reply:
-    status: int = 200
-    body: Any = None
-    headers: dict[str, str] = field(default_factory=dict)
-    sse: list[dict[str, Any]] | None = None
-
-
-class FakeOpenAI:
-    """Answers POSTs with queued replies (JSON or SSE) and records what it received."""
-
-    def __init__(self) -> None:
-        self.replies: deque[Reply] = deque()
-        self.received: list[Received] = []
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.01,), daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
-
-    def reply(self, body: Any = None, status: int = 200, **headers: str) -> None:
-        self.replies.append(
-            Reply(status=status, body=body, headers={k.replace("_", "-"): v for k, v in headers.items()})
-        )
-
-    def reply_stream(self, chunks: list[dict[str, Any]]) -> None:
-        self.replies.append(Reply(sse=chunks))
-
-    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, format: str, *args: Any) -> None:  # keep test output quiet
-                pass
-
-            def do_POST(self) -> None:
-                raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-                fake.received.append(
-                    Received(self.path, {k.lower(): v for k, v in self.headers.items()}, json.loads(raw or b"{}"))
-                )
-                reply = fake.replies.popleft() if fake.replies else Reply(500, {"error": {"message": "no reply"}})
-                if reply.sse is not None:
-                    self._send_sse(reply.sse)
-                else:
-                    self._send_json(reply)
-
-            def _send_json(self, reply: Reply) -> None:
-                data = json.dumps(reply.body).encode()
-                self.send_response(reply.status)
-                for name, value in {"Content-Type": "application/json", **reply.headers}.items():
-                    self.send_header(name, value)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def _send_sse(self, chunks: list[dict[str, Any]]) -> None:
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
-                self.end_headers()
-                for chunk in chunks:
-                    self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
-                    self.wfile.flush()
-                self.wfile.write(b"data: [DONE]\n\n")
-
-        return Handler
-
-    def __enter__(self) -> FakeOpenAI:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join()
 
 
 @pytest.fixture(autouse=True)
@@ -451,3 +366,87 @@ def test_the_environment_key_is_used_for_the_official_endpoint(monkeypatch: pyte
     assert OpenAIEngine(provider="grok").api_key == "sk-FAKE-xai"
     assert OpenAIEngine(provider="grok").base_url == "https://api.x.ai/v1"
     assert OpenAIEngine(provider="openai", base_url="https://api.x.ai/v1").api_key is None
+
+
+# --- Usage: tokens, latency, time to first token, finish reason, retries ------------------------
+
+
+@pytest.mark.asyncio
+async def test_it_reports_the_usage_of_a_completion(server: FakeOpenAI) -> None:
+    body = completion({"content": "It is on its way."})
+    body["usage"] = {"prompt_tokens": 1200, "completion_tokens": 40, "total_tokens": 1240,
+                     "prompt_tokens_details": {"cached_tokens": 1024}}
+    server.reply(body)
+
+    usage = (await engine_for(server).generate_turn_async(order_agent(), USER_ONLY)).usage
+
+    assert usage is not None
+    assert (usage.provider, usage.model) == ("openai", "gpt-4o-mini")
+    assert (usage.input_tokens, usage.output_tokens, usage.cached_tokens) == (1200, 40, 1024)
+    assert usage.finish_reason == "stop"
+    assert usage.retries == 0
+    assert usage.latency_ms is not None and usage.latency_ms > 0
+    assert usage.ttft_ms is None  # not streamed
+    assert usage.cost is None  # the Runner prices it, not the engine
+
+
+@pytest.mark.asyncio
+async def test_a_completion_without_usage_reports_unknown_counts(server: FakeOpenAI) -> None:
+    body = completion({"content": "ok"})
+    del body["usage"]
+    server.reply(body)
+
+    usage = (await engine_for(server).generate_turn_async(order_agent(), USER_ONLY)).usage
+
+    assert usage is not None
+    assert (usage.input_tokens, usage.output_tokens, usage.cached_tokens) == (None, None, None)
+
+
+@pytest.mark.asyncio
+async def test_the_usage_counts_the_sdk_retries(server: FakeOpenAI) -> None:
+    server.reply({"error": {"message": "slow down"}}, status=429, retry_after_ms="1")
+    server.reply(completion({"content": "Back again."}))
+
+    usage = (await engine_for(server, max_retries=2).generate_turn_async(order_agent(), USER_ONLY)).usage
+
+    assert usage is not None and usage.retries == 1
+
+
+@pytest.mark.asyncio
+async def test_a_stream_asks_for_usage_and_reports_it_with_the_time_to_first_token(server: FakeOpenAI) -> None:
+    server.reply_stream(
+        [
+            chunk({"role": "assistant", "content": ""}),
+            chunk({"content": "Order 404 "}),
+            chunk({"content": "is on its way."}),
+            chunk({}, finish_reason="stop"),
+            chunk(None, usage={"prompt_tokens": 30, "completion_tokens": 7, "total_tokens": 37,
+                               "prompt_tokens_details": {"cached_tokens": 0}}),
+        ]
+    )
+
+    async def on_delta(text: str) -> None:
+        pass
+
+    usage = (await engine_for(server).stream_turn_async(order_agent(), USER_ONLY, on_delta)).usage
+
+    assert server.received[0].body["stream_options"] == {"include_usage": True}
+    assert usage is not None
+    assert (usage.input_tokens, usage.output_tokens, usage.cached_tokens) == (30, 7, 0)
+    assert usage.finish_reason == "stop"
+    assert usage.ttft_ms is not None and usage.latency_ms is not None
+    assert 0 < usage.ttft_ms <= usage.latency_ms
+
+
+@pytest.mark.asyncio
+async def test_a_stream_without_the_usage_chunk_reports_unknown_counts(server: FakeOpenAI) -> None:
+    server.reply_stream([chunk({"content": "hi"}), chunk({}, finish_reason="length")])
+
+    async def on_delta(text: str) -> None:
+        pass
+
+    usage = (await engine_for(server).stream_turn_async(order_agent(), USER_ONLY, on_delta)).usage
+
+    assert usage is not None
+    assert (usage.input_tokens, usage.output_tokens) == (None, None)
+    assert usage.finish_reason == "length"
