@@ -37,7 +37,7 @@ T = TypeVar("T")
 # Settings the store or the Runner is built from: a change (override_settings) drops both.
 _SETTINGS = frozenset({
     "CHATFLOW_AGENTS", "CHATFLOW_ENGINE", "CHATFLOW_MAX_TURNS", "CHATFLOW_DEDUP_TTL_HOURS", "CHATFLOW_LEASE_SECONDS",
-    "OPENAI_API_KEY", "OPENAI_BASE_URL", "DATABASES",
+    "OPENAI_API_KEY", "OPENAI_BASE_URL", "DATABASES", "CHATFLOW_MODEL_PRICES",
 })
 
 #: Called with every Runner this module builds (``hook(runner)``); see :func:`add_runner_hook`.
@@ -99,8 +99,10 @@ def _build_store() -> DjangoSessionStore:
 def _build_runner() -> Runner:
     """The site's Runner (one per process): the registry's starting agent on site_store()."""
     from chatflow_agent.core.runner import Runner
+    from chatflow_agent.pricing import PriceBook
 
-    runner = Runner(registry.starting_agent(), session_store=site_store(), engine=build_engine())
+    runner = Runner(registry.starting_agent(), session_store=site_store(), engine=build_engine(),
+                    prices=PriceBook(settings.CHATFLOW_MODEL_PRICES))
     # Runner points the store's resolver at its own agent table; the registry's is the same set
     # of agents, and stays the resolver the console relies on (it also serves before any turn).
     site_store().set_agent_resolver(registry.get_agent)

@@ -94,19 +94,19 @@ class PriceBook:
             import genai_prices  # noqa: F401  # load its price data now, not on the event loop at the first call
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> PriceBook:
+    def from_env(cls, environ: Mapping[str, str] | None = None, *, library: bool = True) -> PriceBook:
         """A price book with the overrides of ``CHATFLOW_MODEL_PRICES`` (JSON object; unset or empty: none).
 
         Raises ``ValueError`` naming the variable when it is not a JSON object of valid prices.
         """
         raw = (os.environ if environ is None else environ).get(PRICES_ENV, "").strip()
         if not raw:
-            return cls()
+            return cls(library=library)
         try:
             data = json.loads(raw)
             if not isinstance(data, dict):
                 raise ValueError("expected a JSON object of model name → prices")
-            return cls(data)
+            return cls(data, library=library)
         except ValueError as err:
             raise ValueError(f"{PRICES_ENV} is malformed: {err}") from err
 

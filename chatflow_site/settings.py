@@ -7,6 +7,7 @@ naming the variable. Every variable is listed in ``.env.example``.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import tempfile
@@ -268,6 +269,23 @@ if CHATFLOW_ENGINE == "openai" and not (OPENAI_API_KEY or OPENAI_BASE_URL):
     raise ImproperlyConfigured("OPENAI_API_KEY must be set when CHATFLOW_ENGINE=openai "
                                "(or OPENAI_BASE_URL for a local OpenAI-compatible server)")
 CHATFLOW_MAX_TURNS = _positive_int("CHATFLOW_MAX_TURNS", 40)
+
+
+def _model_prices(name: str) -> dict[str, dict[str, object]]:
+    """Per-model price overrides (JSON object: model → {"input", "output", "cached_input", "cache_write"},
+    USD per million tokens), checked with the runtime's own rule (``chatflow_agent.pricing``)."""
+    from chatflow_agent.pricing import PRICES_ENV, PriceBook
+
+    raw = env.str(name, default="").strip()
+    try:
+        PriceBook.from_env({PRICES_ENV: raw}, library=False)
+    except ValueError as err:
+        raise ImproperlyConfigured(str(err).replace(PRICES_ENV, name, 1)) from err
+    return json.loads(raw) if raw else {}
+
+
+# Model prices that win over genai-prices' (a negotiated rate, a model it does not know); see README.
+CHATFLOW_MODEL_PRICES = _model_prices("CHATFLOW_MODEL_PRICES")
 CHATFLOW_DEDUP_TTL_HOURS = _positive_int("CHATFLOW_DEDUP_TTL_HOURS", 192)
 
 # --- Webhook channels (webhooks_app) -----------------------------------------------------------

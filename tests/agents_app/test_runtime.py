@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import threading
+from decimal import Decimal
 
 import pytest
 
 from agents_app import registry, runtime
 from chatflow_agent.core.engines import DemoEngine, OpenAIEngine
+from chatflow_agent.types import ModelCallUsage
 from sessions_app import actions
 from sessions_app.store import DjangoSessionStore
 
@@ -89,6 +91,16 @@ def test_chatflow_engine_openai_without_a_base_url_uses_openais_endpoint(setting
 
     assert isinstance(engine, OpenAIEngine)
     assert engine.base_url == "https://api.openai.com/v1"
+
+
+def test_the_site_runner_prices_model_calls_with_the_configured_overrides(settings):
+    usage = ModelCallUsage(provider="openai", model="gpt-4o-mini", input_tokens=1000, output_tokens=500)
+    library = runtime.site_runner().prices.cost(usage)
+
+    settings.CHATFLOW_MODEL_PRICES = {"gpt-4o-mini": {"input": "1", "output": "2"}}
+
+    assert runtime.site_runner().prices.cost(usage) == Decimal("0.002") != library
+    assert runtime.site_runner().prices.cost(usage.model_copy(update={"model": "unknown-model"})) is None
 
 
 def test_a_settings_change_builds_a_new_store_and_runner(settings):

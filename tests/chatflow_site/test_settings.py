@@ -23,6 +23,8 @@ PRODUCTION = {"DEBUG": "0", "SECRET_KEY": secrets.token_urlsafe(50), "ALLOWED_HO
         ("CHATFLOW_MAX_TURNS", {"CHATFLOW_MAX_TURNS": "ten"}),
         ("CHATFLOW_DEDUP_TTL_HOURS", {"CHATFLOW_DEDUP_TTL_HOURS": "-5"}),
         ("CHATFLOW_ENGINE", {"CHATFLOW_ENGINE": "gpt"}),
+        ("CHATFLOW_MODEL_PRICES", {"CHATFLOW_MODEL_PRICES": "{not json"}),
+        ("CHATFLOW_MODEL_PRICES", {"CHATFLOW_MODEL_PRICES": '{"gpt-4o": {"input": "cheap", "output": 1}}'}),
         ("OPENAI_API_KEY", {"CHATFLOW_ENGINE": "openai"}),
         ("REDIS_URL", {"REDIS_URL": "localhost:6379"}),
         ("CHATFLOW_AGENTS", {"CHATFLOW_AGENTS": "not a dotted path"}),
