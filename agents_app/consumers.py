@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from decimal import Decimal
 from typing import Any
 
 from channels.db import database_sync_to_async
@@ -167,6 +168,11 @@ class ChatConsumer(AsyncWebsocketConsumer):
                           message_ids=data["message_ids"])
             html = self._state(n, "answered") + fragments.render_event(view, {
                 **data, "kind": "handoff", "to_agent": data["response"]["active_agent_name"]})
+            usage = data.get("usage") or {}
+            cost = usage.get("cost")
+            html += render_to_string(f"{CHAT}#chat-usage", {
+                "n": n, "usage": usage, "cost": None if cost is None else f"{Decimal(cost):f}",  # never 1E-7
+                "estimated": any(c.get("estimated") for c in usage.get("calls") or [])})
         elif kind == "turn_failed":
             view.failed = True  # type: ignore[attr-defined]
             record.update(status="failed", error_type=data["error_type"])

@@ -112,3 +112,32 @@ def test_the_chat_page_opens_for_an_existing_session(client):
     assert "Open in live chat" not in client.get("/sessions/tg:1/").content.decode()
     client.logout()
     assert client.get("/chat/").status_code == 302
+
+
+def usage_line(frames: list[str]) -> str:
+    [line] = [m for f in frames for m in re.findall(r"<p class=\"muted small\" data-usage>(.*?)</p>", f)]
+    return line
+
+
+@pytest.mark.asyncio
+@pytest.mark.usefixtures("close_consumer_connections", "channel_layer")
+async def test_an_answered_turn_shows_its_tokens_and_that_estimates_have_no_cost(viewer_cookie):
+    async with connected("/ws/chat/", viewer_cookie) as ws:
+        assert (await ws.connect())[0]
+        await ws.send_json_to({"message": "hello", "session_id": "web:chat:usage", "agent": "Tech"})
+        frames = await frames_until(ws, "data-usage", timeout=20)
+    line = usage_line(frames)
+    assert re.fullmatch(r"1 model call · \d+ in / \d+ out tokens \(estimated\) · cost unknown", line), line
+
+
+@pytest.mark.asyncio
+@pytest.mark.usefixtures("close_consumer_connections", "channel_layer")
+async def test_an_answered_turn_shows_the_cost_a_price_override_gives(viewer_cookie, settings):
+    settings.CHATFLOW_MODEL_PRICES = {"demo": {"input": "1000000", "output": "1000000"}}  # a dollar a token
+    async with connected("/ws/chat/", viewer_cookie) as ws:
+        assert (await ws.connect())[0]
+        await ws.send_json_to({"message": "hello", "session_id": "web:chat:cost", "agent": "Tech"})
+        frames = await frames_until(ws, "data-usage", timeout=20)
+    tokens_in, tokens_out, cost = re.fullmatch(
+        r"1 model call · (\d+) in / (\d+) out tokens \(estimated\) · (\d+) USD", usage_line(frames)).groups()
+    assert int(cost) == int(tokens_in) + int(tokens_out)
