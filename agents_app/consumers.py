@@ -1,15 +1,18 @@
 """Websocket consumer of the live chat test page (``ws/chat/``).
 
-The page's form sends ``{"message", "session_id", "agent", "channel"}`` (htmx's ``ws-send``). Each
-message is shown at once as *queued*, then played by the site's Runner (``site_runner()``: the same
-store, lock and run-event publishing as every other turn) with ``run_streamed``; its run events come
-back as fragments of the console's own ``item`` partial. Messages sent while a turn runs queue in
-order: they are handed to the Runner one after the other, and the store's per-session FIFO lock
-(across processes too) makes them wait for the turn ahead of them.
+The page's form sends ``{"message", "session_id", "agent", "channel", "seq"}`` (htmx's ``ws-send``;
+``seq`` is the page's number for the message, digits). The first answer to each message acknowledges
+``seq`` (``#chat-ack``: *accepted* when it became a turn, *refused* otherwise, so the page keeps a refused
+text in its box). Each accepted message is shown at once as *queued*, then played by the site's Runner
+(``site_runner()``: the same store, lock and run-event publishing as every other turn) with
+``run_streamed``; its run events come back as fragments of the console's own ``item`` partial.
+Messages sent while a turn runs queue in order: they are handed to the Runner one after the other,
+and the store's per-session FIFO lock (across processes too) makes them wait for the turn ahead.
 
 A new session gets the chosen starting agent and channel with its first turn's commit: a first turn
 that fails leaves no session. Session ids longer than ``SESSION_ID_MAX_LENGTH`` and sessions of a
-customer channel (``agents_app.views.chat_refusal``) are refused. Every turn handed to the Runner is
+customer channel (``agents_app.views.chat_refusal``) are refused, before they queue and again when
+their turn's time comes (a turn ahead may have created the session). Every turn handed to the Runner is
 written to the audit log (``live_chat_turn``) when it ends, completed or failed.
 """
 
