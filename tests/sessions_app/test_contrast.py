@@ -1,6 +1,7 @@
 """The console's colour tokens (``static/css/console.css``) give text at least WCAG AA contrast (4.5:1) on every
 surface it is drawn on, in the light and the dark scheme, states a browser check may not reach included
-(a warning badge inside a user message, a danger button)."""
+(a warning badge inside a user message, a danger button); form fields' edges and the focus ring at least
+3:1 (non-text contrast)."""
 
 from __future__ import annotations
 
@@ -64,3 +65,12 @@ def test_text_and_buttons_have_aa_contrast_on_every_surface(scheme):
     low = {f"{t} on {s}": round(contrast(colours[t], colours[s]), 2) for t, s in pairs
            if contrast(colours[t], colours[s]) < 4.5}
     assert not low, f"{scheme}: below 4.5:1: {low}"
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_form_field_edges_and_the_focus_ring_stand_out_from_the_page(scheme):
+    colours = tokens()[scheme]
+    low = {f"{edge} on {s}": round(contrast(colours[edge], colours[s]), 2)
+           for edge in ("control-border", "accent") for s in ("bg", "card", "code-bg")
+           if contrast(colours[edge], colours[s]) < 3}
+    assert not low, f"{scheme}: below 3:1: {low}"
