@@ -113,6 +113,9 @@ def test_a_reader_who_scrolled_up_gets_a_pill_not_a_jump(browser, site):
         box.press("Enter")
         expect(page.locator(f"#chat-{n}-state")).to_have_text("answered")
     assert page.evaluate("document.documentElement.scrollHeight") > 700 * 1.5
+    # The chat itself fits the phone's width: nothing of it needs a sideways scroll.
+    assert page.evaluate("Math.max(...[...document.querySelectorAll('#chat *')]"
+                         ".map(e => e.getBoundingClientRect().right))") <= 390
     box.fill("[slow 3] is anybody there?")
     box.press("Enter")
     expect(page.locator("#chat-5-state")).to_have_text("running")
