@@ -1,15 +1,18 @@
 """Websocket consumer of the live chat test page (``ws/chat/``).
 
-The page's form sends ``{"message", "session_id", "agent", "channel"}`` (htmx's ``ws-send``). Each
-message is shown at once as *queued*, then played by the site's Runner (``site_runner()``: the same
-store, lock and run-event publishing as every other turn) with ``run_streamed``; its run events come
-back as fragments of the console's own ``item`` partial. Messages sent while a turn runs queue in
-order: they are handed to the Runner one after the other, and the store's per-session FIFO lock
-(across processes too) makes them wait for the turn ahead of them.
+The page's form sends ``{"message", "session_id", "agent", "channel", "seq"}`` (htmx's ``ws-send``;
+``seq`` is the page's number for the message, digits). The first answer to each message acknowledges
+``seq`` (``#chat-ack``: *accepted* when it became a turn, *refused* otherwise, so the page keeps a refused
+text in its box). Each accepted message is shown at once as *queued*, then played by the site's Runner
+(``site_runner()``: the same store, lock and run-event publishing as every other turn) with
+``run_streamed``; its run events come back as fragments of the console's own ``item`` partial.
+Messages sent while a turn runs queue in order: they are handed to the Runner one after the other,
+and the store's per-session FIFO lock (across processes too) makes them wait for the turn ahead.
 
 A new session gets the chosen starting agent and channel with its first turn's commit: a first turn
 that fails leaves no session. Session ids longer than ``SESSION_ID_MAX_LENGTH`` and sessions of a
-customer channel (``agents_app.views.chat_refusal``) are refused. Every turn handed to the Runner is
+customer channel (``agents_app.views.chat_refusal``) are refused, before they queue and again when
+their turn's time comes (a turn ahead may have created the session). Every turn handed to the Runner is
 written to the audit log (``live_chat_turn``) when it ends, completed or failed.
 """
 
@@ -28,7 +31,7 @@ from django.template.loader import render_to_string
 
 from agents_app import registry
 from agents_app.views import CHAT as CHAT_PERMISSION
-from agents_app.views import chat_refusal
+from agents_app.views import MAX_MESSAGE, chat_refusal
 from chatflow_agent.jsonsafe import clean_text
 from sessions_app import fragments
 from sessions_app.access import may
@@ -38,7 +41,6 @@ from sessions_app.models import ChatSession, OperatorAction
 logger = logging.getLogger("agents_app.chat")
 
 CHAT = "agents_app/chat.html"
-MAX_MESSAGE = 4000
 MAX_QUEUED = 10  # turns one page may have waiting or running: each is a (possibly paid) model call
 STATES = {"queued": "queued", "running": "running", "answered": "answered", "failed": "failed · rolled back",
           "refused": "refused"}
@@ -48,6 +50,17 @@ def _stored_metadata(session_id: str) -> tuple[bool, Any]:
     """(whether the session exists, its metadata)."""
     rows = list(ChatSession.objects.filter(pk=session_id).values_list("metadata", flat=True))
     return (True, rows[0]) if rows else (False, None)
+
+
+def _seq(value: Any) -> str:
+    """The page's number for one sent message (echoed in the answer so the page knows which text it was)."""
+    text = str(value or "")
+    return text if text.isdigit() and len(text) <= 9 else ""
+
+
+def _ack(seq: str, accepted: bool) -> str:
+    """Tells the page whether message ``seq`` became a turn (its box is emptied) or was refused (kept)."""
+    return render_to_string(f"{CHAT}#chat-ack", {"seq": seq, "outcome": "accepted" if accepted else "refused"})
 
 
 def _audit_turn(user: Any, session_id: str, before: dict[str, Any], after: dict[str, Any]) -> None:
@@ -85,37 +98,53 @@ class ChatConsumer(AsyncWebsocketConsumer):
         session_id = str(data.get("session_id") or "").strip()  # as typed: refused, never cleaned
         agent = registry.get_agent(str(data.get("agent") or "")) or registry.starting_agent()
         channel = clean_text(str(data.get("channel") or "")).strip()[:100]
+        seq = _seq(data.get("seq"))
         if not text or not session_id or len(text) > MAX_MESSAGE:
-            await self._error(f"A message (at most {MAX_MESSAGE} characters) and a session id are needed.")
+            await self._error(f"A message (at most {MAX_MESSAGE} characters) and a session id are needed.", seq)
             return
         if refusal := chat_refusal(session_id, None):  # an id that cannot be stored as typed: refused
             logger.info("Live chat refused a message for a session id of %d characters: %s",
                         len(session_id), refusal)
-            await self._error(refusal)
+            await self._error(refusal, seq)
             return
         if len(self.tasks) >= MAX_QUEUED:
-            await self._error(f"{MAX_QUEUED} messages are already waiting; send more when they have been answered.")
+            await self._error(f"{MAX_QUEUED} messages are already waiting; send more when they have been answered.",
+                              seq)
             return
+        metadata = {"channel": channel} if channel else {}
         self.count += 1
         n = self.count
-        await self.send(text_data=render_to_string(f"{CHAT}#chat-turn", {
+        turn = render_to_string(f"{CHAT}#chat-turn", {
             "n": n, "session_id": session_id, "text": text, "state": "queued", "state_label": STATES["queued"]})
-            + render_to_string(f"{CHAT}#chat-session-link", {"session_id": session_id}))
-        task = asyncio.ensure_future(self._play(n, session_id, text, agent, {"channel": channel} if channel else {}))
+        # Checked now, so that the page keeps a refused text in its box; checked again when the turn's
+        # time comes (a queued turn ahead may create the session).
+        if refusal := await self._refusal(session_id, metadata):
+            logger.info("Live chat refused a turn on %r: %s", session_id, refusal)
+            await self.send(text_data=turn + self._refused_html(n, refusal) + _ack(seq, accepted=False))
+            return
+        await self.send(text_data=turn + render_to_string(f"{CHAT}#chat-session-link", {"session_id": session_id})
+                        + _ack(seq, accepted=True))
+        task = asyncio.ensure_future(self._play(n, session_id, text, agent, metadata))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
-    async def _error(self, error: str) -> None:
-        await self.send(text_data=render_to_string(f"{CHAT}#chat-error", {"error": error}))
+    async def _error(self, error: str, seq: str = "") -> None:
+        await self.send(text_data=render_to_string(f"{CHAT}#chat-error", {"error": error}) + _ack(seq, accepted=False))
+
+    async def _refusal(self, session_id: str, metadata: dict[str, Any]) -> str:
+        """Why no turn may be played on ``session_id`` now (``""``: it may); the stored session's metadata decides."""
+        exists, stored = await database_sync_to_async(_stored_metadata)(session_id)
+        return chat_refusal(session_id, stored if exists else metadata)
+
+    def _refused_html(self, n: int, refusal: str) -> str:
+        return render_to_string(f"{CHAT}#chat-refused", {"n": n, "refusal": refusal}) + self._state(n, "refused")
 
     async def _refused(self, n: int, session_id: str, metadata: dict[str, Any]) -> bool:
-        """Whether turn ``n`` may not be played (shown on the page); the stored session's metadata decides."""
-        exists, stored = await database_sync_to_async(_stored_metadata)(session_id)
-        refusal = chat_refusal(session_id, stored if exists else metadata)
+        """Whether turn ``n`` may not be played (shown on the page)."""
+        refusal = await self._refusal(session_id, metadata)
         if refusal:
             logger.info("Live chat refused a turn on %r: %s", session_id, refusal)
-            await self._safe_send(render_to_string(f"{CHAT}#chat-refused", {"n": n, "refusal": refusal})
-                                  + self._state(n, "refused"))
+            await self._safe_send(self._refused_html(n, refusal))
         return bool(refusal)
 
     async def _play(self, n: int, session_id: str, text: str, agent: Any, metadata: dict[str, Any]) -> None:
@@ -132,9 +161,9 @@ class ChatConsumer(AsyncWebsocketConsumer):
                 stream = site_runner().run_streamed(session_id, text, metadata or None, starting_agent=agent)
                 record["status"] = "failed"
                 first = await anext(stream)
-            await self._event(n, view, first, record)
+            await self._event(n, view, first, record, metadata)
             async for event in stream:
-                await self._event(n, view, event, record)
+                await self._event(n, view, event, record, metadata)
         except Exception as err:  # the turn failed (already shown from its TurnFailed event) or never started
             if not getattr(view, "failed", False):
                 await self._safe_send(render_to_string(f"{CHAT}#chat-failed", {
@@ -153,7 +182,8 @@ class ChatConsumer(AsyncWebsocketConsumer):
         except Exception:
             logger.exception("Could not write the audit entry of a live chat turn on %r", session_id)
 
-    async def _event(self, n: int, view: fragments.DetailView, event: Any, record: dict[str, Any]) -> None:
+    async def _event(self, n: int, view: fragments.DetailView, event: Any, record: dict[str, Any],
+                     metadata: dict[str, Any]) -> None:
         from sessions_app.live import encode_event
 
         data = encode_event(event)
@@ -166,8 +196,15 @@ class ChatConsumer(AsyncWebsocketConsumer):
         elif kind == "turn_completed":
             record.update(status="completed", active_agent=data["response"]["active_agent_name"],
                           message_ids=data["message_ids"])
+            active = data["response"]["active_agent_name"]
             html = self._state(n, "answered") + fragments.render_event(view, {
-                **data, "kind": "handoff", "to_agent": data["response"]["active_agent_name"]})
+                **data, "kind": "handoff", "to_agent": active})
+            # The session exists now: its agent is its own (shown live), no longer a starting choice.
+            ctx = {"existing": True, "agent": active, "agent_names": list(registry.agents()), "oob": True,
+                   "channel": metadata.get("channel", "")}
+            html += render_to_string(f"{CHAT}#chat-agent-field", ctx)
+            if ctx["channel"]:  # sent from an editable field: the new session's channel, now stored
+                html += render_to_string(f"{CHAT}#chat-channel-field", ctx)
             usage = data.get("usage") or {}
             cost = usage.get("cost")
             html += render_to_string(f"{CHAT}#chat-usage", {

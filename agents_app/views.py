@@ -3,11 +3,12 @@ and the handoff graph as server-rendered SVG."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
-from django.views.decorators.http import require_GET
+from django.views.decorators.http import require_GET, require_POST
 
 from agents_app import registry
 from agents_app.graph import layout
@@ -15,7 +16,12 @@ from chatflow_agent.core.agent import handoff_tool_name
 from sessions_app.access import console_required
 from sessions_app.ids import id_problem
 from sessions_app.models import SESSION_ID_MAX_LENGTH, ChatSession
-from sessions_app.timeline import pretty_json
+from sessions_app.timeline import build_page, pretty_json
+
+logger = logging.getLogger("agents_app.chat")
+
+#: The longest message the live chat plays (characters); the page's box and the consumer hold to it.
+MAX_MESSAGE = 4000
 
 
 def _instructions(agent) -> str:
@@ -69,21 +75,23 @@ def chat_refusal(session_id: str, metadata: Any) -> str:
     return ""
 
 
-@require_GET
-@console_required(CHAT)
-def chat_page(request: HttpRequest) -> HttpResponse:
-    """Live chat test page: pick a starting agent and a new or existing session, chat over ``ws/chat/``.
+#: Turns of an existing session the chat page shows when it opens (older ones: the console).
+HISTORY_TURNS = 20
 
-    A session id longer than ``SESSION_ID_MAX_LENGTH`` is refused (400, with the reason on the page);
-    a session of a customer channel (:data:`CUSTOMER_CHANNELS`) is shown read only."""
-    from secrets import token_hex
 
-    session_id = request.GET.get("session", "").strip() or f"web-{token_hex(4)}"
+def _history(session_id: str) -> dict[str, Any]:
+    """The newest ``HISTORY_TURNS`` turns of ``session_id``, oldest first: ``{"turns", "turn_count", "older"}``."""
+    page = build_page(session_id, page=1, newest_first=True, per_page=HISTORY_TURNS)
+    turns = list(reversed(page.turns))
+    return {"turns": turns, "turn_count": page.turn_count, "older": page.turn_count - len(turns)}
+
+
+def _chat_ctx(request: HttpRequest, session_id: str) -> tuple[dict[str, Any], bool]:
+    """The chat page's context for ``session_id`` and whether the id is one the store can hold as typed."""
     valid = not id_problem(session_id)
     existing = ChatSession.objects.filter(pk=session_id).first() if valid else None
     names = list(registry.agents())
     metadata = existing.metadata if existing else {"channel": request.GET.get("channel", "web")[:100]}
-    refusal = chat_refusal(session_id, metadata)
     ctx = {
         "agent_names": names,
         "session_id": session_id,
@@ -91,7 +99,36 @@ def chat_page(request: HttpRequest) -> HttpResponse:
         "agent": existing.active_agent_name if existing else request.GET.get("agent", names[0] if names else ""),
         "channel": metadata.get("channel", "") if isinstance(metadata, dict) else "",
         "max_session_id": SESSION_ID_MAX_LENGTH,
-        "refusal": refusal,
+        "max_message": MAX_MESSAGE,
+        "refusal": chat_refusal(session_id, metadata),
+        "history": _history(session_id) if existing else None,
     }
-    return render(request, "agents_app/chat.html", ctx,
-                  status=200 if valid else 400)
+    return ctx, valid
+
+
+@require_GET
+@console_required(CHAT)
+def chat_page(request: HttpRequest) -> HttpResponse:
+    """Live chat test page: a new or existing session (``?session=``; its newest turns shown), chat over
+    ``ws/chat/``; ``?agent=`` and ``?channel=`` preset a new session's starting agent and channel.
+
+    A session id longer than ``SESSION_ID_MAX_LENGTH`` or one the store cannot hold as typed is refused
+    (400, with the reason on the page); a session of a customer channel (:data:`CUSTOMER_CHANNELS`) is
+    shown read only."""
+    from secrets import token_hex
+
+    session_id = request.GET.get("session", "").strip() or f"web-{token_hex(4)}"
+    ctx, valid = _chat_ctx(request, session_id)
+    return render(request, "agents_app/chat.html", ctx, status=200 if valid else 400)
+
+
+@require_POST
+@console_required(CHAT)
+def chat_without_script(request: HttpRequest) -> HttpResponse:
+    """Where the chat form posts when no script took it over (JavaScript off or blocked): nothing is
+    played — turns run over the page's websocket — so the page says so (400) and keeps the text."""
+    session_id = str(request.POST.get("session_id", "")).strip()[:SESSION_ID_MAX_LENGTH] or "web"
+    ctx, _valid = _chat_ctx(request, session_id)
+    ctx.update(not_sent=True, message=str(request.POST.get("message", ""))[:MAX_MESSAGE])
+    logger.info("Live chat form posted without JavaScript by %s: not sent", request.user.get_username())
+    return render(request, "agents_app/chat.html", ctx, status=400)

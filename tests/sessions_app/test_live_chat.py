@@ -141,3 +141,53 @@ async def test_an_answered_turn_shows_the_cost_a_price_override_gives(viewer_coo
     tokens_in, tokens_out, cost = re.fullmatch(
         r"1 model call · (\d+) in / (\d+) out tokens \(estimated\) · (\d+) USD", usage_line(frames)).groups()
     assert int(cost) == int(tokens_in) + int(tokens_out)
+
+
+@pytest.mark.asyncio
+@pytest.mark.usefixtures("close_consumer_connections")
+async def test_each_numbered_message_is_acknowledged_as_a_turn_or_refused_before_it_queues(viewer_cookie):
+    await db(cv.store, "wa:1", [cv.user("hi"), cv.model("hello")], metadata={"channel": "whatsapp"})
+    async with connected("/ws/chat/", viewer_cookie) as ws:
+        assert (await ws.connect())[0]
+        await ws.send_json_to({"message": "as the customer", "session_id": "wa:1", "seq": "7"})
+        refused = await ws.receive_from(timeout=5)  # one frame: the refused turn and its acknowledgement
+        await ws.send_json_to({"message": "hello", "session_id": "web:ack", "channel": "web", "seq": "8"})
+        accepted = await ws.receive_from(timeout=5)
+        await ws.send_json_to({"message": "", "session_id": "web:ack", "seq": "<9>"})
+        error = await ws.receive_from(timeout=5)
+        await frames_until(ws, 'id="chat-2-state" class="badge answered"', timeout=20)
+    assert 'id="chat-ack" hidden data-seq="7" data-outcome="refused"' in refused
+    assert 'class="badge refused"' in refused and "Read only: this is a whatsapp customer" in refused
+    assert 'id="chat-ack" hidden data-seq="8" data-outcome="accepted"' in accepted
+    assert 'id="chat-2-state" class="badge queued"' in accepted
+    assert 'id="chat-composer-error"' in error and 'data-seq="" data-outcome="refused"' in error  # bad seq: dropped
+    users = await db(lambda: list(ChatMessage.objects.filter(role="user").values_list("session_id", "content")))
+    assert users == [("wa:1", "hi"), ("web:ack", "hello")]
+
+
+def test_an_existing_session_opens_with_its_history_and_a_noscript_notice(client):
+    cv.store("web-h", [cv.user("<i>where</i> is A-1?"), cv.model("on its way")], agent="Tech",
+             metadata={"channel": "web"})
+    client.force_login(personas.operator())
+    html = client.get("/chat/", {"session": "web-h"}).content.decode()
+    assert 'id="chat-past-1"' in html and "&lt;i&gt;where&lt;/i&gt; is A-1?" in html and "on its way" in html
+    assert '<label for="c-agent">Active agent</label>' in html
+    assert re.search(r'<select id="c-agent"[^>]* disabled>', html)
+    assert re.search(r'<input id="c-channel"[^>]* disabled>', html)
+    assert "<noscript>" in html and "The live chat needs JavaScript." in html
+    assert 'method="post" action="/chat/send/"' in html
+    new = client.get("/chat/", {"session": "web-not-yet"}).content.decode()
+    assert '<label for="c-agent">Starting agent</label>' in new and "chat-past-" not in new
+
+
+def test_the_form_posted_without_javascript_sends_nothing_and_keeps_the_text(client):
+    client.force_login(personas.operator())
+    page = client.post("/chat/send/", {"session_id": "web-nojs", "message": "hello <b>there</b>", "channel": "web"})
+    assert page.status_code == 400
+    html = page.content.decode()
+    assert "<strong>Not sent:</strong> the live chat plays turns over its websocket" in html
+    assert ">hello &lt;b&gt;there&lt;/b&gt;</textarea>" in html and 'value="web-nojs"' in html
+    assert not ChatSession.objects.filter(pk="web-nojs").exists()
+    assert client.get("/chat/send/").status_code == 405
+    client.force_login(personas.viewer())
+    assert client.post("/chat/send/", {"session_id": "x", "message": "m"}).status_code == 403

@@ -1,0 +1,159 @@
+"""Every screen of the site checked with axe-core in a real browser (Debian's chromium via Playwright,
+against daphne), in the light and the dark colour scheme: no serious or critical violation. Each check
+also saves a screenshot to ``test-artifacts/screens/<screen>-<scheme>.png`` for review, and axe's
+findings (violations of every impact, and what it could not decide) beside it as ``.axe.json``.
+
+axe-core is vendored (``tests/vendor/axe-core/``: ``axe.min.js`` of the npm package, with its MPL-2.0
+licence). A new screen is one more :data:`SCREENS` entry: its path and, if it needs one, what to do
+before the check (open a dialog, wait for the websocket).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.processes import REPO, run_manage, site_env
+from tests.sessions_app.test_console_browser import ARTIFACTS, CHROMIUM, PASSWORD, running_site
+from tests.sessions_app.test_live_browser import NO_NETWORK
+
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
+
+AXE = REPO / "tests" / "vendor" / "axe-core" / "axe.min.js"
+SCREENS_DIR = ARTIFACTS / "screens"
+#: What fails the check; axe's "moderate" and "minor" findings are listed in the failure message only.
+BLOCKING = ("serious", "critical")
+
+#: Data for the webhook screens: a failed delivery (the attention page) and a done one (the ledger).
+DELIVERIES = """
+from django.utils import timezone
+from webhooks_app.models import InboundDelivery as D
+D.objects.create(provider="whatsapp", provider_message_id="wamid.A11Y1", claim_key="wamid.A11Y1",
+                 session_id="+15550100", text="hello", status="failed", attempts=3, error="ProviderError: 503",
+                 token="t1", finished_at=timezone.now())
+D.objects.create(provider="whatsapp", provider_message_id="wamid.A11Y2", claim_key="wamid.A11Y2",
+                 session_id="+15550100", text="hi again", status="done", attempts=1, answer="hi",
+                 reply_status="sent", token="t2", finished_at=timezone.now())
+"""
+
+
+def open_rollback_preview(page) -> None:
+    page.get_by_text("Roll back to the end of turn 1", exact=False).first.click()
+    page.locator("#rollback-preview").wait_for()
+
+
+def chat_connected(page) -> None:
+    page.locator("#chat-status", has_text="Connected.").wait_for()
+
+
+@dataclass(frozen=True)
+class Screen:
+    name: str
+    path: str
+    logged_in: bool = True
+    width: int = 1366  # the window's width in CSS pixels (390: a phone)
+    prepare: Callable[..., None] | None = None
+    full_page: bool = True  # False: the window as a reader sees it (the chat opens at its newest message)
+
+
+SCREENS = [
+    Screen("login", "/accounts/login/", logged_in=False),
+    Screen("session-list", "/sessions/"),
+    Screen("session-detail", "/sessions/web-998877/"),
+    Screen("rollback-dialog", "/sessions/web-998877/", prepare=open_rollback_preview),
+    Screen("live-chat", "/chat/?session=web-998877", prepare=chat_connected, full_page=False),
+    Screen("live-chat-new", "/chat/?session=web-a11y-new", prepare=chat_connected, full_page=False),
+    Screen("live-chat-phone", "/chat/?session=web-998877", prepare=chat_connected, full_page=False, width=390),
+    Screen("agents", "/agents/"),
+    Screen("audit-log", "/audit/"),
+    Screen("webhook-ledger", "/sessions/%2B15550100/"),  # the session page shows its dedup ledger
+    Screen("attention", "/webhooks/attention/"),
+    Screen("admin-index", "/admin/"),
+]
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("a11y-site")
+    with running_site(directory) as base:
+        done = run_manage("shell", "-c", DELIVERIES,
+                          env=site_env(DATABASE_URL=f"sqlite:///{directory / 'site.db'}", DEBUG="1"))
+        assert done.returncode == 0, done.stderr
+        yield base
+
+
+@pytest.fixture(scope="module")
+def browser(site):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=NO_NETWORK)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+@pytest.fixture(scope="module")
+def login_state(browser, site, tmp_path_factory) -> Path:
+    """The storage state (session cookie) of the seeded operator, logged in once for the module."""
+    context = browser.new_context()
+    page = context.new_page()
+    page.goto(f"{site}/accounts/login/")
+    page.fill("#id_username", "olga.operator")
+    page.fill("#id_password", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{site}/sessions/")
+    state = tmp_path_factory.mktemp("a11y-login") / "state.json"
+    context.storage_state(path=str(state))
+    context.close()
+    return state
+
+
+def axe_results(page) -> dict:
+    """axe-core's results on the page as it is now (every rule axe runs by default): ``violations`` and
+    ``incomplete`` (what axe could not decide, e.g. text over a gradient), each a list of rule dicts."""
+    page.add_script_tag(path=str(AXE))
+    return page.evaluate("""async () => {
+        const r = await axe.run(document, {resultTypes: ['violations', 'incomplete']});
+        return {violations: r.violations, incomplete: r.incomplete};
+    }""")
+
+
+def describe(violations: list[dict]) -> str:
+    return json.dumps([{"rule": v["id"], "impact": v["impact"], "help": v["help"],
+                        "nodes": [{"target": n["target"], "summary": n.get("failureSummary", "")[:300]}
+                                  for n in v["nodes"][:4]], "count": len(v["nodes"])}
+                       for v in violations], indent=1)
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+@pytest.mark.parametrize("screen", SCREENS, ids=[s.name for s in SCREENS])
+def test_the_screen_has_no_serious_accessibility_violation(browser, site, login_state, screen, scheme):
+    context = browser.new_context(viewport={"width": screen.width, "height": 900},
+                                  storage_state=str(login_state) if screen.logged_in else None)
+    context.set_default_timeout(15_000)
+    try:
+        page = context.new_page()
+        page.emulate_media(color_scheme=scheme)
+        answer = page.goto(f"{site}{screen.path}")
+        assert answer is not None and answer.status == 200, (screen.path, answer and answer.status)
+        if screen.prepare:
+            screen.prepare(page)
+        page.wait_for_load_state("networkidle")
+        SCREENS_DIR.mkdir(parents=True, exist_ok=True)
+        if screen.full_page:
+            page.evaluate("window.scrollTo(0, 0)")  # sticky bars then sit where they belong in the picture
+        page.screenshot(path=str(SCREENS_DIR / f"{screen.name}-{scheme}.png"), full_page=screen.full_page)
+        results = axe_results(page)
+    finally:
+        context.close()
+    (SCREENS_DIR / f"{screen.name}-{scheme}.axe.json").write_text(json.dumps(
+        {kind: json.loads(describe(results[kind])) for kind in ("violations", "incomplete")}, indent=1))
+    violations = results["violations"]
+    blocking = [v for v in violations if v["impact"] in BLOCKING]
+    assert not blocking, f"{screen.name} ({scheme}): {describe(blocking)}\nothers: {describe(violations)}"
