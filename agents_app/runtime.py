@@ -50,14 +50,15 @@ class _PerProcess(Generic[T]):
     def __init__(self, build: Callable[[], T], name: str) -> None:
         self._build = build
         self._value: T | None = None
-        self._lock = threading.RLock()  # re-entrant: building the Runner builds the store
+        #: held while the value is built or dropped; re-entrant: building the Runner builds the store
+        self.lock = threading.RLock()
         self.__name__ = self.__qualname__ = name
         self.__doc__ = build.__doc__
 
     def __call__(self) -> T:
         value = self._value
         if value is None:
-            with self._lock:
+            with self.lock:
                 if self._value is None:
                     self._value = self._build()
                 value = self._value
@@ -69,7 +70,7 @@ class _PerProcess(Generic[T]):
 
     def forget(self) -> T | None:
         """Drop the value (the next call builds a new one); returns the dropped value."""
-        with self._lock:
+        with self.lock:
             value, self._value = self._value, None
         return value
 
@@ -121,7 +122,7 @@ def add_runner_hook(hook: Callable[[Runner], Any]) -> Callable[[Runner], Any]:
     Usable as a decorator. Registering the same hook twice has no effect. A hook runs while the
     Runner is being built: it uses the runner it is given and must not call :func:`site_runner`.
     """
-    with site_runner._lock:
+    with site_runner.lock:
         if hook in runner_hooks:
             return hook
         runner_hooks.append(hook)
@@ -146,7 +147,7 @@ def subscribe(subscriber: Subscriber) -> Subscriber:
 
 def reset() -> None:
     """Drop the site's Runner and store (closing the store); the next call builds new ones. For tests."""
-    with site_runner._lock:
+    with site_runner.lock:
         site_runner.forget()
         store = site_store.forget()
     if store is not None:

@@ -23,7 +23,7 @@ from django.utils.html import format_html
 from chatflow_agent.types import Message, Role, ToolCall, ToolResult
 from sessions_app import listing
 from sessions_app.access import ROLLBACK, may
-from sessions_app.models import ChatMessage, ChatSession, SessionLease
+from sessions_app.models import ChatMessage, SessionLease
 from sessions_app.timeline import Item, Turn, _parse, handoff_of, page_count, turn_bounds, turn_items
 
 DETAIL = "sessions_app/session_detail.html"
@@ -262,7 +262,7 @@ def list_row_from_db(session_id: str, top: bool, running: bool | None = None) ->
     any more (or yet) when the row is read. Moving takes two frames: HTML parsing drops a ``<tbody>``
     that follows a top-level ``<tr>``, so the old row is deleted in a frame of its own.
     """
-    row = listing._annotated(ChatSession.objects.filter(pk=session_id)).first()
+    row = listing.one(session_id)
     if row is None:
         return []
     if running is not None:

@@ -1,9 +1,11 @@
 """DjangoSessionStore: chatflow_agent's persistent session store on the Django ORM.
 
 The turn protocol (identity map, leases, one commit per turn, deletion tokens) is
-``chatflow_agent.core.memory.PersistentSessionStore``; this module implements its blocking
-``_db_*`` primitives on the models of ``sessions_app``. The rows are those chatflow-agent 0.3.4
-and ``SQLiteSessionStore`` write, and leases use the same table and rule, so a bot process on
+``chatflow_agent.core.memory.PersistentSessionStore``; ``DjangoBackend`` is the
+``chatflow_agent.core.backend.SessionBackend`` under it, on the database alias's connections. The
+rows are those chatflow-agent 0.3.4 and ``SQLiteSessionStore`` write, and the session reads,
+leases, waiters and de-duplication claims are ``chatflow_agent.core.sql``'s (the same SQL as
+``SQLiteSessionStore``'s, through ``connections[using].cursor()``), so a bot process on
 ``SQLiteSessionStore`` and the site on the same SQLite file serialise turns on a session between
 them. On PostgreSQL the lease row is taken by one ``INSERT … ON CONFLICT … DO UPDATE … WHERE``
 (the row lock makes it atomic) and every commit updates the session row first, locking it
@@ -23,11 +25,11 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 import weakref
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from django.conf import settings
 from django.db import DatabaseError, connections, transaction
@@ -35,17 +37,19 @@ from django.db.models import TextField, Value
 from django.db.models.functions import Cast, Coalesce
 from django.dispatch import Signal
 
-from chatflow_agent.core.backend import Changes, CommitResult, StoredRow, StoredSession
+from chatflow_agent.core.backend import Changes, CommitResult, StoredSession
 from chatflow_agent.core.memory import PersistentSessionStore
+from chatflow_agent.core.sql import POSTGRESQL, SQLITE, Cursor, Dialect, SessionRules, read_head, read_rows
 from chatflow_agent.exceptions import SessionBusyError, SessionDeletedError
 from chatflow_agent.jsonsafe import json_object
-from sessions_app.models import ChatMessage, ChatSession, ProcessedMessage, SessionLease, SessionWaiter
+from sessions_app.models import ChatMessage, ChatSession
 
-__all__ = ["DjangoSessionStore", "session_committing"]
+__all__ = ["DjangoBackend", "DjangoSessionStore", "session_committing"]
 
+_T = TypeVar("_T")
 _DELETE_CHUNK = 500  # ids per DELETE … IN (…): far below every backend's parameter limit
-_PURGE_EVERY_SECONDS = 300
-_WAITER_TTL = 5.0  # seconds a queued waiter stays in line without polling (as SQLiteSessionStore)
+# Django's cursors take ``%s`` placeholders on every database.
+_DIALECTS: dict[str, Dialect] = {"sqlite": SQLITE.with_placeholder("%s"), "postgresql": POSTGRESQL}
 
 
 #: Sent at the start of every commit's transaction, before any row is written, as
@@ -91,36 +95,30 @@ def _close_foreign(wrappers: list[Any]) -> None:
     closer.join()
 
 
-class DjangoSessionStore(PersistentSessionStore):
-    """``DjangoSessionStore(using="default", default_max_turns=None, dedup_ttl_hours=None, lease_ttl_seconds=None)``.
+class DjangoBackend:
+    """The ``SessionBackend`` on a Django database alias (``using``; SQLite or PostgreSQL).
 
-    ``default_max_turns``, ``dedup_ttl_hours`` and ``lease_ttl_seconds`` default to the CHATFLOW_MAX_TURNS,
-    CHATFLOW_DEDUP_TTL_HOURS and CHATFLOW_LEASE_SECONDS settings; ``using`` names the database alias.
+    A method called on a thread that runs an event loop runs its queries on a helper thread and
+    waits, because Django refuses queries on an event-loop thread. :meth:`close` closes the
+    connections of every thread that used it and has ended.
     """
 
-    def __init__(
-        self,
-        using: str = "default",
-        default_max_turns: int | None = None,
-        dedup_ttl_hours: float | None = None,
-        lease_ttl_seconds: float | None = None,
-    ) -> None:
-        super().__init__(
-            default_max_turns=settings.CHATFLOW_MAX_TURNS if default_max_turns is None else default_max_turns,
-            dedup_ttl_hours=settings.CHATFLOW_DEDUP_TTL_HOURS if dedup_ttl_hours is None else dedup_ttl_hours,
-            lease_ttl_seconds=settings.CHATFLOW_LEASE_SECONDS if lease_ttl_seconds is None else lease_ttl_seconds,
-        )
+    inline = False
+
+    def __init__(self, using: str = "default") -> None:
         self.using = using
-        self._vendor = connections[using].vendor
-        # Django connections this store used, by id: (the thread that owns it, the wrapper).
+        vendor = connections[using].vendor
+        if vendor not in _DIALECTS:
+            raise ValueError(f"DjangoSessionStore supports SQLite and PostgreSQL, not {vendor!r}")
+        self._dialect = _DIALECTS[vendor]
+        self._rules = SessionRules(self._dialect)
+        # Django connections this backend used, by id: (the thread that owns it, the wrapper).
         self._opened: dict[int, tuple[weakref.ref[threading.Thread], Any]] = {}
         self._opened_mutex = threading.Lock()
         self._helper: ThreadPoolExecutor | None = None
-        self._last_purge = 0.0
-        self._queued: set[str] = set()  # lease owners of this store that joined a waiting line
 
     # ---- where queries run ------------------------------------------------------------------
-    def _call(self, fn: Any, *args: Any) -> Any:
+    def _call(self, fn: Callable[..., _T], *args: Any) -> _T:
         """Run ``fn(*args)`` here, or on the helper thread when this thread runs an event loop."""
         try:
             asyncio.get_running_loop()
@@ -132,7 +130,7 @@ class DjangoSessionStore(PersistentSessionStore):
             helper = self._helper
         return helper.submit(self._tracked, fn, *args).result()
 
-    def _tracked(self, fn: Any, *args: Any) -> Any:
+    def _tracked(self, fn: Callable[..., _T], *args: Any) -> _T:
         conn = connections[self.using]
         if id(conn) not in self._opened:
             self._track(conn)
@@ -156,8 +154,7 @@ class DjangoSessionStore(PersistentSessionStore):
         _close_foreign(closing)
 
     def close(self) -> None:
-        """Stop the store's threads and close the connections of every thread that has ended."""
-        super().close()
+        """Stop the helper thread and close the connections of every thread that has ended."""
         with self._opened_mutex:
             helper, self._helper = self._helper, None
         if helper is not None:
@@ -167,48 +164,40 @@ class DjangoSessionStore(PersistentSessionStore):
             closing = [self._opened.pop(key)[1] for key in ended]
         _close_foreign(closing)  # live threads' connections stay with their threads
 
-    # ---- queries -------------------------------------------------------------------------------
+    def _one(self, fn: Callable[[Cursor], _T]) -> _T:
+        """``fn(cursor)`` on this thread's connection (autocommitted unless in a transaction)."""
+        def run() -> _T:
+            with connections[self.using].cursor() as cursor:
+                return fn(cursor)
+
+        return self._call(run)
+
+    def _transaction(self, fn: Callable[[Cursor], _T]) -> _T:
+        """``fn(cursor)`` in one transaction (a savepoint inside an operator's transaction)."""
+        with transaction.atomic(using=self.using), connections[self.using].cursor() as cursor:
+            return fn(cursor)
+
+    # ---- sessions -----------------------------------------------------------------------------
     def _sessions(self):
         return ChatSession.objects.using(self.using)
 
     def _messages(self):
         return ChatMessage.objects.using(self.using)
 
-    def _stamp(self, at: float) -> Any:
-        """A timestamp parameter for raw SQL: UTC text on SQLite (what the runtime writes), else aware."""
-        moment = datetime.fromtimestamp(at, UTC)
-        return moment.strftime("%Y-%m-%d %H:%M:%S.%f") if self._vendor == "sqlite" else moment
+    def head(self, session_id: str) -> StoredSession | None:
+        return self._one(lambda c: read_head(c, self._dialect, session_id))
 
-    def _head(self, session_id: str) -> StoredSession | None:
-        """The session row and its version in one statement (raw SQL: this runs twice per turn,
-        and compiling the equivalent annotated queryset cost ~1.5 ms, most of a turn)."""
-        text = "::text" if self._vendor == "postgresql" else ""
-        sql = (
-            f"SELECT s.active_agent_name, s.metadata_json, COALESCE(s.created_at{text}, ''), "
-            f"COALESCE(s.updated_at{text}, ''), "
-            "(SELECT COALESCE(MAX(m.id), 0) FROM chatflow_messages m WHERE m.session_id = s.session_id), "
-            "(SELECT COUNT(*) FROM chatflow_messages m WHERE m.session_id = s.session_id) "
-            "FROM chatflow_sessions s WHERE s.session_id = %s"
-        )
-        with connections[self.using].cursor() as cursor:
-            cursor.execute(sql, [session_id])
-            row = cursor.fetchone()
-        if row is None:
-            return None
-        agent, metadata, token, stamp, max_id, count = row
-        return StoredSession(session_id, agent, json_object(metadata), token, (stamp, max_id, count))
+    def load(self, session_id: str) -> StoredSession | None:
+        def load(cursor: Cursor) -> StoredSession | None:
+            head = read_head(cursor, self._dialect, session_id)
+            if head is not None:
+                head.rows = read_rows(cursor, self._dialect, session_id)
+            return head
 
-    def _load(self, session_id: str) -> StoredSession | None:
-        head = self._head(session_id)
-        if head is not None:
-            head.rows = [
-                StoredRow(*row)
-                for row in self._messages()
-                .filter(session_id=session_id)
-                .order_by("id")
-                .values_list("id", "role", "content", "message_json")
-            ]
-        return head
+        return self._one(load)
+
+    def create(self, session_id: str, agent_name: str, metadata_json: str) -> None:
+        self._call(self._create, session_id, agent_name, metadata_json)
 
     def _create(self, session_id: str, agent_name: str, metadata_json: str) -> None:
         now = datetime.now(UTC)
@@ -220,6 +209,9 @@ class DjangoSessionStore(PersistentSessionStore):
             updated_at=now,
         )
         self._sessions().bulk_create([session], ignore_conflicts=True)
+
+    def commit(self, changes: Changes) -> CommitResult:
+        return self._call(self._commit, changes)
 
     def _commit(self, changes: Changes) -> CommitResult:
         sid = changes.session_id
@@ -259,19 +251,17 @@ class DjangoSessionStore(PersistentSessionStore):
                     for msg in changes.inserts
                 ]
             )
-            if changes.release_owner:
-                released, _ = (
-                    SessionLease.objects.using(self.using)
-                    .filter(session_id=sid, owner=changes.release_owner)
-                    .delete()
-                )
-                if released == 0:
+            with connections[self.using].cursor() as cursor:
+                if changes.release_owner and not self._rules.release_lease(cursor, sid, changes.release_owner):
                     # The lease expired and may belong to another turn now: committing could
                     # interleave with it, so this turn fails and writes nothing.
                     raise SessionBusyError(sid)
-            head = self._head(sid)
+                head = read_head(cursor, self._dialect, sid)
         assert head is not None
         return CommitResult([m.id for m in created], head.token, head.version)
+
+    def delete(self, session_id: str) -> bool:
+        return self._call(self._delete, session_id)
 
     def _delete(self, session_id: str) -> bool:
         with transaction.atomic(using=self.using):
@@ -279,139 +269,68 @@ class DjangoSessionStore(PersistentSessionStore):
             deleted, _ = self._sessions().filter(pk=session_id).delete()
         return deleted > 0
 
+    def list_sessions(self) -> list[str]:
+        return self._call(lambda: list(self._sessions().order_by("-updated_at").values_list("pk", flat=True)))
+
+    def clear(self) -> None:
+        self._call(self._clear)
+
     def _clear(self) -> None:
         with transaction.atomic(using=self.using):
             self._messages().all().delete()
             self._sessions().all().delete()
 
-    def _execute(self, sql: str, params: tuple[Any, ...]) -> int:
-        """One raw statement (autocommitted unless the caller is in a transaction); its rowcount."""
-        with connections[self.using].cursor() as cursor:
-            cursor.execute(sql, params)
-            return cursor.rowcount
+    # ---- de-duplication and leases (chatflow_agent.core.sql) ------------------------------
+    def claim_message(self, message_id: str, ttl_seconds: float) -> bool:
+        return self._one(lambda c: self._rules.claim(c, message_id, ttl_seconds))
 
-    def _claim(self, message_id: str, ttl_seconds: float) -> bool:
-        now = time.time()
-        if now - self._last_purge > _PURGE_EVERY_SECONDS:
-            self._last_purge = now
-            self._purge(ttl_seconds)
-        # One statement: a new id inserts, an id older than the TTL is claimed again, else nothing.
-        return self._execute(
-            "INSERT INTO chatflow_processed_messages (message_id, processed_at) VALUES (%s, %s) "
-            "ON CONFLICT (message_id) DO UPDATE SET processed_at = EXCLUDED.processed_at "
-            "WHERE chatflow_processed_messages.processed_at < %s",
-            (message_id, self._stamp(now), self._stamp(now - ttl_seconds)),
-        ) == 1
+    def is_message_claimed(self, message_id: str, ttl_seconds: float) -> bool:
+        return self._one(lambda c: self._rules.is_claimed(c, message_id, ttl_seconds))
 
-    def _is_processed(self, message_id: str, ttl_seconds: float) -> bool:
-        cutoff = datetime.fromtimestamp(time.time() - ttl_seconds, UTC)
-        return ProcessedMessage.objects.using(self.using).filter(pk=message_id, processed_at__gte=cutoff).exists()
+    def purge_claims(self, ttl_seconds: float) -> int:
+        return self._one(lambda c: self._rules.purge_claims(c, ttl_seconds))
 
-    def _purge(self, ttl_seconds: float) -> int:
-        cutoff = datetime.fromtimestamp(time.time() - ttl_seconds, UTC)
-        deleted, _ = ProcessedMessage.objects.using(self.using).filter(processed_at__lt=cutoff).delete()
-        return deleted
+    def acquire_lease(self, session_id: str, owner: str, ttl_seconds: float, queue: bool) -> bool:
+        return self._one(lambda c: self._rules.acquire_lease(c, self._transaction, session_id, owner,
+                                                             ttl_seconds, queue))
 
-    def _acquire_lease(self, session_id: str, owner: str, ttl: float, queue: bool) -> bool:
-        """Take the lease if it is free and nobody queued for it earlier (SQLiteSessionStore's rule).
+    def leave_queue(self, session_id: str, owner: str) -> None:
+        self._one(lambda c: self._rules.leave_queue(c, owner))
 
-        Fast path: one upsert. Otherwise join the session's waiting line (a ticket, kept alive by
-        each poll) and take the lease only when first in line: FIFO across processes.
-        """
-        now = time.time()
-        # Once in line, only the line's own rule applies: a fast-path win would leave this turn's
-        # waiter row behind, holding up every later waiter until it expires.
-        if owner not in self._queued and self._try_lease(session_id, owner, ttl, now, None):
-            return True
-        if not queue:
-            return False
-        self._queued.add(owner)
-        waiters = SessionWaiter.objects.using(self.using)
-        with transaction.atomic(using=self.using):
-            ticket = waiters.filter(owner=owner).values_list("ticket", flat=True).first()
-            if ticket is None:
-                ticket = waiters.create(session_id=session_id, owner=owner, expires_at=now + _WAITER_TTL).ticket
-            else:
-                waiters.filter(owner=owner).update(expires_at=now + _WAITER_TTL)
-            if self._try_lease(session_id, owner, ttl, now, ticket):
-                waiters.filter(owner=owner).delete()
-                self._queued.discard(owner)
-                return True
-        return False
+    def renew_lease(self, session_id: str, owner: str, ttl_seconds: float) -> bool:
+        return self._one(lambda c: self._rules.renew_lease(c, session_id, owner, ttl_seconds))
 
-    def _try_lease(self, session_id: str, owner: str, ttl: float, now: float, ticket: int | None) -> bool:
-        """One statement: insert or take over an expired lease, unless a live waiter is ahead."""
-        ahead = "" if ticket is None else "AND w.ticket < %s "
-        params = [session_id, owner, now + ttl, now, session_id, now, owner,
-                  *([] if ticket is None else [ticket]), now]
-        return self._execute(
-            "INSERT INTO chatflow_session_leases (session_id, owner, expires_at, acquired_at) SELECT %s, %s, %s, %s "
-            "WHERE NOT EXISTS (SELECT 1 FROM chatflow_session_waiters w WHERE w.session_id = %s "
-            f"AND w.expires_at >= %s AND w.owner <> %s {ahead}) "
-            "ON CONFLICT (session_id) DO UPDATE SET owner = EXCLUDED.owner, expires_at = EXCLUDED.expires_at, "
-            "acquired_at = EXCLUDED.acquired_at WHERE chatflow_session_leases.expires_at < %s",
-            tuple(params),
-        ) == 1
+    def release_lease(self, session_id: str, owner: str) -> None:
+        self._one(lambda c: self._rules.release_lease(c, session_id, owner))
 
-    def _leave_queue(self, owner: str) -> None:
-        self._queued.discard(owner)
-        SessionWaiter.objects.using(self.using).filter(owner=owner).delete()
+    def purge_leases(self, before: float) -> int:
+        return self._call(self._rules.purge_leases, self._transaction, before)
 
-    def _purge_leases(self, before: float) -> int:
-        with transaction.atomic(using=self.using):  # a savepoint inside an operator's transaction
-            leases, _ = SessionLease.objects.using(self.using).filter(expires_at__lt=before).delete()
-            waiters, _ = SessionWaiter.objects.using(self.using).filter(expires_at__lt=before).delete()
-        return leases + waiters
 
-    def _renew_lease(self, session_id: str, owner: str, ttl: float) -> bool:
-        leases = SessionLease.objects.using(self.using).filter(session_id=session_id, owner=owner)
-        return leases.update(expires_at=time.time() + ttl) == 1
+class DjangoSessionStore(PersistentSessionStore):
+    """``DjangoSessionStore(using="default", default_max_turns=None, dedup_ttl_hours=None, lease_ttl_seconds=None)``:
+    a ``DjangoBackend`` under a ``PersistentSessionStore``.
 
-    def _release_lease(self, session_id: str, owner: str) -> None:
-        SessionLease.objects.using(self.using).filter(session_id=session_id, owner=owner).delete()
+    ``default_max_turns``, ``dedup_ttl_hours`` and ``lease_ttl_seconds`` default to the CHATFLOW_MAX_TURNS,
+    CHATFLOW_DEDUP_TTL_HOURS and CHATFLOW_LEASE_SECONDS settings; ``using`` names the database alias.
+    """
 
-    # ---- PersistentSessionStore primitives ------------------------------------------------
-    def _db_head(self, session_id: str) -> StoredSession | None:
-        return self._call(self._head, session_id)
+    backend: DjangoBackend
 
-    def _db_load(self, session_id: str) -> StoredSession | None:
-        return self._call(self._load, session_id)
+    def __init__(
+        self,
+        using: str = "default",
+        default_max_turns: int | None = None,
+        dedup_ttl_hours: float | None = None,
+        lease_ttl_seconds: float | None = None,
+    ) -> None:
+        super().__init__(
+            DjangoBackend(using),
+            default_max_turns=settings.CHATFLOW_MAX_TURNS if default_max_turns is None else default_max_turns,
+            dedup_ttl_hours=settings.CHATFLOW_DEDUP_TTL_HOURS if dedup_ttl_hours is None else dedup_ttl_hours,
+            lease_ttl_seconds=settings.CHATFLOW_LEASE_SECONDS if lease_ttl_seconds is None else lease_ttl_seconds,
+        )
 
-    def _db_create(self, session_id: str, agent_name: str, metadata_json: str) -> None:
-        self._call(self._create, session_id, agent_name, metadata_json)
-
-    def _db_commit(self, changes: Changes) -> CommitResult:
-        return self._call(self._commit, changes)
-
-    def _db_delete(self, session_id: str) -> bool:
-        return self._call(self._delete, session_id)
-
-    def _db_list(self) -> list[str]:
-        return self._call(lambda: list(self._sessions().order_by("-updated_at").values_list("pk", flat=True)))
-
-    def _db_clear(self) -> None:
-        self._call(self._clear)
-
-    def _db_claim(self, message_id: str, ttl_seconds: float) -> bool:
-        return self._call(self._claim, message_id, ttl_seconds)
-
-    def _db_is_processed(self, message_id: str, ttl_seconds: float) -> bool:
-        return self._call(self._is_processed, message_id, ttl_seconds)
-
-    def _db_purge_processed(self, ttl_seconds: float) -> int:
-        return self._call(self._purge, ttl_seconds)
-
-    def _db_acquire_lease(self, session_id: str, owner: str, ttl: float, queue: bool = True) -> bool:
-        return self._call(self._acquire_lease, session_id, owner, ttl, queue)
-
-    def _db_leave_queue(self, session_id: str, owner: str) -> None:
-        self._call(self._leave_queue, owner)
-
-    def _db_renew_lease(self, session_id: str, owner: str, ttl: float) -> bool:
-        return self._call(self._renew_lease, session_id, owner, ttl)
-
-    def _db_release_lease(self, session_id: str, owner: str) -> None:
-        self._call(self._release_lease, session_id, owner)
-
-    def _db_purge_leases(self, before: float) -> int:
-        return self._call(self._purge_leases, before)
+    @property
+    def using(self) -> str:
+        return self.backend.using

@@ -41,13 +41,13 @@ def _positive_number(name: str, value: Any) -> float:
 
 
 class _Snapshot:
-    __slots__ = ("history", "rows", "stale", "synced", "agent", "metadata")
+    """A session's conversation state at the start of a turn, restored if the turn fails. (A
+    persistent store's sync state needs none: it changes only once a commit was written.)"""
+
+    __slots__ = ("history", "agent", "metadata")
 
     def __init__(self, s: SessionContext) -> None:
         self.history = list(s._history)
-        self.rows = dict(s._rows)
-        self.stale = set(s._stale_ids)
-        self.synced = s._synced  # replaced, never changed in place
         self.agent = s._active_agent
         self.metadata = dict(s._metadata)
 
@@ -83,14 +83,6 @@ class SessionContext:
         # Serialises the sync mutations: each applies its change and writes it before the next
         # thread's change starts (otherwise two threads' writes interleave and storage diverges).
         self._mutex = threading.RLock()
-        # Persistence bookkeeping (used by persistent stores): id(message) -> (message, row id)
-        # for messages of ``history`` that have a row, and rows on disk not in ``history``.
-        self._rows: dict[int, tuple[Message, int]] = {}
-        self._stale_ids: set[int] = set()
-        # The history as last written or loaded (each of its messages has its row, no other row is
-        # known), or None: lets a commit find what changed without comparing every message.
-        self._synced: list[Message] | None = None
-        self._token: Any = None  # the store's incarnation token for this session's row
 
     # -- state -------------------------------------------------------------------------------
     def _check(self) -> None:
@@ -135,6 +127,12 @@ class SessionContext:
     @property
     def in_turn(self) -> bool:
         return self._turn is not None
+
+    @property
+    def turn_committed(self) -> bool:
+        """True once the current (or last) turn's changes were written by its store; a turn cancelled
+        while its commit was being written is kept when this is True (see ``BaseSessionStore.turn``)."""
+        return self._committed
 
     @property
     def lock(self) -> Any:
@@ -253,9 +251,18 @@ class SessionContext:
         snap = self._turn
         self._turn = None
         if snap is not None:
-            self._history, self._rows, self._stale_ids = snap.history, snap.rows, snap.stale
-            self._synced = snap.synced
-            self._active_agent, self._metadata = snap.agent, snap.metadata
+            self._history, self._active_agent, self._metadata = snap.history, snap.agent, snap.metadata
+
+    # -- for stores ----------------------------------------------------------------------------
+    def _load(self, history: list[Message], agent: Agent, metadata: dict[str, Any]) -> None:
+        """Replace the conversation state by what the store read."""
+        self._history, self._active_agent, self._metadata = history, agent, metadata
+
+    def _mark_deleted(self) -> None:
+        self._deleted = True
+
+    def _mark_committed(self) -> None:
+        self._committed = True
 
     def _end_turn(self) -> None:
         self._turn = None
@@ -313,6 +320,11 @@ class BaseSessionStore(ABC):
     def set_agent_resolver(self, resolver: AgentResolver) -> None:
         """Map stored agent names back to ``Agent`` objects (the Runner installs one)."""
         self._agent_resolver = resolver
+
+    def message_row_id(self, session: SessionContext, message: Message) -> int | None:
+        """The id of the stored row that holds ``message`` (an object of ``session.history``), or
+        None: not stored yet, or a store without rows (the in-memory store)."""
+        return None
 
     def is_message_processed(self, message_id: str) -> bool:
         return False
@@ -494,7 +506,7 @@ class SessionStore(BaseSessionStore):
             session = self._sessions.pop(session_id, None)
         if session is None:
             return False
-        session._deleted = True
+        session._mark_deleted()
         return True
 
     def list_sessions(self) -> list[str]:
@@ -506,7 +518,7 @@ class SessionStore(BaseSessionStore):
             sessions = list(self._sessions.values())
             self._sessions.clear()
         for s in sessions:
-            s._deleted = True
+            s._mark_deleted()
 
     def _expired(self, first_seen: float, now: float) -> bool:
         return now - first_seen > self._dedup_ttl_seconds

@@ -2,7 +2,9 @@
 
 ``SessionContext`` holds one conversation; ``SessionStore`` keeps sessions in memory;
 ``SQLiteSessionStore`` persists them on the chatflow schema; ``BaseSessionStore`` is the contract
-that every store — these two and the Django site's — implements.
+that every store — these two and the Django site's — implements. ``PersistentSessionStore`` is
+that contract over a ``SessionBackend`` (``chatflow_agent.core.backend``): ``SQLiteBackend`` is one,
+the Django site's ORM backend another.
 """
 
 from chatflow_agent.core._persistent import PersistentSessionStore
@@ -14,15 +16,18 @@ from chatflow_agent.core._session import (
     SessionContext,
     SessionStore,
 )
-from chatflow_agent.core._sqlite import _BLOCKING_IO_WORKERS, SQLiteSessionContext, SQLiteSessionStore
+from chatflow_agent.core._sqlite import _BLOCKING_IO_WORKERS, SQLiteBackend, SQLiteSessionContext, SQLiteSessionStore
+from chatflow_agent.core.backend import SessionBackend
 
 __all__ = [
     "DEFAULT_DEDUP_TTL_HOURS",
     "DEFAULT_DEDUP_TTL_SECONDS",
     "BaseSessionStore",
     "PersistentSessionStore",
+    "SessionBackend",
     "SessionContext",
     "SessionStore",
+    "SQLiteBackend",
     "SQLiteSessionContext",
     "SQLiteSessionStore",
     "_BLOCKING_IO_WORKERS",

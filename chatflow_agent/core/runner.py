@@ -230,7 +230,8 @@ class Runner:
                     session.metadata.update(turn_metadata)
                 response = await self._play(turn, user_message)
         except BaseException as err:
-            if isinstance(err, asyncio.CancelledError) and getattr(getattr(turn, "session", None), "_committed", False):
+            committed = getattr(getattr(turn, "session", None), "turn_committed", False)
+            if isinstance(err, asyncio.CancelledError) and committed:
                 if turn.watched:  # cancelled while the commit was written: the turn is kept (see store.turn)
                     await self._completed(turn, emit, response, started)
                 raise
@@ -245,7 +246,8 @@ class Runner:
     @staticmethod
     async def _completed(turn: _Turn, emit: _Emit, response: AgentResponse, started: float) -> None:
         session = turn.session
-        ids = tuple(rid for m in session.history[-turn.count:] if (rid := _row_id(session, m)) is not None)
+        row_id = turn.runner.session_store.message_row_id
+        ids = tuple(rid for m in session.history[-turn.count:] if (rid := row_id(session, m)) is not None)
         await emit(TurnCompleted(session_id=session.session_id, turn_id=turn.turn_id, response=response,
                                  duration_ms=(time.perf_counter() - started) * 1000, message_ids=ids,
                                  usage=response.usage or turn.usage))
@@ -381,8 +383,3 @@ def _streaming_method(engine: Any) -> Any:
     if generate_owner is not None and stream_owner is not None and not issubclass(stream_owner, generate_owner):
         return None
     return stream
-
-
-def _row_id(session: SessionContext, message: Message) -> int | None:
-    entry = session._rows.get(id(message))
-    return entry[1] if entry is not None and entry[0] is message else None

