@@ -48,6 +48,7 @@ def console_required(perm: str = VIEW) -> Callable:
                 raise PermissionDenied("You do not have permission to do this.")
             return view(request, *args, **kwargs)
 
+        wrapper.console_permission = perm  # type: ignore[attr-defined]  # read by the site navigation
         return wrapper
 
     return decorator
