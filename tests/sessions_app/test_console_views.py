@@ -32,7 +32,8 @@ def is_fragment(response) -> bool:
 
 
 def list_ids(response) -> list[str]:
-    return re.findall(r'<td class="sid"><a href="[^"]*"[^>]*><span class="id">([^<]*)</span>', response.content.decode())
+    return re.findall(r'<td class="sid"><a href="[^"]*"[^>]*><span class="id">([^<]*)</span>',
+                      response.content.decode())
 
 
 def many_sessions(n: int, *, same_time: bool = False) -> list[str]:
@@ -140,7 +141,8 @@ def test_a_page_costs_the_same_queries_whatever_the_number_of_rows_and_counts_a_
     assert len(session_queries) == 2
     page, count = sorted(session_queries, key=lambda q: q.lstrip().startswith("SELECT COUNT("))
     assert page.rstrip().endswith(" LIMIT 51")
-    assert count.lstrip().startswith("SELECT COUNT(") and " LIMIT 501" in count  # "500+": never a count over every session
+    # "500+": never a count over every session
+    assert count.lstrip().startswith("SELECT COUNT(") and " LIMIT 501" in count
 
 
 def test_a_malformed_cursor_shows_the_first_page(op_client):

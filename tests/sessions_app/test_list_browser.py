@@ -1,5 +1,6 @@
 """The session list, keyboard shortcuts, roles and small screens in a real browser (Debian's chromium via
-Playwright against daphne) on demo data (``manage.py chatflow_demo``, as ``dev.py serve`` makes it; 60 sessions: more than a page)."""
+Playwright against daphne) on demo data (``manage.py chatflow_demo``, as ``dev.py serve`` makes it; 60
+sessions: more than a page)."""
 
 from __future__ import annotations
 
@@ -34,7 +35,8 @@ def site(tmp_path_factory):
     directory = tmp_path_factory.mktemp("list-site")
     env = site_env(DEBUG="1", SECRET_KEY=secrets.token_urlsafe(50), ALLOWED_HOSTS="127.0.0.1",
                    DATABASE_URL=f"sqlite:///{directory / 'site.db'}", CHATFLOW_ENGINE="demo")
-    for args in (("migrate", "--no-input"), ("chatflow_demo", "--seed", "7", "--sessions", "60"), ("shell", "-c", SEED)):
+    demo = ("chatflow_demo", "--seed", "7", "--sessions", "60")
+    for args in (("migrate", "--no-input"), demo, ("shell", "-c", SEED)):
         done = run_manage(*args, env=env, timeout=300)
         assert done.returncode == 0, done.stderr
     port = free_port()
