@@ -41,7 +41,7 @@ def test_the_403_page_has_the_layout_the_reason_and_a_post_log_out():
     assert response.status_code == 403
     html = response.content.decode()
     assert '<header class="topbar">' in html and "Not allowed (403)" in html
-    assert "You do not have permission to do this." in html
+    assert "You do not have permission to do this: it needs the &#x27;add_chatmessage&#x27; permission." in html
     assert len(re.findall(r'<form method="post" action="/accounts/logout/"', html)) == 2  # nav and page
     fragment = client.get("/chat/", HTTP_HX_REQUEST="true")
     assert fragment.status_code == 403 and b"<html" not in fragment.content and b"permission" in fragment.content
@@ -74,6 +74,7 @@ def test_a_non_staff_user_can_log_out():
     assert page.status_code == 200 and b'<form method="post" action="/accounts/logout/"' in page.content
     forbidden = client.get("/sessions/")
     assert forbidden.status_code == 403 and b'action="/accounts/logout/"' in forbidden.content
+    assert b"not a console (staff) account" in forbidden.content
     assert client.post("/accounts/logout/").status_code == 302
     assert client.get("/sessions/").status_code == 302  # logged out: sent to the login page
 
