@@ -171,6 +171,7 @@ def _docs_auth(view: Callable) -> Callable:
         if not may(caller.user, EXPORT):
             return api.create_response(request, {"detail": PERMISSION_DETAIL}, status=403)
         return view(request, *args, **kwargs)
+    checked.console_permission = EXPORT  # type: ignore[attr-defined]  # the navigation lists it for this
     return checked
 
 
@@ -279,7 +280,7 @@ def _query(filters: Filters, cursor: str = "") -> listing.ListQuery:
         if value and not listing.valid_day(clean_text(value)):
             raise HttpError(400, f"{name} must be a date YYYY-MM-DD; got {value[:40]!r}.")
     query = listing.parse_query({**filters.dict(), "after": cursor})
-    if cursor and listing.decode_cursor(query.after) is None:
+    if cursor and listing.decode_cursor(query.after, listing.SORTS[query.sort][0]) is None:
         raise HttpError(400, "Malformed cursor: pass the next_cursor of a previous page unchanged.")
     return query
 

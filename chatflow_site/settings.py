@@ -164,6 +164,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "chatflow_site.errors.SiteNotFoundPage",  # the site's 404 page with DEBUG on too
 ]
 
 ROOT_URLCONF = "chatflow_site.urls"

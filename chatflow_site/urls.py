@@ -7,6 +7,10 @@ from django.views.decorators.http import require_GET
 
 from agents_app import views as agents_views
 from api_app.api import api as api_v1
+from chatflow_site import errors
+
+handler403 = errors.forbidden
+handler404 = errors.not_found
 
 
 @require_GET
@@ -17,6 +21,8 @@ def healthz(request: HttpRequest) -> HttpResponse:
 
 urlpatterns = [
     path("healthz/", healthz, name="site-health"),
+    path("favicon.ico", errors.favicon, name="site-favicon"),
+    path("accounts/logout/", errors.SiteLogoutView.as_view(), name="logout"),  # GET: a page with the button
     path("accounts/", include("django.contrib.auth.urls")),
     path("admin/", admin.site.urls),
     path("agents/", include("agents_app.urls")),

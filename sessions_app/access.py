@@ -18,7 +18,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import resolve_url
 from django_htmx.http import HttpResponseClientRedirect
 
-__all__ = ["VIEW", "FORCE_HANDOFF", "ROLLBACK", "DELETE", "EXPORT", "console_required", "may"]
+__all__ = ["VIEW", "FORCE_HANDOFF", "ROLLBACK", "DELETE", "EXPORT", "console_required", "may", "refusal"]
 
 VIEW = "sessions_app.view_chatsession"
 FORCE_HANDOFF = "sessions_app.force_handoff"
@@ -33,6 +33,14 @@ def may(user: Any, perm: str) -> bool:
                 and user.has_perm(VIEW) and user.has_perm(perm))
 
 
+def refusal(user: Any, perm: str) -> str:
+    """Why ``user`` may not do what needs ``perm`` (the 403 page's reason)."""
+    if not (user.is_active and user.is_staff):
+        return "Your account is not a console (staff) account, so it cannot open console pages."
+    missing = next((p for p in (VIEW, perm) if not user.has_perm(p)), perm)
+    return f"You do not have permission to do this: it needs the {missing.split('.', 1)[-1]!r} permission."
+
+
 def console_required(perm: str = VIEW) -> Callable:
     """View decorator: login (redirect), staff + view permission + ``perm`` (403)."""
 
@@ -45,9 +53,10 @@ def console_required(perm: str = VIEW) -> Callable:
                     return HttpResponseClientRedirect(f"{login}?{urlencode({'next': request.get_full_path()})}")
                 return redirect_to_login(request.get_full_path())
             if not may(request.user, perm):
-                raise PermissionDenied("You do not have permission to do this.")
+                raise PermissionDenied(refusal(request.user, perm))
             return view(request, *args, **kwargs)
 
+        wrapper.console_permission = perm  # type: ignore[attr-defined]  # read by the site navigation
         return wrapper
 
     return decorator

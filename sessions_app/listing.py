@@ -3,8 +3,10 @@
 Each page is one query with ``LIMIT per_page + 1`` (the extra row says whether there is a next page):
 no COUNT, no OFFSET. The cursor is the last row's (sort timestamp, session_id), so a deep page costs
 what the first one costs on the ``(updated_at, session_id)`` index. Per-row numbers (messages, turns,
-last message preview, whether a turn holds the lease) are correlated subqueries the database evaluates
-only for the rows of the page.
+last message preview, whether a turn holds the lease, the markers other apps register with
+:func:`register_marker`) are correlated subqueries the database evaluates only for the rows of the page.
+The previous page is the same query run backwards from the first row (``before``). The result count is
+bounded: one ``COUNT`` over at most ``COUNT_LIMIT + 1`` rows, shown as "500+" beyond.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from __future__ import annotations
 import base64
 import json
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import datetime
 from datetime import time as dtime
 from typing import Any
@@ -26,16 +29,51 @@ from chatflow_agent.jsonsafe import clean_text
 from chatflow_agent.types import Role
 from sessions_app.models import ChatMessage, ChatSession, SessionLease
 
-__all__ = ["ListQuery", "SORTS", "after_cursor", "decode_cursor", "encode_cursor", "fetch_page", "filtered",
-           "one", "parse_query", "valid_day"]
+__all__ = ["CHANNELS", "COUNT_LIMIT", "ListQuery", "Page", "SORTS", "after_cursor", "bounded_count", "customer_name",
+           "decode_cursor", "encode_cursor", "fetch_page", "fetch_window", "filtered", "one", "parse_query",
+           "register_marker", "valid_day"]
 
+#: ``sort`` parameter → (column, descending). Every sort ends with ``session_id`` (the keyset's tie-break).
 SORTS = {
     "-updated": ("updated_at", True),
     "updated": ("updated_at", False),
     "-created": ("created_at", True),
     "created": ("created_at", False),
+    "session": ("session_id", False),
+    "-session": ("session_id", True),
+    "agent": ("active_agent_name", False),
+    "-agent": ("active_agent_name", True),
 }
+_TIME_COLUMNS = {"updated_at", "created_at"}
 PER_PAGE = 50
+COUNT_LIMIT = 500
+#: The channels the list's select offers (``metadata.channel``, matched case-insensitively).
+CHANNELS = ("whatsapp", "telegram", "web", "generic")
+#: Metadata keys holding the customer's name, first found wins.
+NAME_KEYS = ("display_name", "profile_name", "name", "username")
+
+_markers: dict[str, Callable[[], Any]] = {}
+
+
+def register_marker(name: str, expression: Callable[[], Any]) -> None:
+    """Add a boolean per-row marker ``name`` to the list's rows (and :func:`one`).
+
+    ``expression()`` returns a Django expression over the session row (``OuterRef("pk")`` is its
+    session_id), e.g. ``Exists(...)``; it is called per query, so it may read the clock. Apps register
+    their markers in ``AppConfig.ready`` (the webhook inbox adds ``failed_delivery`` and ``turn_failed``).
+    """
+    _markers[name] = expression
+
+
+def customer_name(metadata: Any) -> str:
+    """The customer's display name from session metadata (``display_name``, ``profile_name``…), or ``""``."""
+    if not isinstance(metadata, dict):
+        return ""
+    for key in NAME_KEYS:
+        value = metadata.get(key)
+        if isinstance(value, str) and value.strip():
+            return clean_text(value).strip()[:80]
+    return ""
 
 
 @dataclass
@@ -47,44 +85,76 @@ class ListQuery:
     updated_to: str = ""
     sort: str = "-updated"
     after: str = ""
+    before: str = ""
+    #: parameter → why its value was refused (the refused filter is not applied: the view answers 400).
+    errors: dict[str, str] = field(default_factory=dict)
 
     def params(self, **override: str) -> dict[str, str]:
-        """Non-empty query parameters (for links), with ``override`` applied."""
-        values = {**self.__dict__, **override}
+        """Non-empty query parameters (for links), with ``override`` applied; refused values are left out."""
+        values = {k: v for k, v in self.__dict__.items() if k != "errors" and k not in self.errors}
+        values.update(override)
         return {k: v for k, v in values.items() if v and not (k == "sort" and v == "-updated")}
 
 
 def parse_query(get: Any) -> ListQuery:
-    """The list query from request parameters (NUL and lone surrogates removed: PostgreSQL rejects them)."""
+    """The list query from request parameters (NUL and lone surrogates removed: PostgreSQL rejects them).
+
+    A date that is not YYYY-MM-DD, a range that ends before it starts or an unknown sort is recorded in
+    ``errors`` (parameter → message) and not applied. The channel is lower-cased (``Telegram`` finds telegram).
+    """
 
     def text(name: str, limit: int) -> str:
         return clean_text(str(get.get(name, "") or "")).strip()[:limit]
 
+    errors: dict[str, str] = {}
     sort = text("sort", 20) or "-updated"
+    if sort not in SORTS:
+        errors["sort"] = f"Unknown sort {sort!r}; choose one of the column headers."
+        sort = "-updated"
+    days = {}
+    for name, label in (("updated_from", "Updated from"), ("updated_to", "Updated to")):
+        days[name] = text(name, 32)
+        if days[name] and not valid_day(days[name]):
+            errors[name] = f"{label}: {days[name]!r} is not a date (YYYY-MM-DD)."
+    if ("updated_from" not in errors and "updated_to" not in errors and days["updated_from"] and days["updated_to"]
+            and days["updated_from"] > days["updated_to"]):
+        errors["updated_to"] = "Updated to is before Updated from."
     return ListQuery(
         q=text("q", 200),
         agent=text("agent", 200),
-        channel=text("channel", 200),
-        updated_from=text("updated_from", 32),
-        updated_to=text("updated_to", 32),
-        sort=sort if sort in SORTS else "-updated",
+        channel=text("channel", 200).lower(),
+        updated_from=days["updated_from"],
+        updated_to=days["updated_to"],
+        sort=sort,
         after=text("after", 2000),
+        before=text("before", 2000),
+        errors=errors,
     )
 
 
-def encode_cursor(stamp: datetime, session_id: str) -> str:
-    raw = json.dumps([stamp.isoformat(), session_id], ensure_ascii=False).encode()
+def encode_cursor(value: datetime | str, session_id: str) -> str:
+    """The cursor of a row: its sort column's ``value`` (a timestamp or a text) and its session_id."""
+    raw = json.dumps([value.isoformat() if isinstance(value, datetime) else value, session_id],
+                     ensure_ascii=False).encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
-def decode_cursor(cursor: str) -> tuple[datetime, str] | None:
-    """The (timestamp, session_id) of a cursor, or None when it is malformed (then page 1 is shown)."""
+def decode_cursor(cursor: str, column: str = "updated_at") -> tuple[datetime | str, str] | None:
+    """The (sort value, session_id) of a cursor for ``column``, or None when it is malformed (then page 1
+    is shown). The value is an aware datetime for the time columns, a text otherwise."""
     try:
-        stamp, session_id = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
-        moment = parse_datetime(stamp)
+        value, session_id = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
     except (ValueError, TypeError):
         return None
-    if moment is None or moment.tzinfo is None or not isinstance(session_id, str) or "\x00" in session_id:
+    if not isinstance(value, str) or not isinstance(session_id, str) or "\x00" in session_id + value:
+        return None
+    if column not in _TIME_COLUMNS:
+        return value, session_id
+    try:
+        moment = parse_datetime(value)
+    except ValueError:
+        return None
+    if moment is None or moment.tzinfo is None:
         return None
     return moment, session_id
 
@@ -116,8 +186,9 @@ def filtered(query: ListQuery):
     if query.agent:
         qs = qs.filter(active_agent_name=query.agent)
     if query.channel:
-        qs = qs.filter(metadata__channel=query.channel)
-    start, end = _bound(query.updated_from, False), _bound(query.updated_to, True)
+        qs = qs.filter(metadata__channel__iexact=query.channel)
+    start = _bound(query.updated_from, False) if "updated_from" not in query.errors else None
+    end = _bound(query.updated_to, True) if "updated_to" not in query.errors else None
     if start:
         qs = qs.filter(updated_at__gte=start)
     if end:
@@ -148,6 +219,7 @@ def _annotated(qs):
         last_role=Subquery(last.values("role")[:1]),
         last_text=Subquery(last.values("content")[:1]),
         running=Exists(SessionLease.objects.filter(session_id=OuterRef("pk"), expires_at__gt=time.time())),
+        **{name: expression() for name, expression in _markers.items()},
     )
 
 
@@ -156,9 +228,12 @@ def one(session_id: str) -> ChatSession | None:
     return _annotated(ChatSession.objects.filter(pk=session_id)).first()
 
 
-def after_cursor(qs, sort: str, cursor: tuple[datetime, str] | None):
-    """``qs`` ordered by ``sort`` (then session_id), from the row after ``cursor`` on (keyset)."""
+def after_cursor(qs, sort: str, cursor: tuple[datetime | str, str] | None, *, backwards: bool = False):
+    """``qs`` ordered by ``sort`` (then session_id), from the row after ``cursor`` on (keyset).
+
+    ``backwards``: the rows before ``cursor``, nearest first (the previous page, reversed)."""
     column, desc = SORTS[sort]
+    desc = desc != backwards
     if cursor is not None:
         stamp, sid = cursor
         # (t, id) < (stamp, sid), written with a sargable first conjunct so the index range is used.
@@ -173,10 +248,44 @@ def after_cursor(qs, sort: str, cursor: tuple[datetime, str] | None):
 
 def fetch_page(query: ListQuery, per_page: int = PER_PAGE) -> tuple[list[ChatSession], str | None]:
     """The page after ``query.after`` and the cursor of the next page (None on the last page)."""
+    page = fetch_window(query, per_page)
+    return page.rows, page.next_cursor
+
+
+@dataclass
+class Page:
+    """One page of the list: its rows and the cursors of the pages around it (None where there is none)."""
+
+    rows: list[ChatSession]
+    next_cursor: str | None
+    prev_cursor: str | None
+
+
+def fetch_window(query: ListQuery, per_page: int = PER_PAGE) -> Page:
+    """The page after ``query.after`` (or before ``query.before``), with the next and previous cursors.
+
+    A malformed cursor is read as no cursor (the first page)."""
     column = SORTS[query.sort][0]
-    cursor = decode_cursor(query.after) if query.after else None
+    if query.before and (cursor := decode_cursor(query.before, column)) is not None:
+        rows = list(_annotated(after_cursor(filtered(query), query.sort, cursor, backwards=True))[: per_page + 1])
+        earlier = len(rows) > per_page
+        rows = rows[:per_page][::-1]
+        return Page(rows, _cursor(rows[-1], column) if rows else None,
+                    _cursor(rows[0], column) if earlier and rows else None)
+    cursor = decode_cursor(query.after, column) if query.after else None
     rows = list(_annotated(after_cursor(filtered(query), query.sort, cursor))[: per_page + 1])
     more = len(rows) > per_page
     rows = rows[:per_page]
-    nxt = encode_cursor(getattr(rows[-1], column), rows[-1].session_id) if more and rows else None
-    return rows, nxt
+    return Page(rows, _cursor(rows[-1], column) if more and rows else None,
+                _cursor(rows[0], column) if cursor is not None and rows else None)
+
+
+def _cursor(row: ChatSession, column: str) -> str:
+    return encode_cursor(getattr(row, column), row.session_id)
+
+
+def bounded_count(query: ListQuery, limit: int = COUNT_LIMIT) -> tuple[int, bool]:
+    """How many sessions match, counted up to ``limit`` (one query over at most ``limit + 1`` rows):
+    ``(count, more)`` where ``more`` means there are more than ``limit``."""
+    found = filtered(query).order_by()[: limit + 1].count()
+    return min(found, limit), found > limit

@@ -56,24 +56,60 @@ def home(request: HttpRequest) -> HttpResponse:
 
 
 # ---- list ------------------------------------------------------------------------------------
+#: The list's columns: (label, sort key or None, CSS class).
+COLUMNS = [("Session", "session", "sid"), ("Channel", None, "chan"), ("Active agent", "agent", "agent"),
+           ("Turns", None, "num"), ("Last message", None, "last-msg"), ("Created", "created", "ts"),
+           ("Updated", "updated", "ts"), ("Status", None, "status")]
+
+
+def _headers(query: listing.ListQuery) -> list[dict]:
+    """Column headers with sort links that keep the other filters (a click on the sorted column reverses it)."""
+    out = []
+    for label, key, css in COLUMNS:
+        head = {"label": label, "css": css, "url": None, "aria_sort": None}
+        if key:
+            current = query.sort.lstrip("-") == key
+            descending = query.sort.startswith("-")
+            if current:
+                head["aria_sort"] = "descending" if descending else "ascending"
+                target = key if descending else f"-{key}"
+            else:
+                target = f"-{key}" if key in ("updated", "created") else key
+            head["url"] = _url("sessions-list-sessions", query.params(sort=target, after="", before=""))
+        out.append(head)
+    return out
+
+
 @require_GET
 @console_required()
 def session_list(request: HttpRequest) -> HttpResponse:
+    """The list; refused filter values (bad dates, unknown sort) answer 400 with the reasons on the page."""
     query = listing.parse_query(request.GET)
-    rows, next_cursor = listing.fetch_page(query)
+    page = listing.fetch_window(query) if not query.errors else listing.Page([], None, None)
+    count, more = listing.bounded_count(query) if not query.errors else (0, False)
+    channels = list(listing.CHANNELS)
+    if query.channel and query.channel not in channels:
+        channels.append(query.channel)
+    agent_names = list(registry.agents())
+    if query.agent and query.agent not in agent_names:
+        agent_names.append(query.agent)
     ctx = {
         "query": query,
-        "rows": rows,
-        "next_url": _url("sessions-list-sessions", query.params(after=next_cursor)) if next_cursor else None,
-        "first_url": _url("sessions-list-sessions", query.params(after="")) if query.after else None,
-        "agent_names": list(registry.agents()),
+        "rows": page.rows,
+        "count": count, "count_more": more,
+        "next_url": _url("sessions-list-sessions", query.params(after=page.next_cursor, before=""))
+        if page.next_cursor else None,
+        "prev_url": _url("sessions-list-sessions", query.params(before=page.prev_cursor, after=""))
+        if page.prev_cursor else None,
+        "first_url": _url("sessions-list-sessions", query.params(after="", before="")) if page.prev_cursor else None,
+        "agent_names": agent_names,
+        "channels": channels,
+        "headers": _headers(query),
         # Live updates move a changed session to the top only where the newest sessions are shown.
-        "ws_url": live_url() + ("?mode=top" if query.sort == "-updated" and not query.after
+        "ws_url": live_url() + ("?mode=top" if query.sort == "-updated" and not query.after and not query.before
                                 and query.params() == {} else ""),
-        "sorts": [("-updated", "Updated, newest first"), ("updated", "Updated, oldest first"),
-                  ("-created", "Created, newest first"), ("created", "Created, oldest first")],
     }
-    return _render(request, LIST, "session-table", ctx)
+    return _render(request, LIST, "session-table", ctx, status=400 if query.errors else 200)
 
 
 # ---- detail ----------------------------------------------------------------------------------

@@ -11,11 +11,14 @@ class WebhooksAppConfig(AppConfig):
 
     def ready(self) -> None:
         from sessions_app.actions import session_deleting
+        from sessions_app.listing import register_marker
         from sessions_app.store import session_committing
-        from webhooks_app import embedded, settle
+        from webhooks_app import embedded, ledger, settle
         from webhooks_app.groups import grant_ledger_permissions
 
         post_migrate.connect(grant_ledger_permissions, sender=self, dispatch_uid="webhooks_app.groups")
         session_deleting.connect(settle.cancel_deliveries, dispatch_uid="webhooks_app.settle.cancel")
         session_committing.connect(settle.refuse_cancelled_turn, dispatch_uid="webhooks_app.settle.refuse")
+        register_marker("failed_delivery", ledger.reply_failed_marker)
+        register_marker("turn_failed", ledger.turn_failed_marker)
         embedded.start_if_serving()

@@ -20,7 +20,7 @@ from typing import Any
 from asgiref.sync import async_to_sync, sync_to_async
 from django.conf import settings
 from django.db import connections, transaction
-from django.db.models import BooleanField, ExpressionWrapper, Q, QuerySet
+from django.db.models import BooleanField, Exists, ExpressionWrapper, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from sessions_app import actions
@@ -29,7 +29,7 @@ from webhooks_app import inbox, replies, taskqueue
 from webhooks_app.models import InboundDelivery
 
 __all__ = ["context", "retry", "queue_thread", "with_reply_state", "attention_context", "resend", "ResendRefused",
-           "RETRY_ACTION", "RESEND_ACTION", "LEDGER_SIZE"]
+           "RETRY_ACTION", "RESEND_ACTION", "LEDGER_SIZE", "reply_failed_marker", "turn_failed_marker"]
 
 RETRY_ACTION = "retry_delivery"
 RESEND_ACTION = "resend_reply"
@@ -58,6 +58,19 @@ def with_reply_state(qs: QuerySet | None = None) -> QuerySet:
     qs = InboundDelivery.objects.all() if qs is None else qs
     return qs.annotate(reply_unknown=ExpressionWrapper(_reply_unknown(now), output_field=BooleanField()),
                        resendable=ExpressionWrapper(_resendable(now), output_field=BooleanField()))
+
+
+def reply_failed_marker() -> Exists:
+    """For the session list (``sessions_app.listing.register_marker``): the session has a reply that failed
+    or may not have reached the customer (one Resend would send it)."""
+    return Exists(InboundDelivery.objects.filter(_resendable(timezone.now()), session_id=OuterRef("pk")))
+
+
+def turn_failed_marker() -> Exists:
+    """For the session list: the session's newest delivery failed (its turn raised; Retry queues it again)."""
+    later = InboundDelivery.objects.filter(session_id=OuterRef("session_id"), id__gt=OuterRef("id"))
+    return Exists(InboundDelivery.objects.filter(session_id=OuterRef("pk"), status=Status.FAILED)
+                  .exclude(Exists(later)))
 
 
 def context(user: Any, session_id: str, note: str = "", refused: bool = False) -> dict[str, Any]:

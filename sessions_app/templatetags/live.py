@@ -2,7 +2,7 @@
 
 from django import template
 
-from sessions_app import live
+from sessions_app import listing, live
 
 register = template.Library()
 
@@ -10,3 +10,15 @@ register = template.Library()
 @register.filter
 def session_dom_id(session_id: str) -> str:
     return live.dom_id(str(session_id))
+
+
+@register.filter
+def customer_name(metadata: object) -> str:
+    """The customer's display name in session metadata (``display_name``, ``profile_name``…), or ``""``."""
+    return listing.customer_name(metadata)
+
+
+@register.filter
+def channel_of(metadata: object) -> str:
+    """``metadata.channel`` as text (``""`` when missing)."""
+    return str(metadata.get("channel") or "") if isinstance(metadata, dict) else ""

@@ -32,7 +32,8 @@ def is_fragment(response) -> bool:
 
 
 def list_ids(response) -> list[str]:
-    return re.findall(r'<td class="sid"><a href="[^"]*">([^<]*)</a>', response.content.decode())
+    return re.findall(r'<td class="sid"><a href="[^"]*"[^>]*><span class="id">([^<]*)</span>',
+                      response.content.decode())
 
 
 def many_sessions(n: int, *, same_time: bool = False) -> list[str]:
@@ -65,7 +66,7 @@ def test_the_list_renders_as_a_full_page_and_as_a_fragment(op_client):
         assert list_ids(response) == ["tg:998877"]
         assert "HX-Request" in response["Vary"]
     body = full.content.decode()
-    assert "telegram" in body and ">3<" in body and ">15<" in body  # channel, turns, messages
+    assert "telegram" in body and ">3<" in body  # channel, turns
     assert "Sorry, the invoice service is down." in body  # last message preview
 
 
@@ -101,7 +102,7 @@ def test_it_filters_by_active_agent_channel_and_updated_range(op_client):
     assert ids(updated_from="2026-01-11", updated_to="2026-01-13") == ["b"]
     assert ids(updated_from="2026-01-12") == ["b", "c"]
     assert ids(agent="Billing", channel="web") == ["c"]
-    assert ids(updated_from="not a date") == ["a", "b", "c"]
+    assert ids(channel="WhatsApp") == ["a", "b"]  # the channel matches case-insensitively
 
 
 @pytest.mark.parametrize("same_time", [False, True], ids=["distinct-times", "one-timestamp"])
@@ -122,7 +123,7 @@ def test_keyset_pages_visit_every_session_once_in_order(op_client, sort, same_ti
         assert seen == ids
 
 
-def test_a_page_costs_the_same_queries_whatever_the_number_of_rows_and_never_counts(op_client):
+def test_a_page_costs_the_same_queries_whatever_the_number_of_rows_and_counts_a_bounded_number(op_client):
     cv.store("first", cv.support_story())
 
     def queries():
@@ -137,9 +138,11 @@ def test_a_page_costs_the_same_queries_whatever_the_number_of_rows_and_never_cou
     large = queries()
     assert len(small) == len(large)
     session_queries = [q for q in large if 'FROM "chatflow_sessions"' in q]
-    assert len(session_queries) == 1
-    assert not re.match(r'\s*SELECT COUNT\(\*\)', session_queries[0])
-    assert " LIMIT 51" in session_queries[0]
+    assert len(session_queries) == 2
+    page, count = sorted(session_queries, key=lambda q: q.lstrip().startswith("SELECT COUNT("))
+    assert page.rstrip().endswith(" LIMIT 51")
+    # "500+": never a count over every session
+    assert count.lstrip().startswith("SELECT COUNT(") and " LIMIT 501" in count
 
 
 def test_a_malformed_cursor_shows_the_first_page(op_client):

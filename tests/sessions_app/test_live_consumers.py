@@ -190,7 +190,7 @@ async def test_operator_actions_are_broadcast_to_open_pages(people, story):
         assert "<dt>Active agent</dt><dd><strong>Tech</strong>" in panel
         assert 'id="session-panel"' not in panel  # the actions form is left alone
         row = await listing.receive_from(timeout=5)
-        assert 'id="row-' in row and "<td>Tech</td>" in row
+        assert 'id="row-' in row and "<td class=\"agent\">Tech</td>" in row
 
         await db(actions.rollback, operator, story, 1, (await db(actions.plan_rollback, story, 1)).fingerprint)
         panel = "\n".join(await frames_until(page, 'id="live-status"'))

@@ -37,7 +37,7 @@ class Command(BaseCommand):
     help = "Create N demo sessions by running real turns through the site's Runner (demo engine)."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--sessions", type=int, default=24, help="how many sessions to create (default 24)")
+        parser.add_argument("--sessions", type=int, default=40, help="how many sessions to create (default 40)")
         parser.add_argument("--if-empty", action="store_true", help="do nothing when the database has sessions")
         parser.add_argument("--seed", type=int, default=None, help="random seed for ids and details (default: random)")
         parser.add_argument("--spread-hours", type=float, default=72.0,

@@ -1,0 +1,82 @@
+"""The site's own 403 and 404 pages (in its layout, with the reason and a way out), the favicon and log-out.
+
+``forbidden`` and ``not_found`` are ``handler403`` / ``handler404``. With DEBUG on Django answers a 404
+with its debug page (URL patterns and all); :class:`SiteNotFoundPage` renders the site's page instead,
+for an ``Http404`` a view raises and for a URL that matches nothing. An htmx request gets the refusal
+alone (the ``refusal`` partial), to be swapped into the page that asked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from django.conf import settings
+from django.contrib.auth.views import LogoutView
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.views.decorators.http import require_GET
+
+__all__ = ["FAVICON", "SiteLogoutView", "SiteNotFoundPage", "favicon", "forbidden", "not_found"]
+
+FAVICON = Path(settings.BASE_DIR) / "static" / "favicon.svg"
+
+
+def _page(request: HttpRequest, template: str, status: int, reason: str) -> HttpResponse:
+    htmx = getattr(request, "htmx", None)
+    name = f"{template}#refusal" if htmx and not htmx.history_restore_request else template
+    response = render(request, name, {"reason": reason, "path": request.path}, status=status)
+    response.site_error_page = True  # type: ignore[attr-defined]
+    return response
+
+
+def _reason(exception: Exception | None, default: str) -> str:
+    text = str(exception.args[0]) if exception is not None and exception.args else ""
+    # Http404's message from a resolver is a dict (path, tried): never shown.
+    return text if text and not text.startswith("{") and isinstance(exception.args[0], str) else default
+
+
+def forbidden(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    return _page(request, "403.html", 403, _reason(exception, "You do not have permission to do this."))
+
+
+def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    reason = _reason(exception, "There is no page at this address.")
+    if reason.startswith("No ") and " matches the given query" in reason:  # get_object_or_404's wording
+        reason = "It may have been deleted, or the link is mistyped."
+    return _page(request, "404.html", 404, reason)
+
+
+class SiteNotFoundPage:
+    """Middleware: with DEBUG on, a 404 is the site's page, not Django's debug page (which lists URL patterns)."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = self.get_response(request)
+        if (settings.DEBUG and response.status_code == 404 and getattr(request, "resolver_match", None) is None
+                and not getattr(response, "site_error_page", False)):
+            return not_found(request)  # no URL pattern matched
+        return response
+
+    def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
+        if settings.DEBUG and isinstance(exception, Http404):
+            return not_found(request, exception)
+        return None
+
+
+@require_GET
+def favicon(request: HttpRequest) -> HttpResponse:
+    response = HttpResponse(FAVICON.read_bytes(), content_type="image/svg+xml")
+    response["Cache-Control"] = "public, max-age=86400"
+    return response
+
+
+class SiteLogoutView(LogoutView):
+    """Log-out by POST (CSRF-protected); a GET shows a page with the log-out button instead of a 405."""
+
+    http_method_names = ["get", "post", "options"]
+
+    def get(self, request: HttpRequest, *args, **kwargs) -> HttpResponse:
+        return render(request, "registration/logout_confirm.html")
