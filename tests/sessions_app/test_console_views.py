@@ -237,19 +237,19 @@ def test_the_history_is_grouped_by_turn_with_tool_calls_paired_and_problems_flag
     assert "needs attention" in turn4
 
 
-def test_history_pages_hold_twenty_turns_newest_or_oldest_first(op_client):
+def test_history_pages_hold_twenty_turns_from_the_newest_or_the_oldest_end_each_read_chronologically(op_client):
     cv.store("long", [m for i in range(1, 46) for m in (cv.user(f"question {i}"), cv.model(f"answer {i}"))])
 
     def turns(**params):
         response = op_client.get("/sessions/long/", params, HTTP_HX_REQUEST="true")
         return [int(n) for n in re.findall(r'id="turn-(\d+)"', response.content.decode())]
 
-    assert turns() == list(range(45, 25, -1))
-    assert turns(page=3) == list(range(5, 0, -1))
+    assert turns() == list(range(26, 46))  # the newest turns, oldest first: the newest at the bottom
+    assert turns(page=3) == list(range(1, 6))
     assert turns(order="oldest") == list(range(1, 21))
     assert turns(order="oldest", page=3) == list(range(41, 46))
-    assert turns(page=99) == list(range(5, 0, -1))  # clamped to the last page
-    assert turns(page="x") == list(range(45, 25, -1))
+    assert turns(page=99) == list(range(1, 6))  # clamped to the last page
+    assert turns(page="x") == list(range(26, 46))
 
 
 def test_a_ten_thousand_message_session_opens_with_a_bounded_number_of_queries(op_client):
