@@ -265,7 +265,8 @@ def action_note(action: dict[str, Any]) -> str:
 
 def deleted(action: dict[str, Any]) -> str:
     return format_html(
-        '<p id="live-status" class="live-status card alert error" role="alert" data-gone="1"><strong>Deleted:</strong> {} '
+        '<p id="live-status" class="live-status card alert error" role="alert" data-gone="1">'
+        '<strong>Deleted:</strong> {} '
         'What this page shows is no longer stored; its actions are disabled.</p>'
         '<div id="live-turn" class="live-turn" hx-swap-oob="true"></div>', action_note(action))
 

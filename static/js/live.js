@@ -49,6 +49,7 @@
   "use strict";
   var KEY = "chatflow.inspector";
   var opener = null;
+  var upgrading = false; // a full page's open dialog being made modal: its close is not the reader's
 
   function $(id) { return document.getElementById(id); }
   function dialog() { return $("action-dialog"); }
@@ -69,7 +70,7 @@
   function openDialog() {
     var d = dialog();
     if (!d || !$("dialog") || !$("dialog").children.length) return;
-    if (d.open && !d.matches(":modal")) d.close();
+    if (d.open && !d.matches(":modal")) { upgrading = true; d.close(); upgrading = false; }
     if (!d.open) d.showModal();
     var cancel = d.querySelector("[data-dialog-close]");
     var first = focusables($("dialog"))[0];
@@ -86,6 +87,7 @@
     var d = dialog();
     if (d) {
       d.addEventListener("close", function () {
+        if (upgrading || d.open) return; // (the close event comes later: made modal meanwhile)
         var back = opener && document.contains(opener) ? opener : document.querySelector("#history .toolbar a");
         $("dialog").innerHTML = "";
         if (back) back.focus();

@@ -12,7 +12,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from sessions_app import actions
-from sessions_app.models import ChatMessage, ChatSession
+from sessions_app.models import ChatMessage, ChatSession, OperatorAction
 from tests.sessions_app import conversations as cv
 from tests.sessions_app import personas
 
@@ -353,3 +353,46 @@ def test_the_agents_page_shows_agents_tools_handoffs_and_the_graph(op_client):
 
 def test_the_site_store_is_one_per_process():
     assert actions.site_store() is actions.site_store()
+
+
+@pytest.mark.parametrize("method, url", [
+    ("get", "/sessions/gone/"), ("get", "/actions/rollback-preview/gone/?turn=1"),
+    ("get", "/actions/delete-confirm/gone/"), ("post", "/actions/handoff/gone/"),
+    ("post", "/actions/rollback/gone/"), ("post", "/actions/delete/gone/"),
+])
+def test_a_missing_session_is_a_404_message_as_a_fragment_or_a_page_never_djangos_404_page(op_client, settings,
+                                                                                           method, url):
+    settings.DEBUG = True  # the technical 404 page would show here
+    fragment = getattr(op_client, method)(url, HTTP_HX_REQUEST="true")
+    full = getattr(op_client, method)(url)
+
+    assert fragment.status_code == full.status_code == 404
+    assert fragment["HX-Retarget"] == "#dialog" and fragment["HX-Reselect"] == "unset"
+    assert b'id="session-gone"' in fragment.content and b"<html" not in fragment.content
+    assert b"Session not found" in full.content and b"URLconf" not in full.content
+
+
+def test_exports_are_listed_in_the_inspector_not_inside_a_turn(op_client):
+    from sessions_app.actions import audit
+
+    cv.store("s", cv.support_story())
+    audit(None, OperatorAction.Kind.EXPORT, "s", {}, {"format": "md", "redact": "contacts"})
+
+    body = op_client.get("/sessions/s/").content.decode()
+
+    turns = body[body.index('<div id="turns"'):body.index('id="live-turn"')]
+    assert "Export transcript" not in turns
+    inspector = body[body.index('<aside id="inspector"'):]
+    assert "· md (redacted) ·" in inspector
+    for fmt in ("json", "jsonl", "csv", "md"):
+        assert f'name="format" value="{fmt}"' in inspector
+    assert 'action="/api/v1/sessions/s/transcript"' in inspector and 'name="redact" value="contacts"' in inspector
+
+
+def test_a_long_message_is_collapsed_with_show_all_and_messages_name_their_agent(op_client):
+    cv.store("s", [cv.user("q"), cv.model("z" * 5000)])
+
+    body = op_client.get("/sessions/s/").content.decode()
+
+    assert '<details class="more"><summary>Show all (5000 characters)</summary>' in body
+    assert '<span class="author">Support</span>' in body
