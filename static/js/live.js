@@ -151,7 +151,7 @@
       }
     });
     var c = $("find-count");
-    if (c) c.textContent = q ? hits + " of " + items.length + " shown match" : "";
+    if (c) c.textContent = q ? hits + " of " + items.length + " match" : "";
     var first = document.querySelector("#turns .find-hit");
     if (first) first.scrollIntoView({block: "center"});
   }
