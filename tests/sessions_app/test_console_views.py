@@ -396,3 +396,18 @@ def test_a_long_message_is_collapsed_with_show_all_and_messages_name_their_agent
 
     assert '<details class="more"><summary>Show all (5000 characters)</summary>' in body
     assert '<span class="author">Support</span>' in body
+
+
+def test_older_turns_load_above_and_newer_ones_are_linked_below(op_client):
+    cv.store("long", [m for i in range(1, 46) for m in (cv.user(f"question {i}"), cv.model(f"answer {i}"))])
+
+    newest = op_client.get("/sessions/long/").content.decode()
+    middle = op_client.get("/sessions/long/", {"page": 2}, HTTP_HX_REQUEST="true").content.decode()
+
+    older = newest[newest.index('<div id="turns"'):newest.index('id="turn-26"')]
+    assert ('<p class="older" id="older-turns"><a href="/sessions/long/?order=newest&amp;page=2" '
+            'hx-get="/sessions/long/?order=newest&amp;page=2" hx-select="#turns &gt; *" hx-target="#older-turns" '
+            'hx-swap="outerHTML">Load older turns</a></p>') in older
+    assert "Newer turns" not in newest  # the newest page
+    assert middle.index('id="older-turns"') < middle.index('id="turn-6"') < middle.index('id="turn-25"')
+    assert middle.index('id="turn-25"') < middle.index("Newer turns")
