@@ -22,9 +22,9 @@ from django.utils.html import format_html
 
 from chatflow_agent.types import Message, Role, ToolCall, ToolResult
 from sessions_app import listing
-from sessions_app.access import ROLLBACK, may
-from sessions_app.models import ChatMessage, SessionLease
-from sessions_app.timeline import Item, Turn, _parse, handoff_of, page_count, turn_bounds, turn_items
+from sessions_app.access import FORCE_HANDOFF, ROLLBACK, may
+from sessions_app.models import ChatMessage, ChatSession, SessionLease
+from sessions_app.timeline import Item, Turn, _parse, handoff_of, label_items, page_count, turn_bounds, turn_items
 
 DETAIL = "sessions_app/session_detail.html"
 LIST = "sessions_app/session_list.html"
@@ -130,7 +130,7 @@ class _S:
 def committed_from_db(view: DetailView, clear_live: bool = True) -> tuple[str, list[int]]:
     """Fragments for the session's messages with id > ``view.cursor`` (advanced); returns (html, ids sent)."""
     rows = list(ChatMessage.objects.filter(session_id=view.session_id, id__gt=view.cursor).order_by("id")
-                .values_list("id", "role", "content", "message_json"))
+                .values_list("id", "role", "content", "message_json", "created_at"))
     html = '<div id="live-turn" class="live-turn" aria-live="polite" hx-swap-oob="true"></div>' if clear_live else ""
     if not rows:
         return html, []
@@ -152,20 +152,30 @@ def committed_from_db(view: DetailView, clear_live: bool = True) -> tuple[str, l
         ctx = {"s": _S(view.session_id), "history": {"turn_count": len(bounds)},
                "can_rollback": may(view.user, ROLLBACK),
                "window_start": len(bounds) - site_store().default_max_turns}
-        turns = [Turn(n, turn_items(_parse(chunk)), bounds[n - 1][1] if n else None, len(chunk),
+        turns = [Turn(n, turn_items(_parse([r[:4] for r in chunk])), bounds[n - 1][1] if n else None, len(chunk),
                       message_ids=[row[0] for row in chunk])
                  for n, chunk in chunks]
-        if view.newest_first:
-            turns.reverse()
+        agents = _turn_agents(view.session_id)
+        times = {row[0]: row[4] for row in rows}
+        for t in turns:
+            t.agents = agents[t.number - 1] if 1 <= t.number <= len(agents) else []
+            label_items(t.items, t.agents, times)
         body = "".join(render_to_string(f"{DETAIL}#turn", {**ctx, "turn": t}) for t in turns)
-        html += _oob("afterbegin:#turns" if view.newest_first else "beforeend:#turns", body)
+        html += _oob("beforeend:#turns", body)
         html += '<p id="no-turns" hx-swap-oob="delete"></p>'
         html += _previous_turn_actions(ctx, had, chunks[0][0])
     else:
         html += ('<div id="live-turn" class="live-turn" hx-swap-oob="true"><p class="note" role="status">'
                  'New messages were saved; they show on the page with the newest turn.</p></div>')
-    html += cursor(view) + toolbar(view, len(bounds)) + facts_from_db(view.session_id)
+    html += cursor(view) + toolbar(view, len(bounds)) + facts_from_db(view.session_id, view.user)
     return html, ids
+
+
+def _turn_agents(session_id: str) -> list[list[str]]:
+    from sessions_app import export
+
+    session = ChatSession.objects.filter(pk=session_id).first()
+    return export.turn_agents(session) if session is not None else []
 
 
 def _previous_turn_actions(ctx: dict[str, Any], had: int, first_new: int) -> str:
@@ -184,8 +194,9 @@ def toolbar(view: DetailView, turn_count: int) -> str:
         **pager_ctx(view.session_id, page, pages, view.newest_first)})
 
 
-def facts_from_db(session_id: str) -> str:
-    """The session header's facts (active agent, counts, updated), same partial as the page."""
+def facts_from_db(session_id: str, user: Any = None) -> str:
+    """The session header's facts (active agent, counts, updated), same partial as the page, and for a
+    ``user`` who may force a handoff the handoff select (every agent but the active one)."""
     from agents_app import registry
     from sessions_app.views import _session
 
@@ -193,9 +204,13 @@ def facts_from_db(session_id: str) -> str:
         session = _session(session_id)
     except Exception:  # Http404: deleted meanwhile
         return ""
-    return render_to_string(f"{DETAIL}#session-facts", {
-        "s": session, "live_oob": True, "lease": SessionLease.objects.filter(pk=session_id).first(),
-        "agent_registered": registry.get_agent(session.active_agent_name) is not None})
+    ctx = {"s": session, "live_oob": True, "lease": SessionLease.objects.filter(pk=session_id).first(),
+           "agent_registered": registry.get_agent(session.active_agent_name) is not None,
+           "agent_names": list(registry.agents())}
+    html = render_to_string(f"{DETAIL}#session-facts", ctx)
+    if user is not None and may(user, FORCE_HANDOFF):
+        html += render_to_string(f"{DETAIL}#handoff-select", ctx)
+    return html
 
 
 def cursor(view: DetailView) -> str:
@@ -221,6 +236,8 @@ def history_from_db(view: DetailView, note: str) -> str | None:
     history = render_to_string(f"{DETAIL}#history", ctx, request=request)
     history = history.replace('<section id="history"', '<section hx-swap-oob="true" id="history"', 1)
     facts = render_to_string(f"{DETAIL}#session-facts", ctx, request=request)
+    if ctx["can_handoff"]:
+        facts += render_to_string(f"{DETAIL}#handoff-select", ctx, request=request)
     return history + facts + status(note, "note")
 
 
@@ -248,8 +265,9 @@ def action_note(action: dict[str, Any]) -> str:
 
 def deleted(action: dict[str, Any]) -> str:
     return format_html(
-        '<p id="live-status" class="live-status card alert error" role="alert"><strong>Deleted:</strong> {} '
-        'What this page shows is no longer stored.</p>'
+        '<p id="live-status" class="live-status card alert error" role="alert" data-gone="1">'
+        '<strong>Deleted:</strong> {} '
+        'What this page shows is no longer stored; its actions are disabled.</p>'
         '<div id="live-turn" class="live-turn" hx-swap-oob="true"></div>', action_note(action))
 
 
@@ -285,16 +303,21 @@ def list_removed(session_id: str) -> str:
 
 
 def pager_ctx(session_id: str, page: int, pages: int, newest_first: bool) -> dict[str, str | None]:
-    """The history toolbar's order and links (``order``, ``prev_url``, ``next_url``, ``toggle_url``) for
-    page ``page`` of ``pages``."""
+    """The history toolbar's order and links (``order``, ``prev_url``, ``next_url``, ``older_url``,
+    ``newer_url``, ``toggle_url``) for page ``page`` of ``pages``."""
     order = "newest" if newest_first else "oldest"
 
     def page_url(n: int, order: str = order) -> str:
         return reverse("sessions-show-session", args=[session_id]) + "?" + urlencode({"order": order, "page": n})
 
+    prev_url = page_url(page - 1) if page > 1 else None
+    next_url = page_url(page + 1) if page < pages else None
     return {
         "order": order,
-        "prev_url": page_url(page - 1) if page > 1 else None,
-        "next_url": page_url(page + 1) if page < pages else None,
+        "prev_url": prev_url,
+        "next_url": next_url,
+        # The conversation reads oldest first whatever the order: older turns load above, newer below.
+        "older_url": next_url if newest_first else prev_url,
+        "newer_url": prev_url if newest_first else next_url,
         "toggle_url": page_url(1, "oldest" if newest_first else "newest"),
     }

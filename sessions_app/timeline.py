@@ -23,12 +23,16 @@ from chatflow_agent.types import Message, Role, ToolCall, ToolResult
 from sessions_app.models import ChatMessage, OperatorAction
 
 __all__ = [
-    "AgentChange", "TurnPage", "agent_actions", "agent_changes", "agents_by_turn", "build_page", "handoff_of",
-    "pretty_json", "turn_bounds", "turn_items", "turns_before",
+    "NOT_IN_TIMELINE", "AgentChange", "TurnPage", "agent_actions", "agent_changes", "agents_by_turn", "build_page",
+    "handoff_of", "label_items", "pretty_json", "turn_bounds", "turn_items", "turns_before",
 ]
 
 HANDOFF_STATUS = "HANDOFF_SUCCESS"
 TURNS_PER_PAGE = 20
+LONG_CHARS, LONG_LINES = 2000, 40  # a message text above either is collapsed with "show all"
+PREVIEW_CHARS, PREVIEW_LINES = 1200, 12
+#: Audit log actions not shown in the conversation (the inspector lists the session's exports).
+NOT_IN_TIMELINE = ("export",)
 
 
 def pretty_json(value: Any) -> str:
@@ -69,6 +73,19 @@ class Item:
     answer: bool = False
     running: bool = False  # live: a tool call whose result has not arrived yet
     dom: str = ""  # live: the HTML id a later fragment replaces (a running tool call)
+    at: datetime | None = None  # when its row was stored (None while a turn runs)
+    agent: str | None = None  # the agent active when it was written (model items and tool calls)
+
+    @property
+    def long(self) -> bool:
+        """True when its text is collapsed on the page (more than LONG_CHARS characters or LONG_LINES lines)."""
+        text = self.text or ""
+        return len(text) > LONG_CHARS or text.count("\n") >= LONG_LINES
+
+    @property
+    def preview(self) -> str:
+        """The start of a long text, shown until the reader asks for all of it."""
+        return "\n".join((self.text or "")[:PREVIEW_CHARS].split("\n")[:PREVIEW_LINES]) + "…"
 
     @property
     def args_json(self) -> str:
@@ -87,6 +104,7 @@ class Turn:
     message_count: int
     events: list[OperatorAction] = field(default_factory=list)
     message_ids: list[int] = field(default_factory=list)  # its rows' ids (live updates resume after them)
+    agents: list[str] = field(default_factory=list)  # the agent that started it, then each handoff's target
 
     @property
     def call_count(self) -> int:
@@ -138,6 +156,21 @@ def turn_items(parsed: list[tuple[int, Message | None, str]]) -> list[Item]:
     return items
 
 
+def label_items(items: list[Item], agents: Sequence[str], times: dict[int, datetime] | None = None) -> None:
+    """Set each item's ``agent`` (walking the turn's ``agents`` trail: a handoff moves to the next one)
+    and, from ``times`` (row id → created_at), its ``at``."""
+    trail = list(agents)
+    current = trail[0] if trail else None
+    for item in items:
+        if times is not None and item.row_id is not None:
+            item.at = times.get(item.row_id)
+        if item.kind in ("model", "call", "orphan-result"):
+            item.agent = current
+        handoff = item.handoff
+        if handoff is not None:
+            current = handoff["to"]
+
+
 def turn_bounds(session_id: str) -> list[tuple[int, datetime]]:
     """(row id, created_at) of every USER row of the session, oldest first: turn k starts at bounds[k-1]."""
     return list(
@@ -157,6 +190,7 @@ class TurnPage:
     pages: int
     newest_first: bool
     early_events: list[OperatorAction] = field(default_factory=list)
+    times: dict[int, datetime] = field(default_factory=dict)  # row id → created_at of the rows shown
 
     @property
     def has_next(self) -> bool:
@@ -173,7 +207,7 @@ def _rows(session_id: str, lo: int | None, hi: int | None):
         qs = qs.filter(id__gte=lo)
     if hi is not None:
         qs = qs.filter(id__lt=hi)
-    return list(qs.values_list("id", "role", "content", "message_json"))
+    return list(qs.values_list("id", "role", "content", "message_json", "created_at"))
 
 
 def page_count(turn_count: int, per_page: int = TURNS_PER_PAGE) -> int:
@@ -183,7 +217,11 @@ def page_count(turn_count: int, per_page: int = TURNS_PER_PAGE) -> int:
 
 def build_page(session_id: str, page: int = 1, newest_first: bool = True,
                per_page: int = TURNS_PER_PAGE) -> TurnPage:
-    """One page of turns (``per_page`` turns), SYSTEM messages and, on the oldest page, leading rows."""
+    """One page of turns (``per_page`` turns), SYSTEM messages and, on the oldest page, leading rows.
+
+    ``newest_first`` says where the pages start (page 1 holds the newest turns, else the oldest); the
+    page's turns are always in chronological order (oldest first), as the conversation reads.
+    """
     bounds = turn_bounds(session_id)
     total = len(bounds)
     pages = page_count(total, per_page)
@@ -196,16 +234,21 @@ def build_page(session_id: str, page: int = 1, newest_first: bool = True,
         hi_n = min(total, lo_n + per_page - 1)
     system_rows = list(
         ChatMessage.objects.filter(session_id=session_id, role=Role.SYSTEM.value)
-        .order_by("id").values_list("id", "role", "content", "message_json")
+        .order_by("id").values_list("id", "role", "content", "message_json", "created_at")
     )
-    system = turn_items(_parse(system_rows))
+    times = {r[0]: r[4] for r in system_rows}
+    system = turn_items(_parse([r[:4] for r in system_rows]))
     oldest_page = lo_n <= 1
-    leading = turn_items(_parse(_rows(session_id, None, bounds[0][0] if bounds else None))) if oldest_page else []
+    leading_rows = _rows(session_id, None, bounds[0][0] if bounds else None) if oldest_page else []
+    times.update((r[0], r[4]) for r in leading_rows)
+    leading = turn_items(_parse([r[:4] for r in leading_rows]))
     turns: list[Turn] = []
     if total:
         lo_id = bounds[lo_n - 1][0]
         hi_id = bounds[hi_n][0] if hi_n < total else None
         rows = _rows(session_id, lo_id, hi_id)
+        times.update((r[0], r[4]) for r in rows)
+        rows = [r[:4] for r in rows]
         starts = {rid: n for n, (rid, _at) in enumerate(bounds, start=1)}
         chunks: list[tuple[int, list]] = []
         for row in rows:
@@ -216,10 +259,8 @@ def build_page(session_id: str, page: int = 1, newest_first: bool = True,
         for number, chunk in chunks:
             turns.append(Turn(number, turn_items(_parse(chunk)), bounds[number - 1][1], len(chunk),
                               message_ids=[row[0] for row in chunk]))
-    result = TurnPage(system, leading, turns, total, page, pages, newest_first)
+    result = TurnPage(system, leading, turns, total, page, pages, newest_first, times=times)
     _attach_events(result, session_id, bounds)
-    if newest_first:
-        result.turns.reverse()
     return result
 
 
@@ -230,8 +271,9 @@ def turns_before(bounds: list[tuple[int, datetime]], at: datetime) -> int:
 
 
 def _attach_events(page: TurnPage, session_id: str, bounds: list[tuple[int, datetime]]) -> None:
-    """Operator actions (from the audit log) shown after the turn during which they happened."""
-    events = list(OperatorAction.objects.filter(session_id=session_id).order_by("created_at", "id")[:500])
+    """Operator actions (from the audit log, exports left out) shown after the turn during which they happened."""
+    events = list(OperatorAction.objects.filter(session_id=session_id).exclude(action__in=NOT_IN_TIMELINE)
+                  .order_by("created_at", "id")[:500])
     by_number = {t.number: t for t in page.turns}
     for event in events:
         n = turns_before(bounds, event.created_at)

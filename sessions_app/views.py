@@ -7,13 +7,14 @@ htmx and redirect otherwise; refusals render the action-error partial with their
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 from urllib.parse import quote, urlencode
 
 from django.contrib import messages
 from django.db.models import Max
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import get_object_or_404, redirect, render
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_GET, require_POST
@@ -21,14 +22,15 @@ from django_htmx.http import HttpResponseClientRedirect
 
 from agents_app import registry
 from chatflow_agent.jsonsafe import clean_text
-from sessions_app import actions, listing
-from sessions_app.access import DELETE, FORCE_HANDOFF, ROLLBACK, console_required, may
+from sessions_app import actions, export, listing
+from sessions_app.access import DELETE, EXPORT, FORCE_HANDOFF, ROLLBACK, console_required, may
 from sessions_app.fragments import pager_ctx
 from sessions_app.models import ChatMessage, ChatSession, OperatorAction, SessionLease
-from sessions_app.timeline import build_page, pretty_json
+from sessions_app.timeline import build_page, label_items, pretty_json
 
 LIST = "sessions_app/session_list.html"
 DETAIL = "sessions_app/session_detail.html"
+GONE = "sessions_app/session_gone.html"
 AUDIT = "sessions_app/audit_list.html"
 AUDIT_PAGE = 100
 
@@ -113,9 +115,50 @@ def session_list(request: HttpRequest) -> HttpResponse:
 
 
 # ---- detail ----------------------------------------------------------------------------------
+class SessionGone(Http404):
+    """The session does not exist (any more): answered by :func:`session_gone`, never Django's 404 page."""
+
+
 def _session(session_id: str) -> ChatSession:
-    """The session with its message and turn counts (one query), or 404."""
-    return get_object_or_404(listing.counted(ChatSession.objects.all()), pk=session_id)
+    """The session with its message and turn counts (one query), or :class:`SessionGone`."""
+    session = listing.counted(ChatSession.objects.all()).filter(pk=session_id).first()
+    if session is None:
+        raise SessionGone(f"No session {session_id!r}.")
+    return session
+
+
+def _exists(session_id: str) -> None:
+    if not ChatSession.objects.filter(pk=session_id).exists():
+        raise SessionGone(f"No session {session_id!r}.")
+
+
+def session_gone(request: HttpRequest, session_id: str) -> HttpResponse:
+    """404 for a session that does not exist (deleted, perhaps by another operator meanwhile): an htmx
+    request gets the message as a fragment for the page's dialog (``static/js/live.js`` swaps it), a
+    full request the message in the site's layout."""
+    ctx = {"session_id": session_id}
+    if _fragment_wanted(request):
+        response = render(request, f"{DETAIL}#session-gone", ctx, status=404)
+        response["HX-Retarget"] = "#dialog"
+        response["HX-Reswap"] = "innerHTML"
+        response["HX-Reselect"] = "unset"
+    else:
+        response = render(request, GONE, ctx, status=404)
+    patch_vary_headers(response, ["HX-Request"])
+    return response
+
+
+def _or_gone(view):
+    """View decorator: a :class:`SessionGone` (or an action's 404: the session went meanwhile) is answered
+    by :func:`session_gone`."""
+    @functools.wraps(view)
+    def wrapper(request: HttpRequest, session_id: str) -> HttpResponse:
+        try:
+            return view(request, session_id)
+        except Http404:
+            return session_gone(request, session_id)
+
+    return wrapper
 
 
 def _int(value: str | None, default: int) -> int:
@@ -145,6 +188,12 @@ def detail_ctx(user: Any, session: ChatSession, newest_first: bool = True, page_
     before = ChatMessage.objects.filter(session_id=session.session_id).aggregate(m=Max("id"))["m"] or 0
     page = build_page(session.session_id, page_number, newest_first)
     sid = session.session_id
+    agents = export.turn_agents(session)
+    for turn in page.turns:
+        turn.agents = agents[turn.number - 1] if turn.number <= len(agents) else []
+        label_items(turn.items, turn.agents, page.times)
+    label_items([*page.system, *page.leading], [], page.times)
+    can_export = may(user, EXPORT)
     return {
         "s": session,
         "metadata": [(k, v if isinstance(v, str) else pretty_json(v)) for k, v in session.metadata.items()]
@@ -157,6 +206,11 @@ def detail_ctx(user: Any, session: ChatSession, newest_first: bool = True, page_
         "can_handoff": may(user, FORCE_HANDOFF),
         "can_rollback": may(user, ROLLBACK),
         "can_delete": may(user, DELETE),
+        "can_export": can_export,
+        "export_url": reverse("api-v1:api-export-transcript", kwargs={"session_id": sid}) if can_export else "",
+        "export_formats": [("json", "JSON"), ("jsonl", "JSONL"), ("csv", "CSV"), ("md", "Markdown")],
+        "exports": list(OperatorAction.objects.filter(session_id=sid, action=OperatorAction.Kind.EXPORT)
+                        .order_by("-created_at", "-id")[:5]),
         "lease": SessionLease.objects.filter(pk=sid).first(),
         "can_chat": may(user, "sessions_app.add_chatmessage"),  # the live chat page (agents_app)
         # Live updates: the page has every message up to last_id; new turns are inserted only on the
@@ -182,19 +236,32 @@ def live_url(session_id: str | None = None) -> str:
 
 @require_GET
 @console_required()
+@_or_gone
 def session_detail(request: HttpRequest, session_id: str) -> HttpResponse:
     session = _session(session_id)
     return _render(request, DETAIL, "history", _detail_ctx(request, session))
 
 
-def _action_error(request: HttpRequest, session_id: str, err: actions.ActionError) -> HttpResponse:
+def _action_error(request: HttpRequest, session_id: str, err: actions.ActionError,
+                  target: str = "#dialog") -> HttpResponse:
+    """A refusal: for htmx into ``target`` (the page's dialog, or the slot beside the form), else the page."""
     if _fragment_wanted(request):
         response = render(request, f"{DETAIL}#action-error", {"error": str(err)}, status=err.status)
-        response["HX-Retarget"] = "#dialog"
+        response["HX-Retarget"] = target
         response["HX-Reswap"] = "innerHTML"
+        response["HX-Reselect"] = "unset"
         return response
     session = _session(session_id)
     return render(request, DETAIL, _detail_ctx(request, session, error=str(err)), status=err.status)
+
+
+def _dialog(request: HttpRequest, partial: str, ctx: dict) -> HttpResponse:
+    """A dialog's content: into the page's ``#dialog`` for htmx, else the whole page with the dialog open."""
+    response = _render(request, DETAIL, partial, ctx)
+    if _fragment_wanted(request):
+        response["HX-Retarget"] = "#dialog"
+        response["HX-Reswap"] = "innerHTML"
+    return response
 
 
 def _after_action(request: HttpRequest, session_id: str, note: str) -> HttpResponse:
@@ -211,31 +278,34 @@ def _after_action(request: HttpRequest, session_id: str, note: str) -> HttpRespo
 # ---- actions ---------------------------------------------------------------------------------
 @require_POST
 @console_required(FORCE_HANDOFF)
+@_or_gone
 def session_handoff(request: HttpRequest, session_id: str) -> HttpResponse:
-    get_object_or_404(ChatSession, pk=session_id)
+    _exists(session_id)
     agent, reason = request.POST.get("agent", "").strip(), request.POST.get("reason", "").strip()[:500]
     try:
         entry = actions.force_handoff(request.user, session_id, agent, reason)
     except actions.ActionError as err:
-        return _action_error(request, session_id, err)
+        return _action_error(request, session_id, err, target="#handoff-error")
     return _after_action(request, session_id, f"Handed off from {entry.before['active_agent']} to {agent}.")
 
 
 @require_GET
 @console_required(ROLLBACK)
+@_or_gone
 def session_rollback_preview(request: HttpRequest, session_id: str) -> HttpResponse:
     session = _session(session_id)
     try:
         plan = actions.plan_rollback(session_id, _turn(request.GET.get("turn")))
     except actions.ActionError as err:
         return _action_error(request, session_id, err)
-    return _render(request, DETAIL, "rollback-preview", _detail_ctx(request, session, plan=plan))
+    return _dialog(request, "rollback-preview", _detail_ctx(request, session, plan=plan))
 
 
 @require_POST
 @console_required(ROLLBACK)
+@_or_gone
 def session_rollback(request: HttpRequest, session_id: str) -> HttpResponse:
-    get_object_or_404(ChatSession, pk=session_id)
+    _exists(session_id)
     try:
         turn = _turn(request.POST.get("turn"))
         plan, _entry = actions.rollback(request.user, session_id, turn, request.POST.get("fingerprint", ""))
@@ -249,15 +319,17 @@ def session_rollback(request: HttpRequest, session_id: str) -> HttpResponse:
 
 @require_GET
 @console_required(DELETE)
+@_or_gone
 def session_delete_confirm(request: HttpRequest, session_id: str) -> HttpResponse:
     session = _session(session_id)
-    return _render(request, DETAIL, "delete-confirm", _detail_ctx(request, session, confirm_delete=True))
+    return _dialog(request, "delete-confirm", _detail_ctx(request, session, confirm_delete=True))
 
 
 @require_POST
 @console_required(DELETE)
+@_or_gone
 def session_delete(request: HttpRequest, session_id: str) -> HttpResponse:
-    get_object_or_404(ChatSession, pk=session_id)
+    _exists(session_id)
     try:
         actions.delete_session(request.user, session_id)
     except actions.ActionError as err:

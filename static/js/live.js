@@ -41,3 +41,197 @@
     if (c && c !== seen) resume(); // an HTTP response (page change, action) replaced the history
   });
 })();
+
+/* The session page's workspace: the conversation opens at its end, the inspector remembers whether it
+   is shown, dialogs are modal (focus moves in, stays in, returns on close), find-in-session, copy id,
+   and a live "deleted" notice disables every action. Without JavaScript all of it is plain pages. */
+(function () {
+  "use strict";
+  var KEY = "chatflow.inspector";
+  var opener = null;
+  var upgrading = false; // a full page's open dialog being made modal: its close is not the reader's
+
+  function $(id) { return document.getElementById(id); }
+  function dialog() { return $("action-dialog"); }
+  function focusables(root) {
+    return [].slice.call(root.querySelectorAll("a[href], button:not([disabled]), input:not([disabled]), select:not([disabled]), textarea:not([disabled]), summary, [tabindex]:not([tabindex='-1'])"))
+      .filter(function (el) { return !el.closest("[hidden]") && el.getClientRects().length; });
+  }
+  function gone() { var s = $("live-status"); return !!(s && s.dataset.gone); }
+
+  function toEnd() {
+    var c = $("live-cursor");
+    if (!c || c.dataset.tail !== "1" || location.hash) return;
+    var last = document.querySelector("#live-turn:not(:empty), #turns > :last-child");
+    if (last) last.scrollIntoView({block: "end"});
+    window.scrollTo(0, document.documentElement.scrollHeight);
+  }
+
+  function openDialog() {
+    var d = dialog();
+    if (!d || !$("dialog") || !$("dialog").children.length) return;
+    if (d.open && !d.matches(":modal")) { upgrading = true; d.close(); upgrading = false; }
+    if (!d.open) d.showModal();
+    var cancel = d.querySelector("[data-dialog-close]");
+    var first = focusables($("dialog"))[0];
+    (cancel || first || d).focus();
+    if (gone()) disable();
+  }
+
+  function setup() {
+    var panel = $("session-panel");
+    if (!panel || panel.dataset.ready) return;
+    panel.dataset.ready = "1";
+    [].forEach.call(panel.querySelectorAll("[data-copy], [data-find], #inspector-toggle"), function (el) { el.hidden = false; });
+    applyInspector(localStorage.getItem(KEY) !== "closed");
+    var d = dialog();
+    if (d) {
+      d.addEventListener("close", function () {
+        if (upgrading || d.open) return; // (the close event comes later: made modal meanwhile)
+        var back = opener && document.contains(opener) ? opener : document.querySelector("#history .toolbar a");
+        $("dialog").innerHTML = "";
+        if (back) back.focus();
+        opener = null;
+      });
+      d.addEventListener("keydown", function (e) {
+        if (e.key !== "Tab") return;
+        var f = focusables(d);
+        if (!f.length) return;
+        var i = f.indexOf(document.activeElement);
+        if (e.shiftKey && i <= 0) { f[f.length - 1].focus(); e.preventDefault(); }
+        else if (!e.shiftKey && i === f.length - 1) { f[0].focus(); e.preventDefault(); }
+      });
+      if (d.open) openDialog(); // a full page with the dialog (no htmx): make it modal
+    }
+    if (gone()) disable();
+  }
+
+  function applyInspector(shown) {
+    var panel = $("session-panel"), t = $("inspector-toggle");
+    if (!panel || !t) return;
+    panel.classList.toggle("inspector-closed", !shown);
+    t.setAttribute("aria-expanded", shown ? "true" : "false");
+    t.textContent = shown ? "Hide details" : "Show details";
+  }
+
+  function disable() {
+    var panel = $("session-panel");
+    if (!panel) return;
+    panel.classList.add("gone");
+    [].forEach.call(panel.querySelectorAll("button, select, input, textarea"), function (el) {
+      if (!el.hasAttribute("data-keep")) el.disabled = true;
+    });
+    [].forEach.call(panel.querySelectorAll("a[hx-get], a[href^='/actions/']"), function (a) {
+      a.setAttribute("aria-disabled", "true");
+      a.setAttribute("tabindex", "-1");
+      a.removeAttribute("hx-get");
+    });
+    if (!$("gone-note")) {
+      var p = document.createElement("p");
+      p.id = "gone-note";
+      p.className = "note error";
+      p.textContent = "This session was deleted: its actions are disabled.";
+      var head = panel.querySelector(".actions") || panel.querySelector(".inspector");
+      if (head) head.insertBefore(p, head.firstChild);
+    }
+  }
+
+  function find(q) {
+    q = q.trim().toLowerCase();
+    var items = document.querySelectorAll("#turns .msg, #turns .call, #turns .chip");
+    var hits = 0;
+    [].forEach.call(items, function (el) {
+      var hit = q && el.textContent.toLowerCase().indexOf(q) >= 0;
+      el.classList.toggle("find-hit", !!hit);
+      el.classList.toggle("find-miss", !!q && !hit);
+      if (hit) {
+        hits++;
+        [].forEach.call(el.querySelectorAll("details:not([open])"), function (d) { d.open = true; });
+        if (el.tagName === "DETAILS") el.open = true;
+      }
+    });
+    var c = $("find-count");
+    if (c) c.textContent = q ? hits + " of " + items.length + " match" : "";
+    var first = document.querySelector("#turns .find-hit");
+    if (first) first.scrollIntoView({block: "center"});
+  }
+
+  document.addEventListener("click", function (e) {
+    var t = e.target.closest ? e.target : null;
+    if (!t) return;
+    if (gone() && t.closest("#session-panel [aria-disabled='true'], #session-panel.gone a[href^='/actions/']")) {
+      e.preventDefault(); e.stopPropagation(); return;
+    }
+    var copy = t.closest("[data-copy]");
+    if (copy) {
+      var done = function () { copy.textContent = "Copied"; setTimeout(function () { copy.textContent = "Copy id"; }, 1500); };
+      if (navigator.clipboard) navigator.clipboard.writeText(copy.dataset.copy).then(done, function () {});
+      return;
+    }
+    if (t.closest("#inspector-toggle")) {
+      var shown = $("session-panel").classList.contains("inspector-closed");
+      localStorage.setItem(KEY, shown ? "open" : "closed");
+      applyInspector(shown);
+      return;
+    }
+    var close = t.closest("[data-dialog-close]");
+    if (close && dialog() && dialog().open) { e.preventDefault(); dialog().close(); }
+  }, true);
+
+  var timer = null;
+  document.addEventListener("input", function (e) {
+    if (e.target.id !== "find-q") return;
+    clearTimeout(timer);
+    var v = e.target.value;
+    timer = setTimeout(function () { find(v); }, 150);
+  });
+
+  document.addEventListener("htmx:beforeRequest", function (e) {
+    if (gone() && e.detail.elt.closest && e.detail.elt.closest("#session-panel")) { e.preventDefault(); return; }
+    if (e.detail.elt.getAttribute("hx-target") === "#dialog") opener = e.detail.elt;
+  });
+  document.addEventListener("htmx:beforeSwap", function (e) {
+    // A session that is gone answers 404 with a message for the dialog: show it.
+    if (e.detail.xhr.status === 404 && e.detail.xhr.getResponseHeader("HX-Retarget")) {
+      e.detail.shouldSwap = true;
+      e.detail.isError = false;
+    }
+  });
+  var keptAgent = null;
+  document.addEventListener("htmx:oobBeforeSwap", function (e) {
+    var t = e.detail.target;
+    if (t && t.id === "h-agent") keptAgent = t.value;
+  });
+  document.addEventListener("htmx:oobAfterSwap", function (e) {
+    var t = e.detail.target;
+    if (t && t.id === "h-agent" && keptAgent) {
+      var s = $("h-agent");
+      if (s && s.querySelector("option[value='" + CSS.escape(keptAgent) + "']")) s.value = keptAgent;
+    }
+  });
+  document.addEventListener("htmx:afterSwap", function (e) {
+    var t = e.detail.target;
+    if (t && t.id === "dialog") { openDialog(); return; }
+    var panel = $("session-panel");
+    if (panel && !panel.dataset.ready) { // an action's answer replaced the workspace
+      setup();
+      if (dialog() && !dialog().open) {
+        toEnd();
+        var note = panel.querySelector(".note");
+        if (note) note.focus({preventScroll: true});
+      }
+    }
+  });
+  document.addEventListener("htmx:wsAfterMessage", function () {
+    if (gone()) {
+      disable();
+      return;
+    }
+    var y = window.scrollY + window.innerHeight, h = document.documentElement.scrollHeight;
+    if (h - y < 400) toEnd(); // the reader was at the end: stay there
+  });
+
+  function start() { setup(); toEnd(); }
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
+  else start();
+})();

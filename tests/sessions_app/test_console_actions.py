@@ -98,7 +98,7 @@ def test_force_handoff_over_htmx_returns_the_updated_session_panel(op_client):
 
     assert response.status_code == 200 and response["HX-Retarget"] == "#session-panel"
     body = response.content.decode()
-    assert body.lstrip().startswith('<div id="session-panel">') and "<html" not in body
+    assert body.lstrip().startswith('<div id="session-panel" class="workspace">') and "<html" not in body
     assert "Handed off from Support to Billing." in body
     assert "<dt>Active agent</dt><dd><strong>Billing</strong>" in body
 
@@ -113,7 +113,7 @@ def test_an_unknown_agent_is_refused_with_400_and_changes_nothing(op_client):
     assert full.status_code == fragment.status_code == 400
     assert "Unknown agent &#x27;Nobody&#x27;; registered agents: Support, Billing, Tech." in full.content.decode()
     assert b"<html" in full.content
-    assert fragment["HX-Retarget"] == "#dialog" and b'role="alert"' in fragment.content
+    assert fragment["HX-Retarget"] == "#handoff-error" and b'role="alert"' in fragment.content
     assert b"&lt;b&gt;x&lt;/b&gt;" in fragment.content
     assert snapshot("s") == before and not OperatorAction.objects.exists()
 

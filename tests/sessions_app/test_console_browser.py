@@ -46,14 +46,15 @@ cv.store("xss", story, metadata={{"channel": payloads[0], payloads[1]: payloads[
 
 
 @contextlib.contextmanager
-def running_site(directory: Path, **variables: str) -> Iterator[str]:
-    """daphne serving the site on a seeded SQLite file in ``directory`` (``variables`` added to its
-    environment, e.g. ``REDIS_URL``); yields its base URL. Skips without Debian's chromium."""
+def running_site(directory: Path, seed: str = "", **variables: str) -> Iterator[str]:
+    """daphne serving the site on a seeded SQLite file in ``directory`` (``seed``: more Python for the
+    shell after ``SEED``; ``variables`` added to its environment, e.g. ``REDIS_URL``); yields its base
+    URL. Skips without Debian's chromium."""
     if not CHROMIUM.exists():
         pytest.skip("Debian's chromium package is not installed")
     env = site_env(DEBUG="1", SECRET_KEY=secrets.token_urlsafe(50), ALLOWED_HOSTS="127.0.0.1",
                    DATABASE_URL=f"sqlite:///{directory / 'site.db'}", **variables)
-    for args in (("migrate", "--no-input"), ("shell", "-c", SEED)):
+    for args in (("migrate", "--no-input"), ("shell", "-c", SEED + seed)):
         done = run_manage(*args, env=env)
         assert done.returncode == 0, done.stderr
     port = free_port()
@@ -144,7 +145,7 @@ def test_an_operator_works_through_the_console_in_a_browser(page, site, tmp_path
         db.execute("INSERT INTO chatflow_session_leases (session_id, owner, expires_at) "
                    "VALUES ('tg:998877', 'bot:1:x', ?)", (time.time() + 60,))
     page.click("text=Force handoff")
-    expect(page.locator("#dialog [role=alert]")).to_contain_text("A turn is running on session 'tg:998877'")
+    expect(page.locator("#handoff-error [role=alert]")).to_contain_text("A turn is running on session 'tg:998877'")
     expect(page.locator("#session-panel dd strong").first).to_have_text("Support")
     with sqlite3.connect(tmp_path / "site.db") as db:  # the turn ends
         db.execute("DELETE FROM chatflow_session_leases")

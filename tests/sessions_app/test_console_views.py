@@ -12,7 +12,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from sessions_app import actions
-from sessions_app.models import ChatMessage, ChatSession
+from sessions_app.models import ChatMessage, ChatSession, OperatorAction
 from tests.sessions_app import conversations as cv
 from tests.sessions_app import personas
 
@@ -240,19 +240,19 @@ def test_the_history_is_grouped_by_turn_with_tool_calls_paired_and_problems_flag
     assert "needs attention" in turn4
 
 
-def test_history_pages_hold_twenty_turns_newest_or_oldest_first(op_client):
+def test_history_pages_hold_twenty_turns_from_the_newest_or_the_oldest_end_each_read_chronologically(op_client):
     cv.store("long", [m for i in range(1, 46) for m in (cv.user(f"question {i}"), cv.model(f"answer {i}"))])
 
     def turns(**params):
         response = op_client.get("/sessions/long/", params, HTTP_HX_REQUEST="true")
         return [int(n) for n in re.findall(r'id="turn-(\d+)"', response.content.decode())]
 
-    assert turns() == list(range(45, 25, -1))
-    assert turns(page=3) == list(range(5, 0, -1))
+    assert turns() == list(range(26, 46))  # the newest turns, oldest first: the newest at the bottom
+    assert turns(page=3) == list(range(1, 6))
     assert turns(order="oldest") == list(range(1, 21))
     assert turns(order="oldest", page=3) == list(range(41, 46))
-    assert turns(page=99) == list(range(5, 0, -1))  # clamped to the last page
-    assert turns(page="x") == list(range(45, 25, -1))
+    assert turns(page=99) == list(range(1, 6))  # clamped to the last page
+    assert turns(page="x") == list(range(26, 46))
 
 
 def test_a_ten_thousand_message_session_opens_with_a_bounded_number_of_queries(op_client):
@@ -356,3 +356,61 @@ def test_the_agents_page_shows_agents_tools_handoffs_and_the_graph(op_client):
 
 def test_the_site_store_is_one_per_process():
     assert actions.site_store() is actions.site_store()
+
+
+@pytest.mark.parametrize("method, url", [
+    ("get", "/sessions/gone/"), ("get", "/actions/rollback-preview/gone/?turn=1"),
+    ("get", "/actions/delete-confirm/gone/"), ("post", "/actions/handoff/gone/"),
+    ("post", "/actions/rollback/gone/"), ("post", "/actions/delete/gone/"),
+])
+def test_a_missing_session_is_a_404_message_as_a_fragment_or_a_page_never_djangos_404_page(op_client, settings,
+                                                                                           method, url):
+    settings.DEBUG = True  # the technical 404 page would show here
+    fragment = getattr(op_client, method)(url, HTTP_HX_REQUEST="true")
+    full = getattr(op_client, method)(url)
+
+    assert fragment.status_code == full.status_code == 404
+    assert fragment["HX-Retarget"] == "#dialog" and fragment["HX-Reselect"] == "unset"
+    assert b'id="session-gone"' in fragment.content and b"<html" not in fragment.content
+    assert b"Session not found" in full.content and b"URLconf" not in full.content
+
+
+def test_exports_are_listed_in_the_inspector_not_inside_a_turn(op_client):
+    from sessions_app.actions import audit
+
+    cv.store("s", cv.support_story())
+    audit(None, OperatorAction.Kind.EXPORT, "s", {}, {"format": "md", "redact": "contacts"})
+
+    body = op_client.get("/sessions/s/").content.decode()
+
+    turns = body[body.index('<div id="turns"'):body.index('id="live-turn"')]
+    assert "Export transcript" not in turns
+    inspector = body[body.index('<aside id="inspector"'):]
+    assert "· md (redacted) ·" in inspector
+    for fmt in ("json", "jsonl", "csv", "md"):
+        assert f'name="format" value="{fmt}"' in inspector
+    assert 'action="/api/v1/sessions/s/transcript"' in inspector and 'name="redact" value="contacts"' in inspector
+
+
+def test_a_long_message_is_collapsed_with_show_all_and_messages_name_their_agent(op_client):
+    cv.store("s", [cv.user("q"), cv.model("z" * 5000)])
+
+    body = op_client.get("/sessions/s/").content.decode()
+
+    assert '<details class="more"><summary>Show all (5000 characters)</summary>' in body
+    assert '<span class="author">Support</span>' in body
+
+
+def test_older_turns_load_above_and_newer_ones_are_linked_below(op_client):
+    cv.store("long", [m for i in range(1, 46) for m in (cv.user(f"question {i}"), cv.model(f"answer {i}"))])
+
+    newest = op_client.get("/sessions/long/").content.decode()
+    middle = op_client.get("/sessions/long/", {"page": 2}, HTTP_HX_REQUEST="true").content.decode()
+
+    older = newest[newest.index('<div id="turns"'):newest.index('id="turn-26"')]
+    assert ('<p class="older" id="older-turns"><a href="/sessions/long/?order=newest&amp;page=2" '
+            'hx-get="/sessions/long/?order=newest&amp;page=2" hx-select="#turns &gt; *" hx-target="#older-turns" '
+            'hx-swap="outerHTML">Load older turns</a></p>') in older
+    assert "Newer turns" not in newest  # the newest page
+    assert middle.index('id="older-turns"') < middle.index('id="turn-6"') < middle.index('id="turn-25"')
+    assert middle.index('id="turn-25"') < middle.index("Newer turns")

@@ -90,8 +90,8 @@ def test_a_message_sent_from_the_live_chat_shows_up_in_an_open_session_page(brow
 
     new_turns = console.locator("#turns details.turn")
     expect(new_turns).to_have_count(5)
-    expect(new_turns.first).to_contain_text("And can I get a refund?")  # newest first
-    expect(new_turns.nth(1)).to_contain_text("Where is my order 4711?")
+    expect(new_turns.last).to_contain_text("And can I get a refund?")  # chronological: the newest at the bottom
+    expect(new_turns.nth(3)).to_contain_text("Where is my order 4711?")
     expect(console.locator("#live-turn")).to_be_empty()
     expect(console.locator("#session-facts dd").nth(3)).to_have_text("5")  # the header's turn count too
     assert console.evaluate("window.__notReloaded") is True
@@ -127,12 +127,12 @@ def test_a_page_that_reconnects_gets_exactly_the_turns_it_missed(browser_context
     console.evaluate("document.getElementById('live-session')['htmx-internal-data'].webSocket.init()")
     turns = console.locator("#turns details.turn")
     expect(turns).to_have_count(3)  # the two missed turns, replayed from the database…
-    expect(turns.first).to_contain_text("missed two")
+    expect(turns.last).to_contain_text("missed two")
     expect(turns.nth(1)).to_contain_text("missed one")
     chat.fill("#c-message", "live again")  # …then live events, each turn once
     chat.click("#c-send")
     expect(turns).to_have_count(4)
-    expect(turns.first).to_contain_text("live again")
+    expect(turns.last).to_contain_text("live again")
     ids = console.evaluate("[...document.querySelectorAll('#turns details.turn')]"
                            ".flatMap(t => t.dataset.messageIds.split(' '))")
     assert len(ids) == len(set(ids)) == 2 + 3 * 2
@@ -170,6 +170,6 @@ def test_sockets_idle_for_half_a_minute_stay_open_and_a_slow_turn_arrives(browse
     expect(chat.locator("#chat-2 .msg.model.answer")).to_have_count(1)
     turns = console.locator("#turns details.turn")
     expect(turns).to_have_count(2)
-    expect(turns.first).to_contain_text("are you still there?")
+    expect(turns.last).to_contain_text("are you still there?")
     expect(listing.locator("#session-rows tr").first).to_contain_text("web:idle")
     assert [p.evaluate("window.__sockets") for p in pages] == [{"open": 1, "close": 0}] * 3

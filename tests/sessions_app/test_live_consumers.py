@@ -143,7 +143,7 @@ async def test_a_turn_with_a_tool_call_and_a_handoff_streams_in_order(people, st
         "⇄ Handoff <strong>Support</strong> → <strong>Billing</strong>",  # the handoff's result
         "<span>Your </span>", "<span>refund </span>",  # text deltas, word by word
         "Your refund for order 77 is on its way.</div>",  # the answer message
-        'hx-swap-oob="afterbegin:#turns"', "Turn 4",  # the committed turn replaces the live one
+        'hx-swap-oob="beforeend:#turns"', "Turn 4",  # the committed turn replaces the live one
     )
     new = await db(lambda: list(ChatMessage.objects.filter(session_id=story, id__gt=before)
                                 .values_list("id", flat=True)))
