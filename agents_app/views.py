@@ -82,7 +82,7 @@ HISTORY_TURNS = 20
 def _history(session_id: str) -> dict[str, Any]:
     """The newest ``HISTORY_TURNS`` turns of ``session_id``, oldest first: ``{"turns", "turn_count", "older"}``."""
     page = build_page(session_id, page=1, newest_first=True, per_page=HISTORY_TURNS)
-    turns = list(reversed(page.turns))
+    turns = list(page.turns)  # a page's turns are in reading order
     return {"turns": turns, "turn_count": page.turn_count, "older": page.turn_count - len(turns)}
 
 

@@ -64,7 +64,7 @@ def test_404s_are_the_site_page_even_with_debug_on(url, debug):
         response = client.get(url)
     assert response.status_code == 404
     html = response.content.decode()
-    assert "Not found (404)" in html and '<header class="topbar">' in html and "/sessions/" in html
+    assert "not found (404)" in html.lower() and '<header class="topbar">' in html and "/sessions/" in html
     assert "DEBUG = True" not in html and "URLconf" not in html
 
 

@@ -154,6 +154,6 @@ def test_another_operators_handoff_and_delete_reach_the_page(browser, site):
     assert DEBUG_404 not in first.content()
 
     first.goto(f"{site}/actions/rollback-preview/web-998877/?turn=1")  # the address, opened again
-    expect(first.locator("h1")).to_have_text("Session not found")
+    expect(first.locator("h1")).to_have_text("Session not found (404)")
     assert DEBUG_404 not in first.content()
     assert first.dialogs == [] and second.dialogs == []
