@@ -1,6 +1,10 @@
 """The site's own 403 and 404 pages (in its layout, with the reason and a way out), the favicon and log-out.
 
-``forbidden`` and ``not_found`` are ``handler403`` / ``handler404``. With DEBUG on Django answers a 404
+``forbidden`` and ``not_found`` are ``handler403`` / ``handler404``; ``csrf_failure`` is
+``CSRF_FAILURE_VIEW`` (a form whose token is missing or stale, e.g. after logging in again in another tab);
+:class:`RequestTooLarge` answers a form body over ``DATA_UPLOAD_MAX_MEMORY_SIZE`` (or with more than
+``DATA_UPLOAD_MAX_NUMBER_FIELDS`` fields) with the site's 400 page and one log line, where Django would
+answer with its debug page and log a traceback. With DEBUG on Django answers a 404
 with its debug page (URL patterns and all); :class:`SiteNotFoundPage` renders the site's page instead,
 for an ``Http404`` a view raises and for a URL that matches nothing. An htmx request gets the refusal
 alone (the ``refusal`` partial), to be swapped into the page that asked.
@@ -8,23 +12,31 @@ alone (the ``refusal`` partial), to be swapped into the page that asked.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from pathlib import Path
 
 from django.conf import settings
 from django.contrib.auth.views import LogoutView
-from django.http import Http404, HttpRequest, HttpResponse
+from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-__all__ = ["FAVICON", "SiteLogoutView", "SiteNotFoundPage", "favicon", "forbidden", "not_found"]
+__all__ = ["FAVICON", "RequestTooLarge", "SiteLogoutView", "SiteNotFoundPage", "csrf_failure", "favicon", "forbidden",
+           "not_found"]
+
+logger = logging.getLogger("chatflow_site.errors")
 
 FAVICON = Path(settings.BASE_DIR) / "static" / "favicon.svg"
 
 
-def _page(request: HttpRequest, template: str, status: int, reason: str) -> HttpResponse:
-    htmx = getattr(request, "htmx", None)
-    name = f"{template}#refusal" if htmx and not htmx.history_restore_request else template
+def _page(request: HttpRequest, template: str, status: int, reason: str, error: str = "") -> HttpResponse:
+    headers = request.headers  # not request.htmx: RequestTooLarge runs before django-htmx's middleware
+    from_htmx = headers.get("HX-Request") == "true" and headers.get("HX-History-Restore-Request") != "true"
+    if error and not from_htmx and "text/html" not in request.headers.get("Accept", ""):
+        return JsonResponse({"error": error, "detail": reason}, status=status)
+    name = f"{template}#refusal" if from_htmx else template
     response = render(request, name, {"reason": reason, "path": request.path}, status=status)
     response.site_error_page = True  # type: ignore[attr-defined]
     return response
@@ -45,6 +57,35 @@ def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpR
     if reason.startswith("No ") and " matches the given query" in reason:  # get_object_or_404's wording
         reason = "It may have been deleted, or the link is mistyped."
     return _page(request, "404.html", 404, reason)
+
+
+def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
+    """``CSRF_FAILURE_VIEW``: 403 with what to do (Django logs the refusal in one line)."""
+    return _page(request, "403.html", 403,
+                 "This form's security token is missing or out of date (for example after logging in again in "
+                 "another tab). Nothing was changed: reload the page and try again.", error="csrf_failed")
+
+
+class RequestTooLarge:
+    """Middleware (before ``CsrfViewMiddleware``, which reads the form): a form body Django refuses to parse
+    answers 400 with the site's page (JSON to a client that does not ask for HTML), logged in one line."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if request.method == "POST" and request.content_type in ("application/x-www-form-urlencoded",
+                                                                 "multipart/form-data"):
+            try:
+                request.POST  # noqa: B018 - parsed here so that a refusal is ours, not a debug page
+            except (RequestDataTooBig, TooManyFieldsSent) as exc:
+                limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+                logger.warning("Refused %s %s: %s", request.method, request.path, exc)
+                return _page(request, "400.html", 400,
+                             f"The form sent is too large (the limit is {limit // 1024} KB of text and "
+                             f"{settings.DATA_UPLOAD_MAX_NUMBER_FIELDS} fields). Nothing was changed.",
+                             error="request_too_large")
+        return self.get_response(request)
 
 
 class SiteNotFoundPage:

@@ -159,6 +159,7 @@ MIDDLEWARE = [
     "servestatic.middleware.ServeStaticMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
+    "chatflow_site.errors.RequestTooLarge",  # a form body too large to parse: the site's 413, not a debug page
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
@@ -168,6 +169,7 @@ MIDDLEWARE = [
 ]
 
 ROOT_URLCONF = "chatflow_site.urls"
+CSRF_FAILURE_VIEW = "chatflow_site.errors.csrf_failure"  # the site's 403 page with what to do
 WSGI_APPLICATION = "chatflow_site.wsgi.application"
 ASGI_APPLICATION = "chatflow_site.asgi.application"
 

@@ -15,14 +15,15 @@ __all__ = ["SESSION_ID_MAX_LENGTH", "id_problem"]
 
 # What an id may not hold: C0/C1 controls (NUL included), unpaired surrogates, line/paragraph separators
 # and the bidi embedding/override/isolate controls and marks. Each would be dropped, replaced or shown
-# reordered, so two distinct ids could become one, or one could pass for another.
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+# reordered, so two distinct ids could become one, or one could pass for another. U+FFFD is what
+# invalid UTF-8 (in an address or a body) was decoded into: the id as sent is unknown.
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ufffd]")
 
 
 def id_problem(text: str) -> str:
     """Why ``text`` cannot be stored as an id as it is (a phrase to follow the id's name), or ``""``.
 
-    Refused: empty, white space at either end, a control, bidi control or unpaired surrogate character,
+    Refused: empty, white space at either end, a control, bidi control, unpaired surrogate or U+FFFD character,
     more than ``SESSION_ID_MAX_LENGTH`` characters.
     """
     if not text.strip():
@@ -30,7 +31,8 @@ def id_problem(text: str) -> str:
     if text != text.strip():
         return "must not start or end with white space"
     if _UNSAFE.search(text):
-        return "holds a control, bidi control or unpaired surrogate character; it cannot be stored as sent"
+        return ("holds a control, bidi control, unpaired surrogate or replacement (U+FFFD: invalid UTF-8) character; "
+                "it cannot be stored as sent")
     if len(text) > SESSION_ID_MAX_LENGTH:
         return f"is longer than {SESSION_ID_MAX_LENGTH} characters"
     return ""

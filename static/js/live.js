@@ -63,8 +63,10 @@
     var c = $("live-cursor");
     if (!c || c.dataset.tail !== "1" || location.hash) return;
     var last = document.querySelector("#live-turn:not(:empty), #turns > :last-child");
-    if (last) last.scrollIntoView({block: "end"});
-    window.scrollTo(0, document.documentElement.scrollHeight);
+    // The newest message, not the page's end: on a narrow screen the inspector is stacked below it.
+    var msgs = last ? last.querySelectorAll(".msg") : [];
+    var target = msgs.length ? msgs[msgs.length - 1] : last;
+    if (target) target.scrollIntoView({block: "end"});
   }
 
   function openDialog() {

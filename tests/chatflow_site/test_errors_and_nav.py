@@ -102,3 +102,32 @@ def test_dates_have_one_format_with_the_time_zone():
     assert when.relative(moment, datetime(2026, 1, 10, 12, 0, tzinfo=UTC)) == "3 h ago"
     assert when.relative(moment, datetime(2026, 3, 10, 12, 0, tzinfo=UTC)) == "2026-01-10"
     assert when.stamp(None) == "—"
+
+
+@pytest.mark.parametrize("debug", [True, False])
+def test_a_stale_csrf_token_gets_the_site_page_saying_to_reload(debug):
+    client = personas.client_for(personas.operator(), csrf=True)
+    with override_settings(DEBUG=debug):
+        page = client.post("/accounts/logout/", {"csrfmiddlewaretoken": "stale"}, HTTP_ACCEPT="text/html")
+        fragment = client.post("/accounts/logout/", {}, HTTP_HX_REQUEST="true")
+        api = client.post("/accounts/logout/", {})
+    html = page.content.decode()
+    assert page.status_code == 403 and '<header class="topbar">' in html
+    assert "security token is missing or out of date" in html and "CSRF verification failed" not in html
+    assert fragment.status_code == 403 and "<header" not in fragment.content.decode()
+    assert api.status_code == 403 and api.json()["error"] == "csrf_failed"
+
+
+@pytest.mark.parametrize("debug", [True, False])
+def test_a_form_too_large_to_parse_gets_a_400_page_and_one_log_line(debug, settings, caplog):
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 10_000
+    client = personas.client_for(personas.operator())
+    with override_settings(DEBUG=debug), caplog.at_level("WARNING"):
+        page = client.post("/chat/send/", {"session_id": "web-big", "message": "x" * 20_000},
+                           HTTP_ACCEPT="text/html")
+    html = page.content.decode()
+    assert page.status_code == 400 and '<header class="topbar">' in html
+    assert "The form sent is too large" in html and "RequestDataTooBig" not in html
+    refusals = [r for r in caplog.records if r.name == "chatflow_site.errors"]
+    assert len(refusals) == 1 and refusals[0].exc_info is None
+    assert not [r for r in caplog.records if r.exc_info]

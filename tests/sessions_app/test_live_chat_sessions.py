@@ -159,14 +159,24 @@ async def test_the_consumer_refuses_to_play_a_turn_on_a_customers_channel_sessio
     assert not await db(ChatSession.objects.filter(pk="wa-new").exists)
     assert not await db(OperatorAction.objects.exists)  # no turn was played
 
+UNSTORABLE = "This session id holds a control, bidi control, unpaired surrogate or replacement (U+FFFD: invalid UTF-8)"
+
 
 @pytest.mark.parametrize("session_id", ["a\x00b", "ctl-a\n# injected", "spoof\u202efdp.exe", "bell\x07"])
 def test_the_page_refuses_a_session_id_it_cannot_store_as_typed(client, operator, session_id):
     client.force_login(operator)
     page = client.get("/chat/", {"session": session_id})
     assert page.status_code == 400
-    assert "This session id holds a control, bidi control or unpaired surrogate character" in page.content.decode()
+    assert UNSTORABLE in page.content.decode()
     assert "<fieldset class=\"plain\" disabled>" in page.content.decode()
+
+
+def test_invalid_utf8_in_the_address_is_refused_not_cleaned_into_another_id(client, operator):
+    client.force_login(operator)
+    page = client.get("/chat/?session=%ED%A0%80")  # a UTF-8-encoded surrogate: not valid UTF-8
+    assert page.status_code == 400
+    assert "replacement (U+FFFD: invalid UTF-8)" in page.content.decode()
+    assert not ChatSession.objects.exists()
 
 
 @pytest.mark.asyncio
@@ -175,10 +185,10 @@ async def test_the_consumer_never_cleans_a_session_id_into_another_one(operator_
     await db(cv.store, "ab", [cv.user("hi"), cv.model("hello")], metadata={"channel": "web"})
     async with connected("/ws/chat/", operator_cookie) as ws:
         assert (await ws.connect())[0]
-        for session_id in ("a\x00b", "ctl-a\n# injected\u202eb", "a\ud83db"):
+        for session_id in ("a\x00b", "ctl-a\n# injected\u202eb", "a\ud83db", "a\ufffdb"):
             await ws.send_json_to({"message": "hello", "session_id": session_id})
             refused = await ws.receive_from(timeout=5)
-            assert "This session id holds a control, bidi control or unpaired surrogate character" in refused
+            assert UNSTORABLE in refused
     users = await db(lambda: list(ChatMessage.objects.filter(role="user").values_list("session_id", "content")))
     assert users == [("ab", "hi")]
     assert await db(lambda: list(ChatSession.objects.values_list("pk", flat=True))) == ["ab"]

@@ -40,8 +40,8 @@ def browser(site):
             browser.close()
 
 
-def new_page(browser, site):
-    context = browser.new_context(viewport={"width": 1366, "height": 900})
+def new_page(browser, site, width=1366, height=900):
+    context = browser.new_context(viewport={"width": width, "height": height})
     context.set_default_timeout(10_000)
     page = context.new_page()
     page.dialogs = []
@@ -51,8 +51,9 @@ def new_page(browser, site):
 
 
 def in_viewport(page, selector: str) -> bool:
+    """The element's box inside the window (to a pixel: scrollIntoView may leave a fraction outside)."""
     return page.evaluate("""s => { const r = document.querySelector(s).getBoundingClientRect();
-        return r.top >= 0 && r.left >= 0 && r.bottom <= innerHeight && r.right <= innerWidth && r.height > 0; }""",
+        return r.top >= -1 && r.left >= 0 && r.bottom <= innerHeight + 1 && r.right <= innerWidth && r.height > 0; }""",
                          selector)
 
 
@@ -92,6 +93,13 @@ def test_the_conversation_opens_at_its_end_and_long_text_stays_bounded(browser, 
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "session-detail.png"))
     assert page.dialogs == []
+
+
+def test_on_a_phone_the_page_opens_at_the_newest_message_not_the_inspector_below_it(browser, site):
+    page = new_page(browser, site, width=390, height=480)  # shorter than the inspector stacked below
+    page.goto(f"{site}/sessions/long-20/")
+    page.wait_for_function("scrollY > 0")
+    assert in_viewport(page, "#turn-20 .msg.model")
 
 
 def test_the_rollback_preview_from_the_oldest_turn_is_a_modal_dialog_in_view(browser, site):
