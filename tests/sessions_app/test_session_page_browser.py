@@ -153,6 +153,9 @@ def test_another_operators_handoff_and_delete_reach_the_page(browser, site):
     expect(first.locator("#live-status")).to_contain_text("Deleted:")
     expect(first.locator("#h-agent")).to_be_disabled()
     expect(first.locator("#session-panel button", has_text="Force handoff")).to_be_disabled()
+    expect(first.locator("#h-reason")).to_be_disabled()
+    for control in first.locator("#inspector button[name=format], #inspector input[name=redact]").all():
+        expect(control).to_be_disabled()  # the transcript is gone too
     url = first.url
     first.locator("#turn-1-actions a").click(force=True)  # does nothing: no dialog, no navigation
     first.locator("text=Delete session…").click(force=True)
