@@ -3,6 +3,7 @@ the answer streaming, messages sent while a turn runs queued in order; the page 
 
 from __future__ import annotations
 
+import logging
 import re
 
 import pytest
@@ -191,3 +192,12 @@ def test_the_form_posted_without_javascript_sends_nothing_and_keeps_the_text(cli
     assert client.get("/chat/send/").status_code == 405
     client.force_login(personas.viewer())
     assert client.post("/chat/send/", {"session_id": "x", "message": "m"}).status_code == 403
+
+
+def test_the_form_posted_without_javascript_is_logged_in_one_line(client, caplog):
+    client.force_login(personas.operator())
+    with caplog.at_level(logging.INFO):
+        assert client.post("/chat/send/", {"session_id": "web-nojs", "message": "hi"}).status_code == 400
+    records = [r for r in caplog.records if r.name != "asyncio"]
+    assert [(r.name, r.getMessage()) for r in records] == [("django.request", "Bad Request: /chat/send/")]
+    assert records[0].exc_info is None
