@@ -38,6 +38,19 @@ def states(frames: list[str]) -> list[tuple[int, str]]:
 
 @pytest.mark.asyncio
 @pytest.mark.usefixtures("close_consumer_connections", "channel_layer")
+@pytest.mark.parametrize("frame", ["not json", "[1, 2]", "[" * 100_000 + "]" * 100_000])
+async def test_a_frame_that_is_not_a_message_is_refused_in_the_page_and_the_socket_stays(viewer_cookie, frame):
+    async with connected("/ws/chat/", viewer_cookie) as ws:
+        assert (await ws.connect())[0]
+        await ws.send_to(text_data=frame)
+        refused = await ws.receive_from(timeout=5)
+        assert 'id="chat-composer-error"' in refused and "not a chat message" in refused
+        await ws.send_json_to({"message": "", "session_id": "web:x"})  # still served
+        assert "are needed" in await ws.receive_from(timeout=5)
+
+
+@pytest.mark.asyncio
+@pytest.mark.usefixtures("close_consumer_connections", "channel_layer")
 async def test_messages_sent_while_a_turn_runs_queue_in_order(viewer_cookie):
     async with connected("/ws/chat/", viewer_cookie) as ws:
         assert (await ws.connect())[0]
