@@ -91,7 +91,9 @@ class ChatConsumer(AsyncWebsocketConsumer):
             data = json.loads(text_data or "")
             if not isinstance(data, dict):
                 raise ValueError
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested too deep for the parser
+            logger.info("Live chat refused a frame that is not a JSON object (%d characters)", len(text_data or ""))
+            await self._error("That frame is not a chat message (a JSON object with a message and a session id).")
             return
         # clean_text: no NUL (PostgreSQL text cannot hold it) and no lone surrogates reach the store.
         text = clean_text(str(data.get("message") or "")).strip()

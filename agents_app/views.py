@@ -3,7 +3,6 @@ and the handoff graph as server-rendered SVG."""
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse
@@ -17,8 +16,6 @@ from sessions_app.access import console_required
 from sessions_app.ids import id_problem
 from sessions_app.models import SESSION_ID_MAX_LENGTH, ChatSession
 from sessions_app.timeline import build_page, pretty_json
-
-logger = logging.getLogger("agents_app.chat")
 
 #: The longest message the live chat plays (characters); the page's box and the consumer hold to it.
 MAX_MESSAGE = 4000
@@ -126,9 +123,9 @@ def chat_page(request: HttpRequest) -> HttpResponse:
 @console_required(CHAT)
 def chat_without_script(request: HttpRequest) -> HttpResponse:
     """Where the chat form posts when no script took it over (JavaScript off or blocked): nothing is
-    played — turns run over the page's websocket — so the page says so (400) and keeps the text."""
+    played — turns run over the page's websocket — so the page says so (400, logged once by Django's
+    request logger) and keeps the text."""
     session_id = str(request.POST.get("session_id", "")).strip()[:SESSION_ID_MAX_LENGTH] or "web"
     ctx, _valid = _chat_ctx(request, session_id)
     ctx.update(not_sent=True, message=str(request.POST.get("message", ""))[:MAX_MESSAGE])
-    logger.info("Live chat form posted without JavaScript by %s: not sent", request.user.get_username())
     return render(request, "agents_app/chat.html", ctx, status=400)

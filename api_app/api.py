@@ -273,13 +273,12 @@ class ErrorOut(Schema):
 
 
 def _query(filters: Filters, cursor: str = "") -> listing.ListQuery:
-    if clean_text(filters.sort).strip() not in listing.SORTS:
-        raise HttpError(400, f"Unknown sort {filters.sort!r}; valid: {', '.join(listing.SORTS)}.")
-    for name in ("updated_from", "updated_to"):
-        value = getattr(filters, name).strip()
-        if value and not listing.valid_day(clean_text(value)):
-            raise HttpError(400, f"{name} must be a date YYYY-MM-DD; got {value[:40]!r}.")
     query = listing.parse_query({**filters.dict(), "after": cursor})
+    # The console's rules (listing.parse_query): a refused value is a 400 here, never a filter left out.
+    if "sort" in query.errors:
+        raise HttpError(400, f"Unknown sort {filters.sort[:40]!r}; valid: {', '.join(listing.SORTS)}.")
+    if query.errors:
+        raise HttpError(400, " ".join(query.errors.values()))
     if cursor and listing.decode_cursor(query.after, listing.SORTS[query.sort][0]) is None:
         raise HttpError(400, "Malformed cursor: pass the next_cursor of a previous page unchanged.")
     return query

@@ -128,7 +128,7 @@ class PriceBook:
 
 
 def _library_cost(usage: ModelCallUsage, model: str, provider_id: str) -> Decimal | None:
-    from genai_prices import Usage, calc_price  # about 0.2 s to import its price data: only when needed
+    from genai_prices import Usage, calc_price  # importing it loads its price data: only when needed
 
     tokens = Usage(input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
                    cache_read_tokens=usage.cached_tokens, cache_write_tokens=usage.cache_write_tokens)

@@ -107,7 +107,7 @@ class SessionConsumer(_ConsoleConsumer):
             if data.get("type") != "resume":
                 return
             after, page = max(0, int(data.get("after") or 0)), max(1, int(data.get("page") or 1))
-        except (ValueError, TypeError, AttributeError, OverflowError):
+        except (ValueError, TypeError, AttributeError, OverflowError, RecursionError):  # not a resume: ignored
             return
         await self.resume(after, data.get("order") != "oldest", bool(data.get("tail", True)), page)
 

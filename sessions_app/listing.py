@@ -144,7 +144,7 @@ def decode_cursor(cursor: str, column: str = "updated_at") -> tuple[datetime | s
     is shown). The value is an aware datetime for the time columns, a text otherwise."""
     try:
         value, session_id = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, RecursionError):  # RecursionError: nested too deep for the parser
         return None
     if not isinstance(value, str) or not isinstance(session_id, str) or "\x00" in session_id + value:
         return None

@@ -39,7 +39,7 @@ from django.dispatch import Signal
 
 from chatflow_agent.core.backend import Changes, CommitResult, StoredSession
 from chatflow_agent.core.memory import PersistentSessionStore
-from chatflow_agent.core.sql import POSTGRESQL, SQLITE, Cursor, Dialect, SessionRules, read_head, read_rows
+from chatflow_agent.core.sql import POSTGRESQL, SQLITE, Cursor, Dialect, SQLLeasesAndClaims, read_head, read_rows
 from chatflow_agent.exceptions import SessionBusyError, SessionDeletedError
 from chatflow_agent.jsonsafe import json_object
 from sessions_app.models import ChatMessage, ChatSession
@@ -95,12 +95,13 @@ def _close_foreign(wrappers: list[Any]) -> None:
     closer.join()
 
 
-class DjangoBackend:
+class DjangoBackend(SQLLeasesAndClaims):
     """The ``SessionBackend`` on a Django database alias (``using``; SQLite or PostgreSQL).
 
     A method called on a thread that runs an event loop runs its queries on a helper thread and
     waits, because Django refuses queries on an event-loop thread. :meth:`close` closes the
-    connections of every thread that used it and has ended.
+    connections of every thread that used it and has ended. Its lease and claim methods are
+    ``SQLLeasesAndClaims``'.
     """
 
     inline = False
@@ -111,7 +112,7 @@ class DjangoBackend:
         if vendor not in _DIALECTS:
             raise ValueError(f"DjangoSessionStore supports SQLite and PostgreSQL, not {vendor!r}")
         self._dialect = _DIALECTS[vendor]
-        self._rules = SessionRules(self._dialect)
+        super().__init__(self._dialect, self._one, self._transaction)
         # Django connections this backend used, by id: (the thread that owns it, the wrapper).
         self._opened: dict[int, tuple[weakref.ref[threading.Thread], Any]] = {}
         self._opened_mutex = threading.Lock()
@@ -280,31 +281,6 @@ class DjangoBackend:
             self._messages().all().delete()
             self._sessions().all().delete()
 
-    # ---- de-duplication and leases (chatflow_agent.core.sql) ------------------------------
-    def claim_message(self, message_id: str, ttl_seconds: float) -> bool:
-        return self._one(lambda c: self._rules.claim(c, message_id, ttl_seconds))
-
-    def is_message_claimed(self, message_id: str, ttl_seconds: float) -> bool:
-        return self._one(lambda c: self._rules.is_claimed(c, message_id, ttl_seconds))
-
-    def purge_claims(self, ttl_seconds: float) -> int:
-        return self._one(lambda c: self._rules.purge_claims(c, ttl_seconds))
-
-    def acquire_lease(self, session_id: str, owner: str, ttl_seconds: float, queue: bool) -> bool:
-        return self._one(lambda c: self._rules.acquire_lease(c, self._transaction, session_id, owner,
-                                                             ttl_seconds, queue))
-
-    def leave_queue(self, session_id: str, owner: str) -> None:
-        self._one(lambda c: self._rules.leave_queue(c, owner))
-
-    def renew_lease(self, session_id: str, owner: str, ttl_seconds: float) -> bool:
-        return self._one(lambda c: self._rules.renew_lease(c, session_id, owner, ttl_seconds))
-
-    def release_lease(self, session_id: str, owner: str) -> None:
-        self._one(lambda c: self._rules.release_lease(c, session_id, owner))
-
-    def purge_leases(self, before: float) -> int:
-        return self._call(self._rules.purge_leases, self._transaction, before)
 
 
 class DjangoSessionStore(PersistentSessionStore):

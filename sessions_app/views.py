@@ -18,7 +18,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_GET, require_POST
-from django_htmx.http import HttpResponseClientRedirect
+from django_htmx.http import HttpResponseClientRedirect, reselect, reswap, retarget
 
 from agents_app import registry
 from chatflow_agent.jsonsafe import clean_text
@@ -139,9 +139,7 @@ def session_gone(request: HttpRequest, session_id: str) -> HttpResponse:
     ctx = {"session_id": session_id}
     if _fragment_wanted(request):
         response = render(request, f"{DETAIL}#session-gone", ctx, status=404)
-        response["HX-Retarget"] = "#dialog"
-        response["HX-Reswap"] = "innerHTML"
-        response["HX-Reselect"] = "unset"
+        reselect(reswap(retarget(response, "#dialog"), "innerHTML"), "unset")
     else:
         response = render(request, GONE, ctx, status=404)
     patch_vary_headers(response, ["HX-Request"])
@@ -247,9 +245,7 @@ def _action_error(request: HttpRequest, session_id: str, err: actions.ActionErro
     """A refusal: for htmx into ``target`` (the page's dialog, or the slot beside the form), else the page."""
     if _fragment_wanted(request):
         response = render(request, f"{DETAIL}#action-error", {"error": str(err)}, status=err.status)
-        response["HX-Retarget"] = target
-        response["HX-Reswap"] = "innerHTML"
-        response["HX-Reselect"] = "unset"
+        reselect(reswap(retarget(response, target), "innerHTML"), "unset")
         return response
     session = _session(session_id)
     return render(request, DETAIL, _detail_ctx(request, session, error=str(err)), status=err.status)
@@ -259,8 +255,7 @@ def _dialog(request: HttpRequest, partial: str, ctx: dict) -> HttpResponse:
     """A dialog's content: into the page's ``#dialog`` for htmx, else the whole page with the dialog open."""
     response = _render(request, DETAIL, partial, ctx)
     if _fragment_wanted(request):
-        response["HX-Retarget"] = "#dialog"
-        response["HX-Reswap"] = "innerHTML"
+        reswap(retarget(response, "#dialog"), "innerHTML")
     return response
 
 
@@ -268,8 +263,7 @@ def _after_action(request: HttpRequest, session_id: str, note: str) -> HttpRespo
     if _fragment_wanted(request):
         session = _session(session_id)
         response = render(request, f"{DETAIL}#session-panel", _detail_ctx(request, session, note=note))
-        response["HX-Retarget"] = "#session-panel"
-        response["HX-Reswap"] = "outerHTML"
+        reswap(retarget(response, "#session-panel"), "outerHTML")
         return response
     messages.success(request, note)
     return redirect("sessions-show-session", session_id=session_id)

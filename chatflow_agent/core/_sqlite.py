@@ -24,7 +24,7 @@ from urllib.parse import parse_qs, urlsplit
 from chatflow_agent.core._persistent import DEFAULT_LEASE_TTL_SECONDS, PersistentSessionStore
 from chatflow_agent.core._session import DEFAULT_DEDUP_TTL_HOURS, SessionContext, _positive_int, _positive_number
 from chatflow_agent.core.backend import Changes, CommitResult, StoredSession
-from chatflow_agent.core.sql import SQLITE, Cursor, SessionRules, read_head, read_rows, utc_stamp
+from chatflow_agent.core.sql import SQLITE, Cursor, SQLLeasesAndClaims, read_head, read_rows, utc_stamp
 from chatflow_agent.exceptions import SessionBusyError, SessionDeletedError, StoreSchemaError
 
 __all__ = ["SQLiteBackend", "SQLiteSessionStore", "SQLiteSessionContext", "SCHEMA_VERSION", "is_memory_database",
@@ -87,19 +87,19 @@ def is_memory_database(db_path: str) -> bool:
     return False
 
 
-class SQLiteBackend:
+class SQLiteBackend(SQLLeasesAndClaims):
     """The ``SessionBackend`` on a SQLite file or in-memory database (see the module docstring).
 
     ``SQLiteBackend(db_path)``: creates the file (and its folder) and the schema, upgrading an older
     file in place; ``StoreSchemaError`` for a file of a newer schema. One connection per calling
     thread for files; one shared connection, used under a lock, for in-memory databases
-    (``inline``).
+    (``inline``). Its lease and claim methods are ``SQLLeasesAndClaims``'.
     """
 
     def __init__(self, db_path: str | Path = "chatflow.db") -> None:
         self.db_path = str(db_path)
         self._inline = is_memory_database(self.db_path)
-        self._rules = SessionRules(SQLITE)
+        super().__init__(SQLITE, self._one, self._transaction)
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
         self._conn_mutex = threading.Lock()
@@ -278,31 +278,6 @@ class SQLiteBackend:
     def clear(self) -> None:
         self._write(lambda c: (c.execute("DELETE FROM chatflow_messages"), c.execute("DELETE FROM chatflow_sessions")))
 
-    # ---- de-duplication and leases (chatflow_agent.core.sql) ------------------------------
-    def claim_message(self, message_id: str, ttl_seconds: float) -> bool:
-        return self._one(lambda c: self._rules.claim(c, message_id, ttl_seconds))
-
-    def is_message_claimed(self, message_id: str, ttl_seconds: float) -> bool:
-        return self._one(lambda c: self._rules.is_claimed(c, message_id, ttl_seconds))
-
-    def purge_claims(self, ttl_seconds: float) -> int:
-        return self._one(lambda c: self._rules.purge_claims(c, ttl_seconds))
-
-    def acquire_lease(self, session_id: str, owner: str, ttl_seconds: float, queue: bool) -> bool:
-        return self._one(lambda c: self._rules.acquire_lease(c, self._transaction, session_id, owner,
-                                                             ttl_seconds, queue))
-
-    def leave_queue(self, session_id: str, owner: str) -> None:
-        self._one(lambda c: self._rules.leave_queue(c, owner))
-
-    def renew_lease(self, session_id: str, owner: str, ttl_seconds: float) -> bool:
-        return self._one(lambda c: self._rules.renew_lease(c, session_id, owner, ttl_seconds))
-
-    def release_lease(self, session_id: str, owner: str) -> None:
-        self._one(lambda c: self._rules.release_lease(c, session_id, owner))
-
-    def purge_leases(self, before: float) -> int:
-        return self._rules.purge_leases(self._transaction, before)
 
 
 class SQLiteSessionStore(PersistentSessionStore):

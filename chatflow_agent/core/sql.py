@@ -9,7 +9,8 @@ cast that renders a timestamp column as text, and how an insert reports its new 
 ``SessionRules`` is the lease, waiter and de-duplication rule over a ``Cursor`` (what
 ``sqlite3.Cursor`` and Django's ``connections[alias].cursor()`` both are); ``read_head`` and
 ``read_rows`` read a session. A backend (see ``chatflow_agent.core.backend.SessionBackend``) owns
-its connections and transactions and calls these with a cursor.
+its connections and transactions and calls these with a cursor; ``SQLLeasesAndClaims`` gives it the
+backend contract's lease and claim methods over those rules, once for every such backend.
 
 The lease rule (invariant 2, FIFO across processes): a session's lease row
 (``chatflow_session_leases``: owner, ``expires_at`` and ``acquired_at`` in unix seconds) is taken
@@ -36,8 +37,10 @@ __all__ = [
     "PURGE_EVERY_SECONDS",
     "SQLITE",
     "WAITER_TTL_SECONDS",
+    "Autocommit",
     "Cursor",
     "Dialect",
+    "SQLLeasesAndClaims",
     "SessionRules",
     "Transaction",
     "read_head",
@@ -70,6 +73,13 @@ class Cursor(Protocol):
 class Transaction(Protocol):
     """Runs ``fn(cursor)`` in one transaction (a savepoint inside an open one) and returns its result;
     an exception rolls it back and propagates."""
+
+    def __call__(self, fn: Callable[[Cursor], _T], /) -> _T: ...
+
+
+class Autocommit(Protocol):
+    """Runs ``fn(cursor)`` outside a transaction (each statement atomic on its own) and returns its
+    result; errors propagate."""
 
     def __call__(self, fn: Callable[[Cursor], _T], /) -> _T: ...
 
@@ -294,3 +304,46 @@ class SessionRules:
     def purge_claims(self, cur: Cursor, ttl_seconds: float) -> int:
         cur.execute(self.dialect.claim_purge, (self.dialect.stamp(time.time() - ttl_seconds),))
         return cur.rowcount
+
+
+class SQLLeasesAndClaims:
+    """The lease, waiter and de-duplication methods of ``SessionBackend`` (``claim_message`` …
+    ``purge_leases``, contracts there) over a :class:`SessionRules`, for a backend on a DB-API database.
+
+    A backend class derives from it and calls ``super().__init__(dialect, one, transaction)``:
+    ``one`` (:class:`Autocommit`) runs ``fn(cursor)`` on the calling thread's connection outside a
+    transaction, ``transaction`` (:class:`Transaction`) in one transaction. Both may be called from
+    any thread and propagate database errors. The backend's own commit releases a lease through
+    ``self._rules`` (the same rules).
+    """
+
+    def __init__(self, dialect: Dialect, one: Autocommit, transaction: Transaction) -> None:
+        self._rules = SessionRules(dialect)
+        self._statement = one
+        self._in_transaction = transaction
+
+    def claim_message(self, message_id: str, ttl_seconds: float) -> bool:
+        return self._statement(lambda c: self._rules.claim(c, message_id, ttl_seconds))
+
+    def is_message_claimed(self, message_id: str, ttl_seconds: float) -> bool:
+        return self._statement(lambda c: self._rules.is_claimed(c, message_id, ttl_seconds))
+
+    def purge_claims(self, ttl_seconds: float) -> int:
+        return self._statement(lambda c: self._rules.purge_claims(c, ttl_seconds))
+
+    def acquire_lease(self, session_id: str, owner: str, ttl_seconds: float, queue: bool) -> bool:
+        return self._statement(lambda c: self._rules.acquire_lease(c, self._in_transaction, session_id, owner,
+                                                                   ttl_seconds, queue))
+
+    def leave_queue(self, session_id: str, owner: str) -> None:
+        self._statement(lambda c: self._rules.leave_queue(c, owner))
+
+    def renew_lease(self, session_id: str, owner: str, ttl_seconds: float) -> bool:
+        return self._statement(lambda c: self._rules.renew_lease(c, session_id, owner, ttl_seconds))
+
+    def release_lease(self, session_id: str, owner: str) -> None:
+        self._statement(lambda c: self._rules.release_lease(c, session_id, owner))
+
+    def purge_leases(self, before: float) -> int:
+        # Through ``one``: where the backend runs its queries (off an event loop thread, for Django).
+        return self._statement(lambda _c: self._rules.purge_leases(self._in_transaction, before))

@@ -7,6 +7,7 @@ that the backend contract says everything a store needs.
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import threading
 import time
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from chatflow_agent.core.backend import Changes, CommitResult, SessionBackend, StoredRow, StoredSession
-from chatflow_agent.core.memory import PersistentSessionStore
+from chatflow_agent.core.memory import PersistentSessionStore, SQLiteBackend
 from chatflow_agent.exceptions import SessionBusyError, SessionDeletedError
 from tests.store_contract import *  # noqa: F403 - the contract's tests run here
 from tests.store_contract import StoreKit
@@ -179,9 +180,23 @@ class DictBackend:
         return None
 
 
-def test_the_dict_backend_is_a_session_backend() -> None:
-    backend: SessionBackend = DictBackend(DictDatabase())  # checked by mypy against the Protocol
-    assert backend.inline is False
+def _protocol_members() -> dict[str, object]:
+    return {name: member for name, member in vars(SessionBackend).items() if not name.startswith("_")}
+
+
+@pytest.mark.parametrize("backend_class", [DictBackend, SQLiteBackend])
+def test_a_backend_has_every_member_of_the_protocol_with_its_parameters(backend_class) -> None:
+    # mypy checks only the runtime (pyproject.toml), so the shape is checked here, member by member.
+    members = _protocol_members()
+    assert {"head", "commit", "acquire_lease", "purge_leases", "close", "inline"} <= members.keys()
+    for name, member in members.items():
+        implemented = getattr(backend_class, name, None)
+        assert implemented is not None, f"{backend_class.__name__} lacks {name}"
+        if isinstance(member, property):
+            assert isinstance(implemented, property) or not callable(implemented), name
+        else:
+            assert list(inspect.signature(implemented).parameters) == list(inspect.signature(member).parameters), name
+    assert DictBackend(DictDatabase()).inline is False
 
 
 @pytest.fixture

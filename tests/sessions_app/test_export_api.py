@@ -3,6 +3,7 @@ downloads, audit, the offline docs page, tokens' admin and command, and generate
 
 from __future__ import annotations
 
+import base64
 import io
 import json
 import re
@@ -201,7 +202,9 @@ def test_an_unknown_format_is_a_400_naming_the_valid_ones(auth):
 
 
 @pytest.mark.parametrize("params", ["cursor=%%%", "cursor=bm90IGpzb24", "cursor=WzEsMl0", "sort=sideways",
-                                    "updated_from=2026-02-30", "updated_to=yesterday", "limit=many", "redact=all"])
+                                    "updated_from=2026-02-30", "updated_to=yesterday", "limit=many", "redact=all",
+                                    "updated_from=2026-01-13&updated_to=2026-01-11",
+                                    "cursor=" + base64.urlsafe_b64encode(b"[" * 1490).decode()])
 def test_bad_list_parameters_are_400(auth, params):
     response = Client().get(f"/api/v1/sessions?{params}", **auth)
 

@@ -3,6 +3,7 @@ the answer streaming, messages sent while a turn runs queued in order; the page 
 
 from __future__ import annotations
 
+import logging
 import re
 
 import pytest
@@ -33,6 +34,19 @@ def viewer_cookie():
 
 def states(frames: list[str]) -> list[tuple[int, str]]:
     return [(int(n), s) for f in frames for n, s in re.findall(r'id="chat-(\d+)-state" class="badge (\w+)"', f)]
+
+
+@pytest.mark.asyncio
+@pytest.mark.usefixtures("close_consumer_connections", "channel_layer")
+@pytest.mark.parametrize("frame", ["not json", "[1, 2]", "[" * 100_000 + "]" * 100_000])
+async def test_a_frame_that_is_not_a_message_is_refused_in_the_page_and_the_socket_stays(viewer_cookie, frame):
+    async with connected("/ws/chat/", viewer_cookie) as ws:
+        assert (await ws.connect())[0]
+        await ws.send_to(text_data=frame)
+        refused = await ws.receive_from(timeout=5)
+        assert 'id="chat-composer-error"' in refused and "not a chat message" in refused
+        await ws.send_json_to({"message": "", "session_id": "web:x"})  # still served
+        assert "are needed" in await ws.receive_from(timeout=5)
 
 
 @pytest.mark.asyncio
@@ -191,3 +205,12 @@ def test_the_form_posted_without_javascript_sends_nothing_and_keeps_the_text(cli
     assert client.get("/chat/send/").status_code == 405
     client.force_login(personas.viewer())
     assert client.post("/chat/send/", {"session_id": "x", "message": "m"}).status_code == 403
+
+
+def test_the_form_posted_without_javascript_is_logged_in_one_line(client, caplog):
+    client.force_login(personas.operator())
+    with caplog.at_level(logging.INFO):
+        assert client.post("/chat/send/", {"session_id": "web-nojs", "message": "hi"}).status_code == 400
+    records = [r for r in caplog.records if r.name != "asyncio"]
+    assert [(r.name, r.getMessage()) for r in records] == [("django.request", "Bad Request: /chat/send/")]
+    assert records[0].exc_info is None

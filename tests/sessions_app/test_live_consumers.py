@@ -121,6 +121,14 @@ def in_order(text: str, *needles: str) -> None:
 
 
 @pytest.mark.usefixtures("channel_layer")
+async def test_a_frame_nested_too_deep_to_parse_is_ignored_and_the_socket_stays(people, story):
+    async with connected(f"/ws/sessions/{story}/", people["viewer"]) as page:
+        assert (await page.connect())[0]
+        await page.send_to(text_data="[" * 100_000 + "]" * 100_000)
+        assert message_ids("".join(await resume(page, await db(last_id, story)))) == []  # still served
+
+
+@pytest.mark.usefixtures("channel_layer")
 async def test_a_turn_with_a_tool_call_and_a_handoff_streams_in_order(people, story):
     before = await db(last_id, story)
     runner = site_runner_with(*turn_script())

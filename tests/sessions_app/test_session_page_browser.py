@@ -157,9 +157,19 @@ def test_another_operators_handoff_and_delete_reach_the_page(browser, site):
     for control in first.locator("#inspector button[name=format], #inspector input[name=redact]").all():
         expect(control).to_be_disabled()  # the transcript is gone too
     url = first.url
-    first.locator("#turn-1-actions a").click(force=True)  # does nothing: no dialog, no navigation
-    first.locator("text=Delete session…").click(force=True)
-    first.wait_for_timeout(300)
+    # A click on a turn's action link or on "Delete session…" sends nothing and does not navigate: asked
+    # of the click events themselves (htmx sends synchronously in the click), not by waiting a while.
+    clicks = first.evaluate("""() => {
+        let sent = 0;
+        document.addEventListener("htmx:beforeSend", () => { sent += 1; });
+        return [...document.querySelectorAll("#turn-1-actions a, #session-panel a.danger")].map((link) => {
+            const before = sent;
+            const click = new MouseEvent("click", {bubbles: true, cancelable: true});
+            link.dispatchEvent(click);
+            return {link: link.textContent.trim(), prevented: click.defaultPrevented, sent: sent - before};
+        });
+    }""")
+    assert len(clicks) >= 2 and all(c["prevented"] and c["sent"] == 0 for c in clicks), clicks
     assert first.url == url
     assert not first.evaluate("document.getElementById('action-dialog').open")
     assert DEBUG_404 not in first.content()

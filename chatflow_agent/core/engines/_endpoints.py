@@ -1,4 +1,4 @@
-"""Endpoint and credential rules shared by the HTTP engines (chatflow-agent 0.3.4's rules, SEC-07).
+"""Endpoint and credential rules shared by the HTTP engines (chatflow-agent 0.3.4's rules).
 
 An API key taken from the environment is sent only to the official HTTPS endpoint of the
 provider that issued it. Any other endpoint needs an explicit ``api_key`` (``""`` meaning "send

@@ -21,7 +21,7 @@ from chatflow_agent.core.engines._endpoints import (
     resolve_api_key,
 )
 from chatflow_agent.core.engines._openai_format import parse_tool_arguments
-from chatflow_agent.core.engines.base import BaseEngine, EngineTurnResult, TextDeltaCallback
+from chatflow_agent.core.engines.base import BaseEngine, EngineTurnResult, TextDeltaCallback, token_count
 from chatflow_agent.exceptions import DependencyError, ProviderError
 from chatflow_agent.types import Message, ModelCallUsage, Role, ToolCall
 
@@ -258,15 +258,11 @@ def usage_from_anthropic(usage: Any, *, model: str | None, latency_ms: float | N
     ``input_tokens`` here is their sum, the whole prompt, as for the other providers.
     """
     data = usage if isinstance(usage, dict) else {}
-    fresh, read, written = (_count(data.get(k)) for k in
+    fresh, read, written = (token_count(data.get(k)) for k in
                             ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"))
     return ModelCallUsage(
         provider="anthropic", model=model,
         input_tokens=None if fresh is None else fresh + (read or 0) + (written or 0),
-        output_tokens=_count(data.get("output_tokens")), cached_tokens=read, cache_write_tokens=written,
+        output_tokens=token_count(data.get("output_tokens")), cached_tokens=read, cache_write_tokens=written,
         latency_ms=latency_ms, ttft_ms=ttft_ms, finish_reason=finish_reason, retries=retries,
     )
-
-
-def _count(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None

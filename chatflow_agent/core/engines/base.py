@@ -11,9 +11,15 @@ from chatflow_agent.types import Message, ModelCallUsage, ToolCall
 if TYPE_CHECKING:
     from chatflow_agent.core.agent import Agent
 
-__all__ = ["BaseEngine", "EngineTurnResult", "TextDeltaCallback"]
+__all__ = ["BaseEngine", "EngineTurnResult", "TextDeltaCallback", "token_count"]
 
 TextDeltaCallback = Callable[[str], Awaitable[None]]
+
+
+def token_count(value: Any) -> int | None:
+    """A token count a provider reported, for :class:`ModelCallUsage`: ``value`` when it is a
+    non-negative ``int`` (not a ``bool``), else ``None`` (left out, null, a string, a float …)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 class EngineTurnResult:

@@ -12,7 +12,7 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from chatflow_agent.core.engines.base import BaseEngine, EngineTurnResult, TextDeltaCallback
+from chatflow_agent.core.engines.base import BaseEngine, EngineTurnResult, TextDeltaCallback, token_count
 from chatflow_agent.exceptions import DependencyError, ProviderError
 from chatflow_agent.types import Message, ModelCallUsage, Role, ToolCall
 
@@ -183,8 +183,7 @@ def usage_from_gemini(response: Any, *, model: str | None, latency_ms: float | N
     meta = getattr(response, "usage_metadata", None)
 
     def count(name: str) -> int | None:
-        value = getattr(meta, name, None)
-        return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+        return token_count(getattr(meta, name, None))
 
     prompt, tool_prompt = count("prompt_token_count"), count("tool_use_prompt_token_count")
     candidates, thoughts = count("candidates_token_count"), count("thoughts_token_count")

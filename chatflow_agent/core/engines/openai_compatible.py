@@ -29,7 +29,7 @@ from chatflow_agent.core.engines._openai_format import (
     to_openai_messages,
     tool_calls_from_message,
 )
-from chatflow_agent.core.engines.base import BaseEngine, EngineTurnResult, TextDeltaCallback
+from chatflow_agent.core.engines.base import BaseEngine, EngineTurnResult, TextDeltaCallback, token_count
 from chatflow_agent.exceptions import ProviderError
 from chatflow_agent.types import Message, ModelCallUsage
 
@@ -274,15 +274,11 @@ def usage_from_openai(usage: Any, *, provider: str | None, model: str | None, la
     data = usage if isinstance(usage, dict) else {}
     details = data.get("prompt_tokens_details")
     return ModelCallUsage(
-        provider=provider, model=model, input_tokens=_count(data.get("prompt_tokens")),
-        output_tokens=_count(data.get("completion_tokens")),
-        cached_tokens=_count(details.get("cached_tokens")) if isinstance(details, dict) else None,
+        provider=provider, model=model, input_tokens=token_count(data.get("prompt_tokens")),
+        output_tokens=token_count(data.get("completion_tokens")),
+        cached_tokens=token_count(details.get("cached_tokens")) if isinstance(details, dict) else None,
         latency_ms=latency_ms, ttft_ms=ttft_ms, finish_reason=finish_reason, retries=retries,
     )
-
-
-def _count(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def _streamed_result(text: str | None, assembler: ToolCallAssembler, meta: dict[str, Any],
