@@ -4,7 +4,8 @@
 leases; a database is plugged under it as a ``SessionBackend`` (below): blocking primitives that
 exchange the types of this module. ``chatflow_agent.core.sql`` holds the lease, waiter and
 de-duplication rules as SQL for backends on a DB-API database. ``parse_row`` is the one way a
-stored message row becomes a ``Message``: every reader of the chatflow tables (stores, console, export, import) goes through it.
+stored message row becomes a ``Message``: every reader of the chatflow tables (stores, console,
+export, import) goes through it.
 
 Shapes follow the chatflow tables: ``chatflow_messages`` rows (``id`` autoincrement, ``role``,
 ``content``, ``message_json``) and ``chatflow_sessions`` rows (``session_id``, ``agent_name``,
