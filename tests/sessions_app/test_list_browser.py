@@ -206,6 +206,8 @@ def test_log_out_is_reachable_at_390px(browser, site):
     admin_box = admin.bounding_box()
     assert admin.is_visible() and admin_box["x"] + admin_box["width"] <= 390
     assert page.evaluate("document.documentElement.scrollWidth") <= 390
+    # every session id is shown whole (wrapped, not cut with an ellipsis), so rows can be told apart
+    assert page.evaluate("[...document.querySelectorAll('td.sid')].every(td => td.scrollWidth <= td.clientWidth)")
     page.screenshot(path=str(ARTIFACTS / "list-390.png"))
     button.click()
     page.wait_for_url("**/accounts/login/**")
