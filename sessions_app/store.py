@@ -28,28 +28,35 @@ import threading
 import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from django.conf import settings
 from django.db import DatabaseError, connections, transaction
-from django.db.models import TextField, Value
-from django.db.models.functions import Cast, Coalesce
 from django.dispatch import Signal
 
 from chatflow_agent.core.backend import Changes, CommitResult, StoredSession
 from chatflow_agent.core.memory import PersistentSessionStore
-from chatflow_agent.core.sql import POSTGRESQL, SQLITE, Cursor, Dialect, SQLLeasesAndClaims, read_head, read_rows
-from chatflow_agent.exceptions import SessionBusyError, SessionDeletedError
+from chatflow_agent.core.sql import (
+    POSTGRESQL,
+    SQLITE,
+    Cursor,
+    Dialect,
+    SQLLeasesAndClaims,
+    clear_sessions,
+    create_session,
+    delete_session,
+    list_session_ids,
+    read_head,
+    read_rows,
+    write_commit,
+)
 from chatflow_agent.jsonsafe import json_object
-from sessions_app.models import ChatMessage, ChatSession
 
 __all__ = ["DjangoBackend", "DjangoSessionStore", "session_committing"]
 
 _T = TypeVar("_T")
-_DELETE_CHUNK = 500  # ids per DELETE … IN (…): far below every backend's parameter limit
-# Django's cursors take ``%s`` placeholders on every database.
-_DIALECTS: dict[str, Dialect] = {"sqlite": SQLITE.with_placeholder("%s"), "postgresql": POSTGRESQL}
+# The statements run on the driver's own cursor (``?`` for sqlite3, ``%s`` for psycopg).
+_DIALECTS: dict[str, Dialect] = {"sqlite": SQLITE, "postgresql": POSTGRESQL}
 
 
 #: Sent at the start of every commit's transaction, before any row is written, as
@@ -57,15 +64,6 @@ _DIALECTS: dict[str, Dialect] = {"sqlite": SQLITE.with_placeholder("%s"), "postg
 #: (``metadata``: what the commit writes). A receiver that raises ``SessionDeletedError`` refuses the
 #: commit: nothing is written and the turn fails with that error. Receivers run on the store's threads.
 session_committing = Signal(use_caching=True)
-
-
-def _text(column: str) -> Coalesce:
-    """The column's stored text (SQLite) or its text rendering (PostgreSQL); '' for NULL.
-
-    Used as the session's incarnation token and version: comparing the text the database holds
-    avoids a round trip through datetime that could render the same instant differently.
-    """
-    return Coalesce(Cast(column, TextField()), Value(""), output_field=TextField())
 
 
 def _alive(thread_ref: weakref.ref[threading.Thread]) -> bool:
@@ -167,24 +165,30 @@ class DjangoBackend(SQLLeasesAndClaims):
 
     def _one(self, fn: Callable[[Cursor], _T]) -> _T:
         """``fn(cursor)`` on this thread's connection (autocommitted unless in a transaction)."""
-        def run() -> _T:
-            with connections[self.using].cursor() as cursor:
-                return fn(cursor)
+        return self._call(self._autocommit, fn)
 
-        return self._call(run)
+    def _autocommit(self, fn: Callable[[Cursor], _T]) -> _T:
+        conn = connections[self.using]
+        conn.ensure_connection()
+        return self._on_driver(conn, fn)
 
     def _transaction(self, fn: Callable[[Cursor], _T]) -> _T:
         """``fn(cursor)`` in one transaction (a savepoint inside an operator's transaction)."""
-        with transaction.atomic(using=self.using), connections[self.using].cursor() as cursor:
-            return fn(cursor)
+        with transaction.atomic(using=self.using):
+            return self._on_driver(connections[self.using], fn)
+
+    @staticmethod
+    def _on_driver(conn: Any, fn: Callable[[Cursor], _T]) -> _T:
+        """``fn`` on a cursor of the driver's connection under Django's wrapper: in whatever
+        transaction Django has open on it, with the driver's errors raised as ``django.db``'s."""
+        with conn.wrap_database_errors:
+            cursor = conn.connection.cursor()
+            try:
+                return fn(cursor)
+            finally:
+                cursor.close()
 
     # ---- sessions -----------------------------------------------------------------------------
-    def _sessions(self):
-        return ChatSession.objects.using(self.using)
-
-    def _messages(self):
-        return ChatMessage.objects.using(self.using)
-
     def head(self, session_id: str) -> StoredSession | None:
         return self._one(lambda c: read_head(c, self._dialect, session_id))
 
@@ -198,89 +202,27 @@ class DjangoBackend(SQLLeasesAndClaims):
         return self._one(load)
 
     def create(self, session_id: str, agent_name: str, metadata_json: str) -> None:
-        self._call(self._create, session_id, agent_name, metadata_json)
-
-    def _create(self, session_id: str, agent_name: str, metadata_json: str) -> None:
-        now = datetime.now(UTC)
-        session = ChatSession(
-            session_id=session_id,
-            active_agent_name=agent_name,
-            metadata=json_object(metadata_json),
-            created_at=now,
-            updated_at=now,
-        )
-        self._sessions().bulk_create([session], ignore_conflicts=True)
+        self._one(lambda c: create_session(c, self._dialect, session_id, agent_name, metadata_json))
 
     def commit(self, changes: Changes) -> CommitResult:
         return self._call(self._commit, changes)
 
     def _commit(self, changes: Changes) -> CommitResult:
-        sid = changes.session_id
+        """One transaction on one cursor: the ``session_committing`` signal, then ``write_commit``."""
         with transaction.atomic(using=self.using):
             metadata = json_object(changes.metadata_json)
-            session_committing.send(sender=DjangoSessionStore, session_id=sid, metadata=metadata, using=self.using)
-            now = datetime.now(UTC)
-            fields = {"active_agent_name": changes.agent_name, "metadata": metadata, "updated_at": now}
-            if changes.token is None:
-                self._sessions().bulk_create(
-                    [ChatSession(session_id=sid, created_at=now, **fields)],
-                    update_conflicts=True,
-                    unique_fields=["session_id"],
-                    update_fields=list(fields),
-                )
-            elif (
-                self._sessions()
-                .filter(pk=sid)
-                .annotate(token=_text("created_at"))
-                .filter(token=changes.token)
-                .update(**fields)
-                == 0
-            ):
-                raise SessionDeletedError(sid)  # deleted (maybe re-created) since it was loaded
-            for start in range(0, len(changes.delete_ids), _DELETE_CHUNK):
-                chunk = changes.delete_ids[start : start + _DELETE_CHUNK]
-                self._messages().filter(session_id=sid, id__in=chunk).delete()
-            created = self._messages().bulk_create(
-                [
-                    ChatMessage(
-                        session_id=sid,
-                        role=msg.role.value,
-                        content=msg.content,
-                        message_json=msg.model_dump_json(),
-                        created_at=now,
-                    )
-                    for msg in changes.inserts
-                ]
-            )
-            with connections[self.using].cursor() as cursor:
-                if changes.release_owner and not self._rules.release_lease(cursor, sid, changes.release_owner):
-                    # The lease expired and may belong to another turn now: committing could
-                    # interleave with it, so this turn fails and writes nothing.
-                    raise SessionBusyError(sid)
-                head = read_head(cursor, self._dialect, sid)
-        assert head is not None
-        return CommitResult([m.id for m in created], head.token, head.version)
+            session_committing.send(sender=DjangoSessionStore, session_id=changes.session_id, metadata=metadata,
+                                    using=self.using)
+            return self._on_driver(connections[self.using], lambda c: write_commit(c, self._rules, changes))
 
     def delete(self, session_id: str) -> bool:
-        return self._call(self._delete, session_id)
-
-    def _delete(self, session_id: str) -> bool:
-        with transaction.atomic(using=self.using):
-            self._messages().filter(session_id=session_id).delete()
-            deleted, _ = self._sessions().filter(pk=session_id).delete()
-        return deleted > 0
+        return self._call(self._transaction, lambda c: delete_session(c, self._dialect, session_id))
 
     def list_sessions(self) -> list[str]:
-        return self._call(lambda: list(self._sessions().order_by("-updated_at").values_list("pk", flat=True)))
+        return self._one(lambda c: list_session_ids(c, self._dialect))
 
     def clear(self) -> None:
-        self._call(self._clear)
-
-    def _clear(self) -> None:
-        with transaction.atomic(using=self.using):
-            self._messages().all().delete()
-            self._sessions().all().delete()
-
+        self._call(self._transaction, lambda c: clear_sessions(c, self._dialect))
 
 
 class DjangoSessionStore(PersistentSessionStore):

@@ -24,8 +24,20 @@ from urllib.parse import parse_qs, urlsplit
 from chatflow_agent.core._persistent import DEFAULT_LEASE_TTL_SECONDS, PersistentSessionStore
 from chatflow_agent.core._session import DEFAULT_DEDUP_TTL_HOURS, SessionContext, _positive_int, _positive_number
 from chatflow_agent.core.backend import Changes, CommitResult, StoredSession
-from chatflow_agent.core.sql import SQLITE, Cursor, SQLLeasesAndClaims, read_head, read_rows, utc_stamp
-from chatflow_agent.exceptions import SessionBusyError, SessionDeletedError, StoreSchemaError
+from chatflow_agent.core.sql import (
+    SQLITE,
+    Cursor,
+    SQLLeasesAndClaims,
+    clear_sessions,
+    create_session,
+    delete_session,
+    list_session_ids,
+    read_head,
+    read_rows,
+    utc_stamp,
+    write_commit,
+)
+from chatflow_agent.exceptions import StoreSchemaError
 
 __all__ = ["SQLiteBackend", "SQLiteSessionStore", "SQLiteSessionContext", "SCHEMA_VERSION", "is_memory_database",
            "utc_stamp"]
@@ -210,74 +222,19 @@ class SQLiteBackend(SQLLeasesAndClaims):
         return self._one(load)
 
     def create(self, session_id: str, agent_name: str, metadata_json: str) -> None:
-        now = utc_stamp()
-        self._write(lambda c: c.execute(
-            "INSERT INTO chatflow_sessions (session_id, active_agent_name, metadata_json, created_at, updated_at) "
-            "VALUES (?, ?, ?, ?, ?) ON CONFLICT(session_id) DO NOTHING",
-            (session_id, agent_name, metadata_json, now, now),
-        ))
+        self._write(lambda c: create_session(c, SQLITE, session_id, agent_name, metadata_json))
 
     def commit(self, changes: Changes) -> CommitResult:
-        return self._write(lambda cur: self._commit(cur, changes))
-
-    def _commit(self, cur: sqlite3.Cursor, changes: Changes) -> CommitResult:
-        now = utc_stamp()
-        sid = changes.session_id
-        if changes.token is None:
-            cur.execute(
-                "INSERT INTO chatflow_sessions (session_id, active_agent_name, metadata_json, created_at, "
-                "updated_at) VALUES (?, ?, ?, ?, ?) ON CONFLICT(session_id) DO UPDATE SET "
-                "active_agent_name = excluded.active_agent_name, metadata_json = excluded.metadata_json, "
-                "updated_at = excluded.updated_at",
-                (sid, changes.agent_name, changes.metadata_json, now, now),
-            )
-        elif cur.execute(
-            "UPDATE chatflow_sessions SET active_agent_name = ?, metadata_json = ?, updated_at = ? "
-            "WHERE session_id = ? AND COALESCE(created_at, '') = ?",
-            (changes.agent_name, changes.metadata_json, now, sid, changes.token),
-        ).rowcount == 0:
-            raise SessionDeletedError(sid)  # deleted (maybe re-created) since it was loaded
-        deleted = 0
-        if changes.delete_ids:
-            deleted = cur.executemany(
-                "DELETE FROM chatflow_messages WHERE id = ? AND session_id = ?",
-                [(i, sid) for i in changes.delete_ids],
-            ).rowcount
-        new_ids: list[int] = [
-            cur.execute(  # type: ignore[misc]  # lastrowid of an INSERT is an int
-                "INSERT INTO chatflow_messages (session_id, role, content, message_json, created_at) "
-                "VALUES (?, ?, ?, ?, ?)",
-                (sid, msg.role.value, msg.content, msg.model_dump_json(), now),
-            ).lastrowid
-            for msg in changes.inserts
-        ]
-        if changes.release_owner and not self._rules.release_lease(cur, sid, changes.release_owner):
-            # The lease expired (its renewals stalled) and may have gone to another turn:
-            # committing now could interleave with it, so this turn fails and writes nothing.
-            raise SessionBusyError(sid)
-        prev = changes.version
-        if changes.release_owner and changes.token is not None and new_ids and isinstance(prev, tuple):
-            # A turn's commit: the version read when its lease was taken is current (nobody else
-            # ran a turn since), so the new one follows without reading the head again. A
-            # non-turn write elsewhere meanwhile only makes it differ, which forces a reload.
-            return CommitResult(new_ids, changes.token, (now, new_ids[-1], prev[2] - deleted + len(new_ids)))
-        head = read_head(cur, SQLITE, sid)
-        assert head is not None
-        return CommitResult(new_ids, head.token, head.version)
+        return self._write(lambda cur: write_commit(cur, self._rules, changes))
 
     def delete(self, session_id: str) -> bool:
-        def delete(cur: sqlite3.Cursor) -> bool:
-            cur.execute("DELETE FROM chatflow_messages WHERE session_id = ?", (session_id,))
-            return cur.execute("DELETE FROM chatflow_sessions WHERE session_id = ?", (session_id,)).rowcount > 0
-
-        return self._write(delete)
+        return self._write(lambda c: delete_session(c, SQLITE, session_id))
 
     def list_sessions(self) -> list[str]:
-        return [r[0] for r in self.read("SELECT session_id FROM chatflow_sessions ORDER BY updated_at DESC")]
+        return self._one(lambda c: list_session_ids(c, SQLITE))
 
     def clear(self) -> None:
-        self._write(lambda c: (c.execute("DELETE FROM chatflow_messages"), c.execute("DELETE FROM chatflow_sessions")))
-
+        self._write(lambda c: clear_sessions(c, SQLITE))
 
 
 class SQLiteSessionStore(PersistentSessionStore):

@@ -29,7 +29,8 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar
 
-from chatflow_agent.core.backend import StoredRow, StoredSession
+from chatflow_agent.core.backend import Changes, CommitResult, StoredRow, StoredSession
+from chatflow_agent.exceptions import SessionBusyError, SessionDeletedError
 from chatflow_agent.jsonsafe import json_object
 
 __all__ = [
@@ -43,8 +44,14 @@ __all__ = [
     "SQLLeasesAndClaims",
     "SessionRules",
     "Transaction",
+    "CHUNK_ROWS",
+    "clear_sessions",
+    "create_session",
+    "delete_session",
+    "list_session_ids",
     "read_head",
     "read_rows",
+    "write_commit",
     "utc_stamp",
 ]
 
@@ -141,6 +148,30 @@ _CLAIM = (
 )
 _CLAIMED = "SELECT 1 FROM chatflow_processed_messages WHERE message_id = ? AND processed_at >= ?"
 _CLAIM_PURGE = "DELETE FROM chatflow_processed_messages WHERE processed_at < ?"
+# Sessions and messages (``{json}``: a parameter stored in the metadata column).
+_SESSION_CREATE = (
+    "INSERT INTO chatflow_sessions (session_id, active_agent_name, metadata_json, created_at, updated_at) "
+    "VALUES (?, ?, {json}, ?, ?) ON CONFLICT (session_id) DO NOTHING"
+)
+_SESSION_UPSERT = (
+    "INSERT INTO chatflow_sessions (session_id, active_agent_name, metadata_json, created_at, updated_at) "
+    "VALUES (?, ?, {json}, ?, ?) ON CONFLICT (session_id) DO UPDATE SET "
+    "active_agent_name = EXCLUDED.active_agent_name, metadata_json = EXCLUDED.metadata_json, "
+    "updated_at = EXCLUDED.updated_at RETURNING COALESCE(created_at{text}, ''), COALESCE(updated_at{text}, '')"
+)
+_SESSION_UPDATE = (
+    "UPDATE chatflow_sessions SET active_agent_name = ?, metadata_json = {json}, updated_at = ? "
+    "WHERE session_id = ? AND COALESCE(created_at{text}, '') = ? RETURNING COALESCE(updated_at{text}, '')"
+)
+_MESSAGES_DELETE_SOME = "DELETE FROM chatflow_messages WHERE session_id = ? AND id IN ({ids})"
+_MESSAGES_INSERT = "INSERT INTO chatflow_messages (session_id, role, content, message_json, created_at) VALUES "
+_MESSAGES_DELETE = "DELETE FROM chatflow_messages WHERE session_id = ?"
+_SESSION_DELETE = "DELETE FROM chatflow_sessions WHERE session_id = ?"
+_SESSION_IDS = "SELECT session_id FROM chatflow_sessions ORDER BY updated_at DESC"
+_CLEAR = ("DELETE FROM chatflow_messages", "DELETE FROM chatflow_sessions")
+#: rows per multi-row statement (message ids per DELETE … IN, message rows per INSERT): far below
+#: every database's parameter limit
+CHUNK_ROWS = 500
 
 
 class Dialect:
@@ -152,10 +183,11 @@ class Dialect:
     """
 
     def __init__(self, name: str, placeholder: str, text_cast: str, stamp: Callable[[float], Any],
-                 returning: bool) -> None:
+                 returning: bool, json_cast: str = "") -> None:
         self.name = name
         self.placeholder = placeholder
         self.text_cast = text_cast
+        self.json_cast = json_cast
         self.stamp = stamp
         self.returning = returning
         r = self.render
@@ -168,21 +200,43 @@ class Dialect:
         self.lease_renew, self.lease_release = r(_LEASE_RENEW), r(_LEASE_RELEASE)
         self.lease_purge, self.waiter_purge = r(_LEASE_PURGE), r(_WAITER_PURGE)
         self.claim, self.claimed, self.claim_purge = r(_CLAIM), r(_CLAIMED), r(_CLAIM_PURGE)
+        self.session_create, self.session_upsert = r(_SESSION_CREATE), r(_SESSION_UPSERT)
+        self.session_update, self.session_delete = r(_SESSION_UPDATE), r(_SESSION_DELETE)
+        self.messages_delete, self.session_ids = r(_MESSAGES_DELETE), r(_SESSION_IDS)
+        self.clear = tuple(r(sql) for sql in _CLEAR)
+        self._multi: dict[tuple[str, int], str] = {}
 
-    def with_placeholder(self, placeholder: str) -> Dialect:
-        """This dialect for a driver interface with another placeholder (Django's cursors take ``%s``
-        on every database)."""
-        return Dialect(self.name, placeholder, self.text_cast, self.stamp, self.returning)
+    def delete_some(self, count: int) -> str:
+        """``DELETE`` of ``count`` message ids of one session (params: session id, then the ids)."""
+        return self._multi_row("delete", count, lambda: _render_ids(self, _MESSAGES_DELETE_SOME, count))
+
+    def insert_messages(self, count: int) -> str:
+        """One ``INSERT`` of ``count`` message rows (5 params each) ``RETURNING id``."""
+        row = "(" + ", ".join([self.placeholder] * 5) + ")"
+        return self._multi_row("insert", count,
+                               lambda: _MESSAGES_INSERT + ", ".join([row] * count) + " RETURNING id")
+
+    def _multi_row(self, kind: str, count: int, build: Callable[[], str]) -> str:
+        key = (kind, count)
+        sql = self._multi.get(key)
+        if sql is None:
+            sql = self._multi[key] = build()
+        return sql
 
     def render(self, sql: str) -> str:
-        return sql.replace("{text}", self.text_cast).replace("?", self.placeholder)
+        return (sql.replace("{text}", self.text_cast).replace("{json}", "?" + self.json_cast)
+                .replace("?", self.placeholder))
 
     def __repr__(self) -> str:
         return f"<Dialect {self.name}>"
 
 
+def _render_ids(dialect: Dialect, sql: str, count: int) -> str:
+    return dialect.render(sql.replace("{ids}", ", ".join(["?"] * count)))
+
+
 SQLITE = Dialect("sqlite", "?", "", utc_stamp, returning=False)
-POSTGRESQL = Dialect("postgresql", "%s", "::text", _aware, returning=True)
+POSTGRESQL = Dialect("postgresql", "%s", "::text", _aware, returning=True, json_cast="::jsonb")
 
 
 def read_head(cur: Cursor, dialect: Dialect, session_id: str) -> StoredSession | None:
@@ -200,6 +254,85 @@ def read_rows(cur: Cursor, dialect: Dialect, session_id: str) -> list[StoredRow]
     """The session's message rows in id order."""
     cur.execute(dialect.rows, (session_id,))
     return [StoredRow(*row) for row in cur.fetchall()]
+
+
+def create_session(cur: Cursor, dialect: Dialect, session_id: str, agent_name: str, metadata_json: str) -> None:
+    """Insert the session row (no messages) unless one exists (``SessionBackend.create``)."""
+    stamp = dialect.stamp(time.time())
+    cur.execute(dialect.session_create, (session_id, agent_name, metadata_json, stamp, stamp))
+
+
+def write_commit(cur: Cursor, rules: SessionRules, changes: Changes) -> CommitResult:
+    """Write ``changes`` with ``cur``, inside the caller's transaction (``SessionBackend.commit``'s
+    contract, in its order): the session row (upsert, or update on the row of ``changes.token``,
+    else ``SessionDeletedError``), deletes of ``delete_ids`` and inserts of ``inserts`` in chunks of
+    ``CHUNK_ROWS`` (the inserts ``RETURNING id``), the lease release (``SessionBusyError`` when
+    ``release_owner`` no longer holds it). The caller rolls back on an error.
+
+    A turn's commit (lease released, token known, rows inserted, ``changes.version`` a tuple)
+    computes the new version from the one read when the lease was taken and the ``updated_at``
+    text the update returned; other commits read the head again.
+    """
+    d = rules.dialect
+    sid = changes.session_id
+    stamp = d.stamp(time.time())
+    if changes.token is None:
+        cur.execute(d.session_upsert, (sid, changes.agent_name, changes.metadata_json, stamp, stamp))
+        token, updated = cur.fetchone()
+    else:
+        cur.execute(d.session_update, (changes.agent_name, changes.metadata_json, stamp, sid, changes.token))
+        row = cur.fetchone()
+        if row is None:
+            raise SessionDeletedError(sid)  # deleted (maybe re-created) since it was loaded
+        token, updated = changes.token, row[0]
+    deleted = 0
+    ids = changes.delete_ids
+    for start in range(0, len(ids), CHUNK_ROWS):
+        chunk = ids[start : start + CHUNK_ROWS]
+        cur.execute(d.delete_some(len(chunk)), (sid, *chunk))
+        deleted += cur.rowcount
+    new_ids: list[int] = []
+    inserts = changes.inserts
+    for start in range(0, len(inserts), CHUNK_ROWS):
+        rows = inserts[start : start + CHUNK_ROWS]
+        params: list[Any] = []
+        for msg in rows:
+            params += (sid, msg.role.value, msg.content, msg.model_dump_json(), stamp)
+        cur.execute(d.insert_messages(len(rows)), params)
+        # RETURNING gives no order; one statement's ids increase in the order of its rows.
+        new_ids += sorted(int(r[0]) for r in cur.fetchall())
+    if changes.release_owner and not rules.release_lease(cur, sid, changes.release_owner):
+        # The lease expired (its renewals stalled) and may have gone to another turn:
+        # committing now could interleave with it, so this turn fails and writes nothing.
+        raise SessionBusyError(sid)
+    prev = changes.version
+    if changes.release_owner and changes.token is not None and new_ids and isinstance(prev, tuple):
+        # The version read when the lease was taken is current (nobody else ran a turn since),
+        # so the new one follows without reading the head again. A non-turn write elsewhere
+        # meanwhile only makes it differ, which forces a reload.
+        return CommitResult(new_ids, token, (updated, new_ids[-1], prev[2] - deleted + len(new_ids)))
+    head = read_head(cur, d, sid)
+    assert head is not None
+    return CommitResult(new_ids, head.token, head.version)
+
+
+def delete_session(cur: Cursor, dialect: Dialect, session_id: str) -> bool:
+    """Delete the session's messages and row, inside the caller's transaction; True if a row went."""
+    cur.execute(dialect.messages_delete, (session_id,))
+    cur.execute(dialect.session_delete, (session_id,))
+    return cur.rowcount > 0
+
+
+def list_session_ids(cur: Cursor, dialect: Dialect) -> list[str]:
+    """Every session id, most recently updated first."""
+    cur.execute(dialect.session_ids, ())
+    return [row[0] for row in cur.fetchall()]
+
+
+def clear_sessions(cur: Cursor, dialect: Dialect) -> None:
+    """Delete every message and session row, inside the caller's transaction."""
+    for sql in dialect.clear:
+        cur.execute(sql, ())
 
 
 class SessionRules:
