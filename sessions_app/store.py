@@ -57,6 +57,7 @@ __all__ = ["DjangoBackend", "DjangoSessionStore", "session_committing"]
 _T = TypeVar("_T")
 # The statements run on the driver's own cursor (``?`` for sqlite3, ``%s`` for psycopg).
 _DIALECTS: dict[str, Dialect] = {"sqlite": SQLITE, "postgresql": POSTGRESQL}
+_NO_FLUSH_WAIT = "SET LOCAL synchronous_commit = off"  # this transaction only (see _acquire_unflushed)
 
 
 #: Sent at the start of every commit's transaction, before any row is written, as
@@ -187,6 +188,35 @@ class DjangoBackend(SQLLeasesAndClaims):
                 return fn(cursor)
             finally:
                 cursor.close()
+
+    # ---- leases -------------------------------------------------------------------------------
+    def acquire_lease(self, session_id: str, owner: str, ttl_seconds: float, queue: bool) -> bool:
+        if self._dialect is not POSTGRESQL:
+            return super().acquire_lease(session_id, owner, ttl_seconds, queue)
+        return self._call(self._acquire_unflushed, session_id, owner, ttl_seconds, queue)
+
+    def _acquire_unflushed(self, session_id: str, owner: str, ttl_seconds: float, queue: bool) -> bool:
+        """The lease in a transaction that does not wait for its WAL flush (PostgreSQL).
+
+        The lease is exclusion between live processes, not data: other sessions see it once it
+        commits, flushed or not, and a server crash that loses it also ends the connection of the
+        turn holding it, whose commit then finds no lease and writes nothing (``SessionBusyError``).
+        The turn's commit stays durable, and its flush covers the lease written before it. Inside
+        an operator's transaction the lease joins it unchanged (that transaction keeps its
+        durability).
+        """
+        def take(cursor: Cursor) -> bool:
+            return self._rules.acquire_lease(cursor, self._transaction, session_id, owner, ttl_seconds, queue)
+
+        conn = connections[self.using]
+        if conn.in_atomic_block:
+            return self._on_driver(conn, take)
+
+        def unflushed(cursor: Cursor) -> bool:
+            cursor.execute(_NO_FLUSH_WAIT, ())
+            return take(cursor)
+
+        return self._transaction(unflushed)
 
     # ---- sessions -----------------------------------------------------------------------------
     def head(self, session_id: str) -> StoredSession | None:
