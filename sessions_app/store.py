@@ -1,15 +1,22 @@
-"""DjangoSessionStore: chatflow_agent's persistent session store on the Django ORM.
+"""DjangoSessionStore: chatflow_agent's persistent session store on a Django database alias.
 
 The turn protocol (identity map, leases, one commit per turn, deletion tokens) is
 ``chatflow_agent.core.memory.PersistentSessionStore``; ``DjangoBackend`` is the
-``chatflow_agent.core.backend.SessionBackend`` under it, on the database alias's connections. The
-rows are those chatflow-agent 0.3.4 and ``SQLiteSessionStore`` write, and the session reads,
-leases, waiters and de-duplication claims are ``chatflow_agent.core.sql``'s (the same SQL as
-``SQLiteSessionStore``'s, through ``connections[using].cursor()``), so a bot process on
-``SQLiteSessionStore`` and the site on the same SQLite file serialise turns on a session between
-them. On PostgreSQL the lease row is taken by one ``INSERT … ON CONFLICT … DO UPDATE … WHERE``
-(the row lock makes it atomic) and every commit updates the session row first, locking it
-against concurrent commits and deletes until the transaction ends.
+``chatflow_agent.core.backend.SessionBackend`` under it, on the alias's connections. The rows are
+those chatflow-agent 0.3.4 and ``SQLiteSessionStore`` write, with the same SQL
+(``chatflow_agent.core.sql``: reads, commits, creates, deletes, leases, waiters, de-duplication
+claims), run on a cursor of the driver's connection under Django's wrapper (``sqlite3`` or
+``psycopg``): in whatever transaction Django has open on it, so a sync call inside an operator's
+``transaction.atomic`` joins that transaction (its writes in a savepoint) and rolls back with it;
+the driver's errors are raised as ``django.db``'s. A bot process on ``SQLiteSessionStore`` and the
+site on the same SQLite file therefore serialise turns on a session between them. On PostgreSQL the
+lease row is taken by one ``INSERT … ON CONFLICT … DO UPDATE … WHERE`` (the row lock makes it
+atomic) and every commit updates the session row first, locking it against concurrent commits and
+deletes until the transaction ends.
+
+A commit is one transaction (``transaction.atomic``) on one cursor: the ``session_committing``
+signal, then ``chatflow_agent.core.sql.write_commit``. Timestamps are UTC text on SQLite (the form
+0.3.4 writes) and ``timestamptz`` on PostgreSQL.
 
 Threads: the awaitable methods run queries on the store's pool threads; a sync method called on
 a thread that runs an event loop (0.3.4-style code in an async view) runs its queries on a helper
@@ -57,6 +64,7 @@ __all__ = ["DjangoBackend", "DjangoSessionStore", "session_committing"]
 _T = TypeVar("_T")
 # The statements run on the driver's own cursor (``?`` for sqlite3, ``%s`` for psycopg).
 _DIALECTS: dict[str, Dialect] = {"sqlite": SQLITE, "postgresql": POSTGRESQL}
+_POSTGRESQL_WORKERS = 8  # pool threads (so connections) per store on PostgreSQL
 _NO_FLUSH_WAIT = "SET LOCAL synchronous_commit = off"  # this transaction only (see _acquire_unflushed)
 
 
@@ -272,6 +280,10 @@ class DjangoSessionStore(PersistentSessionStore):
         dedup_ttl_hours: float | None = None,
         lease_ttl_seconds: float | None = None,
     ) -> None:
+        if connections[using].vendor == "postgresql":
+            # PostgreSQL writes different sessions side by side and one WAL flush covers every commit
+            # waiting for it: more threads (each on its own connection) share the flushes.
+            self._BLOCKING_IO_WORKERS = _POSTGRESQL_WORKERS
         super().__init__(
             DjangoBackend(using),
             default_max_turns=settings.CHATFLOW_MAX_TURNS if default_max_turns is None else default_max_turns,
