@@ -7,8 +7,10 @@ cast that renders a timestamp column as text, and how an insert reports its new 
 (``lastrowid`` / ``RETURNING``). The statements below are rendered for each dialect once.
 
 ``SessionRules`` is the lease, waiter and de-duplication rule over a ``Cursor`` (what
-``sqlite3.Cursor`` and Django's ``connections[alias].cursor()`` both are); ``read_head`` and
-``read_rows`` read a session. A backend (see ``chatflow_agent.core.backend.SessionBackend``) owns
+``sqlite3.Cursor`` and psycopg's cursors both are); ``read_head`` and ``read_rows`` read a session;
+``write_commit``, ``create_session``, ``delete_session``, ``list_session_ids`` and ``clear_sessions``
+write and list sessions (the commit and delete inside the caller's transaction).
+A backend (see ``chatflow_agent.core.backend.SessionBackend``) owns
 its connections and transactions and calls these with a cursor; ``SQLLeasesAndClaims`` gives it the
 backend contract's lease and claim methods over those rules, once for every such backend.
 
