@@ -1,0 +1,96 @@
+"""Turn records as the console shows them: on each turn's header, as entries for turns that left no
+messages, in the session's totals and in the rollback preview.
+
+A committed turn's record is found by its first message id (the turn's USER row). A turn that ended
+without messages in the conversation — ``failed``, ``cancelled``, ``interrupted``, or ``rolled_back``
+by an operator — is placed after the last turn stored before it started (the same rule that places
+operator actions, ``sessions_app.timeline.turns_before``).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from django.db.models import Q, Sum
+
+from turns_app.models import SessionTotals, TurnRecord
+
+__all__ = ["ENDED_WITHOUT_MESSAGES", "Usage", "attach_records", "discarded_usage", "mark_rolled_back", "totals_of"]
+
+#: Statuses whose turn shows as its own entry in the history (its messages are not in the conversation).
+ENDED_WITHOUT_MESSAGES = ("failed", "cancelled", "interrupted", "rolled_back")
+_MAX_ENDED = 500  # ended-turn entries read per page (newest first)
+
+
+def attach_records(session_id: str, turns: list[Any], bounds: list[tuple[int, datetime]],
+                   early: list[Any] | None = None) -> None:
+    """Set ``turn.record`` (its ``TurnRecord`` or None) and ``turn.ended`` (records of turns that left no
+    messages and started after it, before the next turn) for each of ``turns`` (objects with ``number``
+    and ``message_ids``; ``bounds`` as ``turn_bounds``). Entries before the first turn go to ``early``
+    when given (the oldest page). Two queries."""
+    for turn in turns:
+        turn.record, turn.ended = None, []
+    firsts = {t.message_ids[0]: t for t in turns if t.message_ids}
+    if firsts:
+        for record in TurnRecord.objects.filter(session_id=session_id, first_message_id__in=list(firsts),
+                                                status="completed"):
+            firsts[record.first_message_id].record = record
+    numbers = {t.number: t for t in turns}
+    if not numbers and early is None:
+        return
+    starts = [at for _rid, at in bounds]
+    query = Q(session_id=session_id, status__in=ENDED_WITHOUT_MESSAGES)
+    if numbers:  # only those after the page's first turn and before the turn after its last one
+        lo, hi = min(numbers), max(numbers)
+        if early is None:
+            query &= Q(started_at__gte=starts[lo - 1])
+        if hi < len(starts):
+            query &= Q(started_at__lt=starts[hi])
+    ended = list(TurnRecord.objects.filter(query).order_by("-started_at", "-id")[:_MAX_ENDED])
+    for record in reversed(ended):
+        n = bisect_right(starts, record.started_at)
+        if n in numbers:
+            numbers[n].ended.append(record)
+        elif n == 0 and early is not None:
+            early.append(record)
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Tokens and cost (US dollars; ``cost_known`` False when some turn's price was unknown) of some turns."""
+
+    turns: int
+    input_tokens: int
+    output_tokens: int
+    cost: Decimal
+    cost_known: bool
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+
+def totals_of(session_id: str) -> SessionTotals | None:
+    """The session's totals row (None before its first recorded turn)."""
+    return SessionTotals.objects.filter(pk=session_id).first()
+
+
+def discarded_usage(session_id: str, first_message_ids: list[int]) -> Usage:
+    """What the completed turns starting at ``first_message_ids`` used (a rollback's preview)."""
+    qs = TurnRecord.objects.filter(session_id=session_id, first_message_id__in=first_message_ids,
+                                   status="completed")
+    sums = qs.aggregate(i=Sum("input_tokens"), o=Sum("output_tokens"), c=Sum("cost"))
+    count = qs.count()
+    unknown = qs.filter(cost__isnull=True).exists()
+    return Usage(count, sums["i"] or 0, sums["o"] or 0, sums["c"] or Decimal(0), not unknown)
+
+
+def mark_rolled_back(session_id: str, first_message_ids: list[int]) -> int:
+    """Mark ``rolled_back`` the completed records of the turns a rollback removed (call it in the rollback's
+    transaction); how many. Totals keep counting them: their tokens were spent."""
+    return TurnRecord.objects.filter(session_id=session_id, first_message_id__in=first_message_ids,
+                                     status="completed").update(status="rolled_back")
