@@ -15,11 +15,13 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from django.db.models import Q, Sum
+from django.db.models import BooleanField, DecimalField, IntegerField, OuterRef, Q, Subquery, Sum, TextField, Value
+from django.db.models.functions import Coalesce
 
 from turns_app.models import SessionTotals, TurnRecord
 
-__all__ = ["ENDED_WITHOUT_MESSAGES", "Usage", "attach_records", "discarded_usage", "mark_rolled_back", "totals_of"]
+__all__ = ["ENDED_WITHOUT_MESSAGES", "Usage", "attach_records", "discarded_usage", "mark_rolled_back", "totals_of",
+           "usage_columns", "usage_sort_key"]
 
 #: Statuses whose turn shows as its own entry in the history (its messages are not in the conversation).
 ENDED_WITHOUT_MESSAGES = ("failed", "cancelled", "interrupted", "rolled_back")
@@ -94,3 +96,28 @@ def mark_rolled_back(session_id: str, first_message_ids: list[int]) -> int:
     transaction); how many. Totals keep counting them: their tokens were spent."""
     return TurnRecord.objects.filter(session_id=session_id, first_message_id__in=first_message_ids,
                                      status="completed").update(status="rolled_back")
+
+
+def _total(column: str) -> Subquery:
+    return Subquery(SessionTotals.objects.filter(session_id=OuterRef("pk")).values(column)[:1])
+
+
+def usage_columns() -> dict[str, Any]:
+    """Annotations for a ``ChatSession`` queryset: ``usage_tokens`` (int, None before any recorded turn),
+    ``usage_cost`` (Decimal dollars), ``usage_cost_known`` (bool) and ``usage_error`` (the last turn's error,
+    '' when it completed); each a primary-key lookup in ``chatflow_session_totals``."""
+    return {
+        "usage_tokens": _total("total_tokens"),
+        "usage_cost": Subquery(SessionTotals.objects.filter(session_id=OuterRef("pk")).values("cost")[:1],
+                               output_field=DecimalField(max_digits=20, decimal_places=10)),
+        "usage_cost_known": Subquery(SessionTotals.objects.filter(session_id=OuterRef("pk")).values("cost_known")[:1],
+                                     output_field=BooleanField()),
+        "usage_error": Coalesce(_total("last_error"), Value(""), output_field=TextField()),
+    }
+
+
+def usage_sort_key(column: str) -> Any:
+    """The list's sort expression ``sort_tokens`` or ``sort_cost``: the session's total (0 before any turn)."""
+    if column == "sort_tokens":
+        return Coalesce(_total("total_tokens"), Value(0), output_field=IntegerField())
+    return Coalesce(_total("cost"), Value(Decimal(0)), output_field=DecimalField(max_digits=20, decimal_places=10))

@@ -19,7 +19,7 @@ from agents_app import runtime
 from chatflow_agent import Agent, PriceBook, Runner
 from chatflow_agent.core.engines.base import BaseEngine, EngineTurnResult
 from chatflow_agent.pricing import PRICES_ENV
-from sessions_app import actions
+from sessions_app import actions, listing
 from tests.chatflow_agent.provider_server import FakeProvider
 from tests.chatflow_agent.test_usage import TOOL_CALL, answer, library_cost, order_agent
 from tests.sessions_app import personas
@@ -130,3 +130,48 @@ def test_the_rollback_preview_shows_what_it_discards_and_the_rollback_marks_the_
     assert statuses == {first.id: "completed", second.id: "rolled_back"}
     page = client.get("/sessions/s1/").content.decode()
     assert re.findall(r'<div class="turn-ended (\w+)"', page) == ["rolled_back"]
+
+
+def test_the_list_shows_tokens_cost_and_last_error_and_sorts_on_them_page_by_page(server, operator):
+    _user, client = operator
+    first, second = play_two_turns(server, "big")
+    server.reply_stream(answer("Hi.", prompt=10, output=1))
+    asyncio.run(site_runner(order_agent(server)).run_async("small", "hi"))
+    runtime.site_store().get_or_create("none", Agent(name="Support", instructions="x"))  # no recorded turn
+
+    page = client.get("/sessions/").content.decode()
+
+    row = re.search(r'<tr id="row-[^"]*"[^>]*>\s*<td class="sid"><a href="/sessions/big/".*?</tr>', page, re.S).group(0)
+    assert "587" in text(row) and usd(first.cost + second.cost) in row
+    for sort, expected in (("-tokens", ["big", "small", "none"]), ("tokens", ["none", "small", "big"]),
+                           ("-cost", ["big", "small", "none"])):
+        seen, after = [], ""
+        while True:
+            window = listing.fetch_window(listing.parse_query({"sort": sort, "after": after}), per_page=1)
+            seen += [r.session_id for r in window.rows]
+            if window.next_cursor is None:
+                break
+            after = window.next_cursor
+        assert seen == expected, sort
+
+
+def test_the_list_shows_the_last_turns_error_until_a_turn_completes(operator):
+    _user, client = operator
+
+    class Flaky(BaseEngine):
+        fail = True
+
+        async def generate_turn_async(self, agent, history):
+            if self.fail:
+                raise RuntimeError("quota exceeded")
+            return EngineTurnResult(text="ok")
+
+    engine = Flaky()
+    runner = site_runner(Agent(name="Bot", instructions="x", engine=engine))
+    runtime.site_store().get_or_create("s1", runner.starting_agent)
+    with pytest.raises(RuntimeError):
+        asyncio.run(runner.run_async("s1", "hello"))
+    assert "RuntimeError: quota exceeded" in client.get("/sessions/").content.decode()
+    engine.fail = False
+    asyncio.run(runner.run_async("s1", "hello again"))
+    assert "quota exceeded" not in client.get("/sessions/").content.decode()
