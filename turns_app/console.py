@@ -21,7 +21,7 @@ from django.db.models.functions import Coalesce
 from turns_app.models import SessionTotals, TurnRecord
 
 __all__ = ["ENDED_WITHOUT_MESSAGES", "Usage", "attach_records", "discarded_usage", "mark_rolled_back", "totals_of",
-           "usage_columns", "usage_sort_key"]
+           "totals_for", "usage_block", "usage_by_first_message", "session_usage", "usage_columns", "usage_sort_key"]
 
 #: Statuses whose turn shows as its own entry in the history (its messages are not in the conversation).
 ENDED_WITHOUT_MESSAGES = ("failed", "cancelled", "interrupted", "rolled_back")
@@ -81,6 +81,11 @@ def totals_of(session_id: str) -> SessionTotals | None:
     return SessionTotals.objects.filter(pk=session_id).first()
 
 
+def totals_for(session_ids: list[str]) -> dict[str, SessionTotals]:
+    """The totals rows of ``session_ids`` by session id (one query; sessions without one are missing)."""
+    return SessionTotals.objects.in_bulk(session_ids)
+
+
 def discarded_usage(session_id: str, first_message_ids: list[int]) -> Usage:
     """What the completed turns starting at ``first_message_ids`` used (a rollback's preview)."""
     qs = TurnRecord.objects.filter(session_id=session_id, first_message_id__in=first_message_ids,
@@ -121,3 +126,48 @@ def usage_sort_key(column: str) -> Any:
     if column == "sort_tokens":
         return Coalesce(_total("total_tokens"), Value(0), output_field=IntegerField())
     return Coalesce(_total("cost"), Value(Decimal(0)), output_field=DecimalField(max_digits=20, decimal_places=10))
+
+
+def usage_block(record: TurnRecord | None) -> dict[str, Any] | None:
+    """A turn's ``usage`` block in exports and the API (None when the turn has no record)::
+
+        {"status", "source", "started_at", "finished_at" (ISO-8601), "duration_ms", "queue_wait_ms",
+         "lease_wait_ms", "agents", "input_tokens", "output_tokens", "cached_tokens", "total_tokens",
+         "cost" (US dollars as a decimal string, null when unknown), "currency": "USD",
+         "model_calls": [{provider, model, input_tokens, output_tokens, cached_tokens, latency_ms, ttft_ms,
+                          finish_reason, retries, estimated, agent_name, cost}],
+         "tool_calls": [{name, duration_ms, outcome}], "error", "trace_id"}
+    """
+    if record is None:
+        return None
+    return {
+        "status": record.status, "source": record.source,
+        "started_at": record.started_at.isoformat() if record.started_at else None,
+        "finished_at": record.finished_at.isoformat() if record.finished_at else None,
+        "duration_ms": record.duration_ms, "queue_wait_ms": record.queue_wait_ms,
+        "lease_wait_ms": record.lease_wait_ms, "agents": record.agents,
+        "input_tokens": record.input_tokens, "output_tokens": record.output_tokens,
+        "cached_tokens": record.cached_tokens, "total_tokens": record.total_tokens,
+        "cost": None if record.cost is None else str(record.cost.normalize()), "currency": "USD",
+        "model_calls": record.calls, "tool_calls": record.tools, "error": record.error, "trace_id": record.trace_id,
+    }
+
+
+def usage_by_first_message(session_id: str) -> dict[int, dict[str, Any]]:
+    """The ``usage`` block (:func:`usage_block`) of each committed turn of the session, by the row id of its
+    first (USER) message (one query)."""
+    return {r.first_message_id: block for r in TurnRecord.objects.filter(
+        session_id=session_id, first_message_id__isnull=False, status__in=("completed", "rolled_back"))
+        if (block := usage_block(r)) is not None}
+
+
+def session_usage(totals: SessionTotals | None) -> dict[str, Any] | None:
+    """A session's totals as the API and exports give them: ``{"turns", "input_tokens", "output_tokens",
+    "cached_tokens", "total_tokens", "cost" (decimal string; a lower bound when ``cost_known`` is false),
+    "cost_known", "currency": "USD", "last_error"}``; None before its first recorded turn."""
+    if totals is None:
+        return None
+    return {"turns": totals.turns, "input_tokens": totals.input_tokens, "output_tokens": totals.output_tokens,
+            "cached_tokens": totals.cached_tokens, "total_tokens": totals.total_tokens,
+            "cost": str(Decimal(totals.cost).normalize()), "cost_known": totals.cost_known, "currency": "USD",
+            "last_error": totals.last_error}

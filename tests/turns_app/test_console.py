@@ -8,9 +8,11 @@ Turns run on the site's store (``agents_app.runtime.site_store``) against a real
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 from collections.abc import Iterator
+from decimal import Decimal
 
 import pytest
 from django.urls import reverse
@@ -175,3 +177,25 @@ def test_the_list_shows_the_last_turns_error_until_a_turn_completes(operator):
     engine.fail = False
     asyncio.run(runner.run_async("s1", "hello again"))
     assert "quota exceeded" not in client.get("/sessions/").content.decode()
+
+
+def test_the_transcript_export_and_the_api_carry_each_turns_usage(server, operator):
+    _user, client = operator
+    first, second = play_two_turns(server)
+
+    transcript = client.get("/api/v1/sessions/s1/transcript", {"format": "json"})
+    listed = client.get("/api/v1/sessions").json()["items"]
+    one = client.get("/api/v1/sessions/s1").json()
+
+    assert transcript.status_code == 200
+    data = json.loads(b"".join(transcript.streaming_content) if transcript.streaming else transcript.content)
+    usages = [t["usage"] for t in data["turns"]]
+    assert [(u["status"], u["input_tokens"], u["output_tokens"]) for u in usages] == [
+        ("completed", 250, 32), ("completed", 300, 5)]
+    assert Decimal(usages[0]["cost"]) == first.cost and Decimal(usages[1]["cost"]) == second.cost
+    assert [c["finish_reason"] for c in usages[0]["model_calls"]] == ["tool_calls", "stop"]
+    assert usages[0]["tool_calls"][0]["name"] == "check_order_status"
+    assert data["usage"]["total_tokens"] == 587 and Decimal(data["usage"]["cost"]) == first.cost + second.cost
+    for session in (listed[0], one):
+        assert session["usage"]["total_tokens"] == 587 and session["usage"]["turns"] == 2
+        assert Decimal(session["usage"]["cost"]) == first.cost + second.cost and session["usage"]["cost_known"]
