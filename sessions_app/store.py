@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -41,7 +42,7 @@ from django.conf import settings
 from django.db import DatabaseError, connections, transaction
 from django.dispatch import Signal
 
-from chatflow_agent.core.backend import Changes, CommitResult, StoredSession
+from chatflow_agent.core.backend import Changes, CommitResult, StoredSession, TurnReport
 from chatflow_agent.core.memory import PersistentSessionStore
 from chatflow_agent.core.sql import (
     POSTGRESQL,
@@ -58,6 +59,8 @@ from chatflow_agent.core.sql import (
     write_commit,
 )
 from chatflow_agent.jsonsafe import json_object
+from chatflow_agent.types import Role
+from turns_app import records
 
 __all__ = ["DjangoBackend", "DjangoSessionStore", "session_committing"]
 
@@ -197,34 +200,67 @@ class DjangoBackend(SQLLeasesAndClaims):
             finally:
                 cursor.close()
 
-    # ---- leases -------------------------------------------------------------------------------
-    def acquire_lease(self, session_id: str, owner: str, ttl_seconds: float, queue: bool) -> bool:
-        if self._dialect is not POSTGRESQL:
+    # ---- leases (and the turn records that ride on them: turns_app.records) ------------------
+    def acquire_lease(self, session_id: str, owner: str, ttl_seconds: float, queue: bool,
+                      report: TurnReport | None = None) -> bool:
+        if self._dialect is not POSTGRESQL and report is None:
             return super().acquire_lease(session_id, owner, ttl_seconds, queue)
-        return self._call(self._acquire_unflushed, session_id, owner, ttl_seconds, queue)
+        return self._call(self._acquire, session_id, owner, ttl_seconds, queue, report)
 
-    def _acquire_unflushed(self, session_id: str, owner: str, ttl_seconds: float, queue: bool) -> bool:
-        """The lease in a transaction that does not wait for its WAL flush (PostgreSQL).
+    def _acquire(self, session_id: str, owner: str, ttl_seconds: float, queue: bool,
+                 report: TurnReport | None) -> bool:
+        """The lease and, with ``report``, the turn's record (``running``) in one transaction.
 
-        The lease is exclusion between live processes, not data: other sessions see it once it
-        commits, flushed or not, and a server crash that loses it also ends the connection of the
-        turn holding it, whose commit then finds no lease and writes nothing (``SessionBusyError``).
-        The turn's commit stays durable, and its flush covers the lease written before it. Inside
-        an operator's transaction the lease joins it unchanged (that transaction keeps its
-        durability).
+        On PostgreSQL that transaction does not wait for its WAL flush: the lease is exclusion
+        between live processes, not data; other sessions see it once it commits, flushed or not,
+        and a server crash that loses it also ends the connection of the turn holding it, whose
+        commit then finds no lease and writes nothing (``SessionBusyError``). The turn's commit
+        stays durable, and its flush covers the lease and the record written before it. Inside an
+        operator's transaction the lease joins it unchanged (that transaction keeps its durability).
         """
-        def take(cursor: Cursor) -> bool:
-            return self._rules.acquire_lease(cursor, self._transaction, session_id, owner, ttl_seconds, queue)
-
         conn = connections[self.using]
+
+        def take(cursor: Cursor) -> bool:
+            if not self._rules.acquire_lease(cursor, self._transaction, session_id, owner, ttl_seconds, queue):
+                return False
+            if report is not None:
+                with conn.cursor() as django_cursor:
+                    records.open_turn(django_cursor, session_id, report)
+            return True
+
         if conn.in_atomic_block:
             return self._on_driver(conn, take)
 
         def unflushed(cursor: Cursor) -> bool:
-            cursor.execute(_NO_FLUSH_WAIT, ())
+            if self._dialect is POSTGRESQL:
+                cursor.execute(_NO_FLUSH_WAIT, ())
             return take(cursor)
 
         return self._transaction(unflushed)
+
+    def release_lease(self, session_id: str, owner: str, report: TurnReport | None = None) -> None:
+        if report is None:
+            super().release_lease(session_id, owner)
+            return
+        self._call(self._release_recorded, session_id, owner, report)
+
+    def _release_recorded(self, session_id: str, owner: str, report: TurnReport) -> None:
+        """Release ``owner``'s lease and close its record (a turn that did not commit) in one transaction."""
+        def release(cursor: Cursor) -> None:
+            self._rules.release_lease(cursor, session_id, owner)
+            with connections[self.using].cursor() as django_cursor:
+                records.close_turn(django_cursor, session_id, report)
+
+        self._transaction(release)
+
+    def purge_leases(self, before: float) -> int:
+        """Also marks ``interrupted`` the running turn records whose lease expired (``turns_app.records``)."""
+        return self._call(self._purge_recorded, before)
+
+    def _purge_recorded(self, before: float) -> int:
+        with transaction.atomic(using=self.using), connections[self.using].cursor() as django_cursor:
+            records.mark_interrupted(django_cursor, time.time())
+            return self._rules.purge_leases(self._transaction, before)
 
     # ---- sessions -----------------------------------------------------------------------------
     def head(self, session_id: str) -> StoredSession | None:
@@ -251,7 +287,12 @@ class DjangoBackend(SQLLeasesAndClaims):
             metadata = json_object(changes.metadata_json)
             session_committing.send(sender=DjangoSessionStore, session_id=changes.session_id, metadata=metadata,
                                     using=self.using)
-            return self._on_driver(connections[self.using], lambda c: write_commit(c, self._rules, changes))
+            conn = connections[self.using]
+            result = self._on_driver(conn, lambda c: write_commit(c, self._rules, changes))
+            if changes.report is not None:
+                with conn.cursor() as cursor:
+                    records.close_turn(cursor, changes.session_id, changes.report, _first_user_id(changes, result))
+            return result
 
     def delete(self, session_id: str) -> bool:
         return self._call(self._transaction, lambda c: delete_session(c, self._dialect, session_id))
@@ -261,6 +302,12 @@ class DjangoBackend(SQLLeasesAndClaims):
 
     def clear(self) -> None:
         self._call(self._transaction, lambda c: clear_sessions(c, self._dialect))
+
+
+def _first_user_id(changes: Changes, result: CommitResult) -> int | None:
+    """The row id of the commit's first USER message (a turn's first message), or None."""
+    pairs = zip(changes.inserts, result.new_ids, strict=True)
+    return next((row_id for msg, row_id in pairs if msg.role == Role.USER), None)
 
 
 class DjangoSessionStore(PersistentSessionStore):
