@@ -64,7 +64,7 @@ TurnGate = Callable[["SessionContext", str], "TurnDecision | None | Awaitable[Tu
 HumanRequestHook = Callable[["SessionContext", str], "Awaitable[None] | None"]
 
 
-def request_human(reason: str) -> HumanRequest:
+def request_human(reason: str = "The customer asked for a person.") -> HumanRequest:
     """Ask for a human operator to take over this conversation: use it when the customer wants to talk to
     a person, or when you cannot help them. ``reason``: one sentence for the operator."""
     return HumanRequest(reason=str(reason))
