@@ -170,3 +170,23 @@ def _leased() -> bool:
     from sessions_app.models import SessionLease
 
     return SessionLease.objects.filter(session_id=SID).exists()
+
+
+def test_the_sweep_command_says_when_it_is_off_and_counts_when_on(client, env, recording, settings):
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    out = StringIO()
+    call_command("chatflow_takeover_sweep", stdout=out)
+    assert "is 0" in out.getvalue()
+    wa_message(client, "wamid.1", "hello")
+    drain()
+    service.take_over(personas.operator(), SID)
+    SessionMode.objects.filter(pk=SID).update(updated_at=timezone.now() - timedelta(hours=2))
+    ChatMessage.objects.filter(session_id=SID).update(created_at=timezone.now() - timedelta(hours=2))
+    settings.CHATFLOW_TAKEOVER_IDLE_MINUTES = 60
+    out = StringIO()
+    call_command("chatflow_takeover_sweep", stdout=out)
+    assert "Returned 1 idle session" in out.getvalue()
+    assert SessionMode.objects.get(pk=SID).mode == "bot"
