@@ -20,7 +20,7 @@ def test_support_starts_and_hands_off_to_billing_and_tech_who_hand_back():
     assert [a.name for a in peers["Billing"].handoffs] == ["Support"]
     assert [a.name for a in peers["Tech"].handoffs] == ["Support"]
     tools = {t.name for t in support.get_all_tools()}
-    assert tools == {"check_order_status", "transfer_to_billing", "transfer_to_tech"}
+    assert tools == {"check_order_status", "request_human", "transfer_to_billing", "transfer_to_tech"}
 
 
 def test_the_tools_answer_deterministically():
