@@ -12,7 +12,7 @@ def test_support_starts_and_hands_off_to_billing_and_tech_who_hand_back():
 
     assert support.name == "Support"
     assert support.model == "demo"
-    assert [t.name for t in support.tools] == ["check_order_status"]
+    assert [t.name for t in support.tools] == ["check_order_status", "request_human"]  # the built-in takeover tool
     peers = {agent.name: agent for agent in support.handoffs}
     assert set(peers) == {"Billing", "Tech"}
     assert [t.name for t in peers["Billing"].tools] == ["refund_order", "get_invoice"]
@@ -20,7 +20,7 @@ def test_support_starts_and_hands_off_to_billing_and_tech_who_hand_back():
     assert [a.name for a in peers["Billing"].handoffs] == ["Support"]
     assert [a.name for a in peers["Tech"].handoffs] == ["Support"]
     tools = {t.name for t in support.get_all_tools()}
-    assert tools == {"check_order_status", "transfer_to_billing", "transfer_to_tech"}
+    assert tools == {"check_order_status", "request_human", "transfer_to_billing", "transfer_to_tech"}
 
 
 def test_the_tools_answer_deterministically():
