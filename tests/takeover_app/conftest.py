@@ -1,0 +1,14 @@
+"""Takeover test fixtures: a fresh site store per test (as the console's tests have)."""
+
+from __future__ import annotations
+
+import pytest
+
+from agents_app import runtime
+
+
+@pytest.fixture(autouse=True)
+def fresh_site_store():
+    runtime.reset()
+    yield
+    runtime.reset()
