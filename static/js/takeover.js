@@ -1,0 +1,72 @@
+/* Human takeover in the console.
+   - The session page's reply composer: Enter sends, Shift+Enter starts a new line (IME composition is
+     left alone), as in the live chat. Without JavaScript it is a plain form with a Send button.
+   - The session list: an opt-in browser notification (Notification API) when a session starts waiting
+     for a person. The button shows only where the browser supports notifications; nothing is asked
+     before the operator clicks it. Rows arrive live over the list's websocket (data-mode on each row). */
+(function () {
+  "use strict";
+  var KEY = "chatflow.notifyWaiting";
+
+  document.addEventListener("keydown", function (e) {
+    var box = e.target;
+    if (!box || box.id !== "reply-text") return;
+    if (e.key !== "Enter" || e.shiftKey || e.altKey || e.ctrlKey || e.metaKey || e.isComposing) return;
+    e.preventDefault();
+    var form = box.closest("form");
+    if (form && box.value.trim()) form.requestSubmit();
+  });
+
+  function rows() { return document.querySelectorAll("tr[data-row]"); }
+  function waitingIds() {
+    var out = {};
+    [].forEach.call(rows(), function (r) { if (r.dataset.mode === "waiting") out[r.id] = true; });
+    return out;
+  }
+  var known = null;
+
+  function enabled() {
+    return "Notification" in window && Notification.permission === "granted" && localStorage.getItem(KEY) === "on";
+  }
+
+  function label(button) {
+    button.textContent = enabled() ? "Notifications on (click to turn off)" : "Notify me when a session waits for a person";
+    button.setAttribute("aria-pressed", enabled() ? "true" : "false");
+  }
+
+  function setupList() {
+    var button = document.getElementById("notify-optin");
+    if (!button) return;
+    known = waitingIds();
+    if (!("Notification" in window)) return;
+    button.hidden = false;
+    label(button);
+    button.addEventListener("click", function () {
+      if (enabled()) { localStorage.setItem(KEY, "off"); label(button); return; }
+      Notification.requestPermission().then(function (p) {
+        localStorage.setItem(KEY, p === "granted" ? "on" : "off");
+        label(button);
+      });
+    });
+  }
+
+  document.addEventListener("htmx:wsAfterMessage", function () {
+    if (known === null) return;
+    var now = waitingIds();
+    Object.keys(now).forEach(function (id) {
+      if (known[id] || !enabled()) return;
+      var row = document.getElementById(id);
+      var link = row && row.querySelector("td.sid a");
+      var name = link ? link.textContent.trim() : "a session";
+      var n = new Notification("A session waits for a person", {body: name, tag: id});
+      n.onclick = function () { window.focus(); if (link) link.click(); };
+    });
+    known = now;
+  });
+  document.addEventListener("htmx:afterSettle", function () {
+    if (known !== null) known = waitingIds(); // a filter or page change: what is shown now is known
+  });
+
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", setupList);
+  else setupList();
+})();
