@@ -17,6 +17,24 @@
     if (form && box.value.trim()) form.requestSubmit();
   });
 
+  // A live update re-renders the reply box (the mode or owner may have changed): keep the draft and focus.
+  var draft = null;
+  document.addEventListener("htmx:oobBeforeSwap", function (e) {
+    var t = e.detail.target;
+    if (!t || t.id !== "reply-box") return;
+    var box = document.getElementById("reply-text");
+    draft = box ? {value: box.value, focused: document.activeElement === box,
+                   start: box.selectionStart, end: box.selectionEnd} : null;
+  });
+  document.addEventListener("htmx:oobAfterSwap", function (e) {
+    var t = e.detail.target;
+    if (!t || t.id !== "reply-box" || !draft) return;
+    var box = document.getElementById("reply-text");
+    if (box && draft.value) box.value = draft.value;
+    if (box && draft.focused) { box.focus(); box.setSelectionRange(draft.start, draft.end); }
+    draft = null;
+  });
+
   function rows() { return document.querySelectorAll("tr[data-row]"); }
   function waitingIds() {
     var out = {};
