@@ -191,3 +191,5 @@ class AgentResponse(BaseModel):
     tool_calls_executed: list[str] = Field(default_factory=list, description="Names of tools executed during this turn")
     handoff: Handoff | None = Field(default=None, description="Handoff details if a transfer occurred")
     usage: TurnUsage | None = Field(default=None, description="The turn's model calls, tokens and cost (Runner)")
+    held: bool = Field(default=False, description="True when a turn gate held the turn: no model was called")
+    human_requested: str | None = Field(default=None, description="Why a person was asked for during the turn")

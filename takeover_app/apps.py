@@ -10,6 +10,11 @@ class TakeoverAppConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from agents_app import runtime
+        from sessions_app.store import session_committing
+        from takeover_app import gate
         from takeover_app.groups import grant_takeover_permissions
 
         post_migrate.connect(grant_takeover_permissions, sender=self, dispatch_uid="takeover_app.groups")
+        session_committing.connect(gate.on_commit, dispatch_uid="takeover_app.gate")
+        runtime.add_runner_hook(gate.install)
