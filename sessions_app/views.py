@@ -242,8 +242,11 @@ def live_url(session_id: str | None = None) -> str:
 @console_required()
 @_or_gone
 def session_detail(request: HttpRequest, session_id: str) -> HttpResponse:
+    """The session page; for htmx its history, or with ``panel=1`` the whole workspace (conversation and
+    inspector: what the page re-reads after a takeover action, ``static/js/takeover.js``)."""
     session = _session(session_id)
-    return _render(request, DETAIL, "history", _detail_ctx(request, session))
+    partial = "session-panel" if request.GET.get("panel") == "1" else "history"
+    return _render(request, DETAIL, partial, _detail_ctx(request, session))
 
 
 def _action_error(request: HttpRequest, session_id: str, err: actions.ActionError,

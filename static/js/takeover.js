@@ -35,6 +35,32 @@
     draft = null;
   });
 
+  // A takeover form's answer (takeover_app's endpoints): on success the page re-reads its workspace (mode,
+  // panel, composer, the new message with its delivery status); a refusal (400 / 409 naming the owner,
+  // the 24-hour window) is shown beside the form that was sent.
+  document.addEventListener("htmx:beforeSwap", function (e) {
+    var elt = e.detail.requestConfig && e.detail.requestConfig.elt;
+    var form = elt && elt.closest ? elt.closest("[data-takeover]") : null;
+    if (!form) return;
+    var status = e.detail.xhr.status;
+    if (status >= 200 && status < 300) {
+      e.detail.shouldSwap = false;
+      var live = document.getElementById("live-session");
+      var box = form.querySelector("#reply-text");
+      if (box) box.value = "";
+      if (live && live.dataset.panelUrl) {
+        htmx.ajax("GET", live.dataset.panelUrl + "&order=" + currentOrder(), {target: "#session-panel", swap: "outerHTML"});
+      }
+      return;
+    }
+    var slot = form.dataset.errorTarget && document.querySelector(form.dataset.errorTarget);
+    if (slot) e.detail.target = slot;
+  });
+  function currentOrder() {
+    var c = document.getElementById("live-cursor");
+    return (c && c.dataset.order) || "newest";
+  }
+
   function rows() { return document.querySelectorAll("tr[data-row]"); }
   function waitingIds() {
     var out = {};

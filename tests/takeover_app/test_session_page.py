@@ -133,3 +133,23 @@ def test_a_customers_session_points_to_take_over_instead_of_the_live_chat():
     chat = client.get("/chat/", {"session": "tg:1"}).content.decode()
     assert "take the session over on its console page" in chat
     assert '<a href="/sessions/tg:1/#takeover-panel">Take over this session</a>' in chat
+
+
+def test_the_forms_post_to_the_takeover_endpoints_and_the_page_rereads_its_workspace():
+    olga = personas.operator()
+    page_states.human("+15550100", olga)
+    reply = page_states.operator_reply("+15550100", olga, "Hi", status="failed")
+    client = personas.client_for(olga)
+    html = page(client, "+15550100")
+    assert 'hx-post="/actions/reply/+15550100/"' in html and 'data-error-target="#reply-error"' in html
+    assert f'action="/actions/reply-resend/{reply.pk}/"' in html
+    dialog = client.get("/actions/handback-confirm/+15550100/").content.decode()
+    assert 'action="/actions/handback/+15550100/"' in dialog and 'id="handback-error"' in dialog
+    panel = client.get("/sessions/+15550100/", {"panel": "1"}, HTTP_HX_REQUEST="true").content.decode()
+    assert panel.lstrip().startswith('<div id="session-panel"') and 'id="reply-box"' in panel
+
+
+def test_a_waiting_session_can_go_back_to_the_bot_without_a_takeover():
+    page_states.waiting("+15550111")
+    html = page(personas.client_for(personas.operator()), "+15550111")
+    assert "Back to the bot…</a>" in html and 'action="/actions/takeover/+15550111/"' in html
