@@ -18,10 +18,14 @@
   });
 
   // A live update re-renders the reply box (the mode or owner may have changed): keep the draft and focus.
+  // The same box (same mode, owner, composer) is left alone: replacing it would drop a reply being sent.
   var draft = null;
   document.addEventListener("htmx:oobBeforeSwap", function (e) {
     var t = e.detail.target;
     if (!t || t.id !== "reply-box") return;
+    var f = e.detail.fragment;
+    var incoming = f && (f.id === "reply-box" ? f : (f.querySelector && f.querySelector("#reply-box")));
+    if (incoming && incoming.dataset.state === t.dataset.state) { e.detail.shouldSwap = false; return; }
     var box = document.getElementById("reply-text");
     draft = box ? {value: box.value, focused: document.activeElement === box,
                    start: box.selectionStart, end: box.selectionEnd} : null;
@@ -46,7 +50,8 @@
     if (status >= 200 && status < 300) {
       e.detail.shouldSwap = false;
       var live = document.getElementById("live-session");
-      var box = form.querySelector("#reply-text");
+      // The sent text leaves the box (a live update may have replaced the form meanwhile: the box now shown).
+      var box = form.hasAttribute("data-composer") ? document.getElementById("reply-text") : null;
       if (box) box.value = "";
       if (live && live.dataset.panelUrl) {
         htmx.ajax("GET", live.dataset.panelUrl + "&order=" + currentOrder(), {target: "#session-panel", swap: "outerHTML"});
