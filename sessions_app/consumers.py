@@ -74,11 +74,14 @@ class SessionListConsumer(_ConsoleConsumer):
     async def live_action(self, message: dict[str, Any]) -> None:
         action = message["action"]
         if action["kind"] == "delete":
-            await self._send(fragments.list_removed(action["session_id"]))
+            frames = [fragments.list_removed(action["session_id"])]
         else:
-            for frame in await database_sync_to_async(fragments.list_row_from_db)(action["session_id"], False):
-                await self._send(frame)
-        await self._send(await database_sync_to_async(fragments.nav_waiting_from_db)())
+            frames = await database_sync_to_async(fragments.list_row_from_db)(action["session_id"], False)
+        # The navigation's waiting badge rides in the row's frame (a mode may have changed).
+        badge = await database_sync_to_async(fragments.nav_waiting_from_db)()
+        frames = [*frames[:-1], frames[-1] + badge] if frames else [badge]
+        for frame in frames:
+            await self._send(frame)
 
     async def live_reply(self, message: dict[str, Any]) -> None:
         return  # a reply's delivery changes no list column

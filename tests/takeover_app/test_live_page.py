@@ -5,6 +5,8 @@ messages arrive with the unread count."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from sessions_app.live import publish_action, publish_reply
@@ -52,12 +54,13 @@ async def test_a_takeover_reaches_the_owners_open_page_and_the_list():
         html = "\n".join(await frames_until(page, 'id="live-status"'))
         assert '<span id="mode-badge" class="badge mode-human" hx-swap-oob="true">Operator: olga.operator' in html
         assert '<section class="card takeover" id="takeover-panel"' in html and "You answer</strong>" in html
-        assert 'id="reply-box" class="reply-box" aria-labelledby="reply-title" hx-swap-oob="true"' in html
+        assert re.search(r'<section id="reply-box" class="reply-box" data-state="human olga.operator composer" '
+                         r'aria-labelledby="reply-title" hx-swap-oob="true">', html)
         assert '<textarea id="reply-text"' in html
         assert '<span id="nav-waiting" hx-swap-oob="true"></span>' in html  # nobody waits any more
         assert "olga.operator: take over." in html
-        frames = await frames_until(listing, 'id="nav-waiting"')
-        assert any('data-mode="human"' in f for f in frames)
+        frame = (await frames_until(listing, 'id="nav-waiting"'))[-1]
+        assert 'data-mode="human"' in frame  # the row and the badge in one frame
 
 
 async def test_a_replys_delivery_status_updates_in_place():
