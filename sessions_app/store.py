@@ -310,3 +310,9 @@ class DjangoSessionStore(PersistentSessionStore):
     @property
     def using(self) -> str:
         return self.backend.using
+
+    async def run_blocking(self, session_id: str, fn: Callable[..., _T], *args: Any) -> _T:
+        """Await blocking ``fn(*args)`` (ORM queries of a turn hook, e.g. a turn gate) on the thread this
+        store uses for ``session_id``'s turn: in order with the turn's own queries, on a connection the
+        store closes with its threads."""
+        return await self._run_blocking_on(session_id, fn, *args)

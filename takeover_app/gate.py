@@ -13,7 +13,8 @@ Installed on the site's Runner (``agents_app.runtime.add_runner_hook``) by the a
 What a turn changes in the mode row is written by :func:`on_commit` inside the turn's own commit
 transaction (``sessions_app.store.session_committing``), so it is stored if and only if the turn is:
 a held message is counted unread exactly once, a note is used up only by a turn that committed.
-The gate reads the mode row on a thread (one query per turn); it runs under the session's turn lock.
+The gate reads the mode row on the store's thread for the session (one query per turn), under the
+session's turn lock.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db.models import F
 from django.utils import timezone
@@ -89,7 +89,9 @@ def _instructions(note: str) -> str:
 
 async def turn_gate(session: Any, text: str) -> TurnDecision | None:
     """The site Runner's ``turn_gate`` (see the module docstring)."""
-    return await sync_to_async(_decide, thread_sensitive=False)(session.session_id, text)
+    from agents_app import runtime
+
+    return await runtime.site_store().run_blocking(session.session_id, _decide, session.session_id, text)
 
 
 def on_human_request(session: Any, reason: str) -> None:

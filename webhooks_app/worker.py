@@ -201,7 +201,7 @@ class Worker:
         if answer is None:  # held for the operator: stored, nothing to send
             answer, reply = "", Reply.HELD
         self.processed += 1
-        if await db(taskqueue.finish, delivery, self.owner, answer, reply) and replies_out:
+        if await db(taskqueue.finish, delivery, self.owner, answer, reply) and reply == Reply.SENDING:
             await self._send(delivery, answer, db)
 
     async def _play(self, delivery: InboundDelivery, db: Any) -> str | None:
