@@ -102,7 +102,7 @@ def manage(*args: str, env: dict[str, str] | None = None) -> None:
 def serve(host: str, port: int) -> None:
     ensure_venv()
     manage("migrate", "--noinput", "-v", "0")
-    manage("chatflow_demo", "--if-empty")
+    manage("chatflow_demo", "--if-empty", "--takeover", "4")
     manage("chatflow_dev_operator", "--if-debug")
     url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
     say(f"serving on {url}  (Ctrl+C stops)")

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from chatflow_agent.core.runner import Runner
 
-__all__ = ["SCRIPTS", "DemoSession", "plan_sessions", "play", "spread_times"]
+__all__ = ["SCRIPTS", "TAKEOVER_SCRIPTS", "DemoSession", "demo_colleague", "plan_sessions", "plan_takeover_sessions",
+           "play", "spread_times", "stage_takeover"]
 
 # {order}, {order2}, {invoice}, {device}, {symptom}, {amount} are filled per session.
 SCRIPTS: tuple[tuple[str, ...], ...] = (
@@ -58,11 +59,14 @@ _AGENTS = (
 
 @dataclass
 class DemoSession:
-    """One demo conversation: ``messages`` are played in order, one turn each."""
+    """One demo conversation: ``messages`` are played in order, one turn each; ``takeover`` (human
+    takeover demos only) says what an operator does afterwards (:func:`stage_takeover`)."""
 
     session_id: str
     metadata: dict[str, Any]
     messages: list[str] = field(default_factory=list)
+    takeover: str = ""
+    values: dict[str, str] = field(default_factory=dict)  # what its scripts' placeholders were filled with
 
 
 def _whatsapp(rng: random.Random, name: str) -> tuple[str, dict[str, Any]]:
@@ -82,6 +86,26 @@ def _web(rng: random.Random, name: str) -> tuple[str, dict[str, Any]]:
     return f"web-{visitor}", {"channel": "web", "visitor_id": visitor, "page": rng.choice(_PAGES),
                               "user_agent": rng.choice(_AGENTS), "display_name": name}
 
+
+#: Human takeover demos: (what happens, channel index in _CHANNELS, customer messages). "waiting": the
+#: customer's words ask for a person (CHATFLOW_HUMAN_PHRASES), so the session waits; "human": an operator
+#: took it over and replied, and the customer's next message is held for them; "handed_back": taken over,
+#: answered and handed back to the bot with a private note. Operator replies go to web sessions, whose
+#: replies travel over the console's own websocket (a demo sends nothing to WhatsApp or Telegram).
+TAKEOVER_SCRIPTS: tuple[tuple[str, int, tuple[str, ...]], ...] = (
+    ("waiting", 0, ("Hi, order {order} arrived broken", "This is the second time. I want to talk to a human")),
+    ("waiting", 1, ("Olá, quero falar com um atendente, por favor",)),
+    ("human", 2, ("I was charged twice for order {order}", "refund order {order} amount {amount}")),
+    ("handed_back", 2, ("Is there a problem with my invoice? I think it's wrong",)),
+)
+#: What the demo colleague writes (per takeover kind) and the customer's message held for them.
+_OPERATOR_REPLY = {"human": "Hi {name}, this is Dana from the support team. I see the double charge on {order}; "
+                            "I am checking it with Billing now.",
+                   "handed_back": "Hi {name}, Dana here. Invoice {invoice} had the wrong address; it is corrected. "
+                                  "Our assistant can send you the new copy."}
+_HELD = "Thank you! Will the refund go back to my card?"
+_NOTE = "Invoice {invoice} was re-issued with the corrected address; offer to send the new copy, no refund needed."
+DEMO_COLLEAGUE = "dana.demo"
 
 _CHANNELS: tuple[Callable[[random.Random, str], tuple[str, dict[str, Any]]], ...] = (_whatsapp, _telegram, _web)
 
@@ -110,6 +134,64 @@ def plan_sessions(count: int, rng: random.Random, taken: Collection[str] = ()) -
         script = SCRIPTS[n % len(SCRIPTS)]
         sessions.append(DemoSession(session_id, {**metadata, "demo": True}, [m.format(**values) for m in script]))
     return sessions
+
+
+def plan_takeover_sessions(count: int, rng: random.Random, taken: Collection[str] = ()) -> list[DemoSession]:
+    """``count`` human takeover demo sessions (:data:`TAKEOVER_SCRIPTS` in turn) with ids not in ``taken``."""
+    used = set(taken)
+    sessions = []
+    for n in range(count):
+        kind, channel, script = TAKEOVER_SCRIPTS[n % len(TAKEOVER_SCRIPTS)]
+        name = rng.choice(_NAMES)
+        session_id, metadata = _CHANNELS[channel](rng, name)
+        while session_id in used:
+            session_id, metadata = _CHANNELS[channel](rng, name)
+        used.add(session_id)
+        values = {"order": _order(rng), "amount": f"{rng.randrange(5, 40)}.00", "name": name,
+                  "invoice": f"INV-{rng.randrange(2024, 2027)}-{rng.randrange(1, 10000):04d}"}
+        sessions.append(DemoSession(session_id, {**metadata, "demo": True}, [m.format(**values) for m in script],
+                                    kind, values))
+    return sessions
+
+
+def demo_colleague() -> Any:
+    """The demo's colleague operator (``dana.demo``, Operators group, no usable password: nobody logs in
+    as her) who owns the demo's taken-over sessions."""
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Group
+
+    user, created = get_user_model().objects.get_or_create(username=DEMO_COLLEAGUE, defaults={
+        "is_staff": True, "first_name": "Dana", "email": "dana.demo@example.test"})
+    if created:
+        user.set_unusable_password()
+        user.save(update_fields=["password"])
+        user.groups.add(Group.objects.get(name="Operators"))
+    return user
+
+
+def stage_takeover(runner: Runner, session: DemoSession, operator: Any) -> None:
+    """After the session's customer messages were played: what an operator did on it, through the
+    takeover service (audited, as in the console). Sync: call it outside an event loop."""
+    import asyncio
+
+    from sessions_app.models import ChatMessage
+    from takeover_app import service
+    from takeover_app.models import SessionMode
+
+    values = session.values
+    if session.takeover == "waiting":  # the wait began with the customer's words (their time, once spread)
+        asked = (ChatMessage.objects.filter(session_id=session.session_id, role="user").order_by("-id")
+                 .values_list("created_at", flat=True).first())
+        SessionMode.objects.filter(pk=session.session_id, mode="waiting").update(since=asked, waiting_since=asked)
+        return
+    if session.takeover not in ("human", "handed_back"):
+        return
+    service.take_over(operator, session.session_id)
+    service.send_reply(operator, session.session_id, _OPERATOR_REPLY[session.takeover].format(**values))
+    if session.takeover == "human":  # the customer answers: held for the operator, no bot turn
+        asyncio.run(runner.run_async(session.session_id, _HELD, metadata=session.metadata))
+    else:
+        service.hand_back(operator, session.session_id, note=_NOTE.format(**values))
 
 
 async def play(runner: Runner, session: DemoSession) -> None:

@@ -7,11 +7,13 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from agents_app import registry
 from agents_app.graph import layout
 from chatflow_agent.core.agent import handoff_tool_name
+from sessions_app import takeover_page
 from sessions_app.access import console_required
 from sessions_app.ids import id_problem
 from sessions_app.models import SESSION_ID_MAX_LENGTH, ChatSession
@@ -54,8 +56,9 @@ def agent_list(request: HttpRequest) -> HttpResponse:
 CHAT = "sessions_app.add_chatmessage"
 
 #: Channels whose sessions are real customers' conversations: the live chat page would store the
-#: operator's text as the customer's message and its answer would never reach the customer.
-CUSTOMER_CHANNELS = frozenset({"whatsapp", "telegram"})
+#: operator's text as the customer's message and its answer would never reach the customer (an operator
+#: answers such a customer by taking the session over on its console page).
+CUSTOMER_CHANNELS = takeover_page.CUSTOMER_CHANNELS
 
 
 def chat_refusal(session_id: str, metadata: Any) -> str:
@@ -68,7 +71,9 @@ def chat_refusal(session_id: str, metadata: Any) -> str:
     channel = str(metadata.get("channel") or "").lower() if isinstance(metadata, dict) else ""
     if channel in CUSTOMER_CHANNELS:
         return (f"Read only: this is a {channel} customer's session. A message sent here would be stored as the "
-                f"customer's own and the answer would never reach {channel}, so the live chat does not send on it.")
+                f"customer's own and the answer would never reach {channel}, so the live chat does not send on it. "
+                "To answer the customer, take the session over on its console page (Human takeover): your "
+                "replies then go out on their channel.")
     return ""
 
 
@@ -98,6 +103,10 @@ def _chat_ctx(request: HttpRequest, session_id: str) -> tuple[dict[str, Any], bo
         "max_session_id": SESSION_ID_MAX_LENGTH,
         "max_message": MAX_MESSAGE,
         "refusal": chat_refusal(session_id, metadata),
+        # An existing customer's session: the refusal points to its takeover panel.
+        "takeover_url": reverse("sessions-show-session", args=[session_id]) + "#takeover-panel"
+        if existing and isinstance(metadata, dict)
+        and str(metadata.get("channel") or "").lower() in CUSTOMER_CHANNELS else "",
         "history": _history(session_id) if existing else None,
     }
     return ctx, valid

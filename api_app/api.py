@@ -221,6 +221,24 @@ def _redacted(redact: str) -> bool:
     return bool(redact)
 
 
+#: What the transcript's ``view=operator`` needs besides the export permission (operators, not viewers).
+OPERATOR_VIEW = "takeover_app.take_over"
+
+
+def _operator_view(caller: Caller, view: str, format: str) -> bool:
+    """Whether the transcript is the operator view: 400 for an unknown view or a format other than json,
+    403 without the take_over permission."""
+    if not view:
+        return False
+    if view != "operator":
+        raise HttpError(400, f"Unknown view {view[:40]!r}; valid: operator.")
+    if format != "json":
+        raise HttpError(400, "view=operator is for format=json.")
+    if not may(caller.user, OPERATOR_VIEW):
+        raise HttpError(403, "The operator view needs the take_over permission (Operators).")
+    return True
+
+
 def _stream(request: HttpRequest, chunks: Iterator[bytes], content_type: str, disposition: str):
     """A streamed download; under ASGI the chunks are pulled one by one on a worker thread (never buffered)."""
     content: Iterator[bytes] | AsyncIterator[bytes] = _pull(chunks) if isinstance(request, ASGIRequest) else chunks
@@ -241,6 +259,7 @@ class Filters(Schema):
     q: str = Field("", description="Search in session ids, metadata and message text.")
     agent: str = Field("", description="Active agent name.")
     channel: str = Field("", description="metadata.channel, e.g. whatsapp.")
+    mode: str = Field("", description="Takeover mode: " + ", ".join(listing.MODES) + " (who answers the session).")
     updated_from: str = Field("", description="YYYY-MM-DD (site time zone), inclusive.")
     updated_to: str = Field("", description="YYYY-MM-DD (site time zone), inclusive.")
     sort: str = Field("-updated", description="One of " + ", ".join(listing.SORTS) + ".")
@@ -276,6 +295,12 @@ class SessionOut(Schema):
     last_message: LastMessage | None = None
     usage: SessionUsage | None = Field(None, description="The session's recorded turns' totals; null before its "
                                        "first recorded turn.")
+    mode: str = Field("bot", description="Who answers: bot (the agents), waiting (a person was asked for; the bot "
+                                         "does not answer) or human (an operator took it over).")
+    owner: str | None = Field(None, description="The operator's username in mode human, else null.")
+    waiting_since: datetime | None = Field(None, description="When it started waiting for a person (modes waiting "
+                                                             "and human), else null.")
+    unread: int = Field(0, description="Customer messages stored since the operator last replied.")
 
 
 class SessionPage(Schema):
@@ -308,6 +333,10 @@ def _session_out(s: ChatSession, redacted: bool, running: bool = False, last: tu
         "message_count": s.message_count, "turn_count": s.turn_count, "running": running,
         "last_message": {"role": last[0], "text": clean_text(last[1])} if last and last[1] else None,
         "usage": session_usage(totals),
+        "mode": getattr(s, "mode", None) or "bot",
+        "owner": (getattr(s, "mode_owner", None) or None) if getattr(s, "mode", "") == "human" else None,
+        "waiting_since": getattr(s, "waiting_since", None),
+        "unread": getattr(s, "unread", 0) or 0,
     }
     if redacted:
         out["metadata"] = export.redact(out["metadata"])
@@ -350,17 +379,26 @@ def list_sessions(request: HttpRequest, filters: Query[Filters], cursor: str = "
          summary="One session's transcript as json (turn-grouped), jsonl, md or csv",
          openapi_extra={"responses": {200: {"description": "The transcript as a download", "content": {
              "application/json": {}, "application/x-ndjson": {}, "text/markdown": {}, "text/csv": {}}}}})
-def session_transcript(request: HttpRequest, session_id: str, format: str = "json", redact: str = ""):
+def session_transcript(request: HttpRequest, session_id: str, format: str = "json", redact: str = "",
+                       view: str = Query("", description="`operator`: the JSON transcript adds `operator_view` "
+                                         "(takeover mode and owner, the private hand-back note for the agent, "
+                                         "operator replies' deliveries). Needs the take_over permission; "
+                                         "format json only.")):
     caller = _caller(request)
     if format not in export.FORMATS:
         raise HttpError(400, f"Unknown format {format!r}; valid formats: {', '.join(export.FORMATS)}.")
+    operator = _operator_view(caller, view, format)
     redacted = _redacted(redact)
     session = _get_session(session_id)
     content_type, ext = export.FORMATS[format]
-    _audit(caller, session.session_id, format=format, redact=redact)
+    _audit(caller, session.session_id, format=format, redact=redact, **({"view": view} if view else {}))
     disposition = export.content_disposition(session.session_id, ext, redacted=redacted)
     if format == "json":
-        body = export.utf8(export.dumps(export.transcript(session, redacted=redacted), indent=2) + "\n")
+        record = export.transcript(session, redacted=redacted)
+        if operator:
+            extra = export.operator_view(session.session_id)
+            record["operator_view"] = export.redact(extra) if redacted else extra
+        body = export.utf8(export.dumps(record, indent=2) + "\n")
         response = HttpResponse(body, content_type=content_type)
         response["Content-Disposition"] = disposition
         response["Cache-Control"] = "no-store"

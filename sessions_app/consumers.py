@@ -74,10 +74,17 @@ class SessionListConsumer(_ConsoleConsumer):
     async def live_action(self, message: dict[str, Any]) -> None:
         action = message["action"]
         if action["kind"] == "delete":
-            await self._send(fragments.list_removed(action["session_id"]))
+            frames = [fragments.list_removed(action["session_id"])]
         else:
-            for frame in await database_sync_to_async(fragments.list_row_from_db)(action["session_id"], False):
-                await self._send(frame)
+            frames = await database_sync_to_async(fragments.list_row_from_db)(action["session_id"], False)
+        # The navigation's waiting badge rides in the row's frame (a mode may have changed).
+        badge = await database_sync_to_async(fragments.nav_waiting_from_db)()
+        frames = [*frames[:-1], frames[-1] + badge] if frames else [badge]
+        for frame in frames:
+            await self._send(frame)
+
+    async def live_reply(self, message: dict[str, Any]) -> None:
+        return  # a reply's delivery changes no list column
 
     async def _send(self, html: str) -> None:
         if html:
@@ -148,6 +155,14 @@ class SessionConsumer(_ConsoleConsumer):
             return
         html = await database_sync_to_async(fragments.history_from_db)(self.view, fragments.action_note(action))
         await self._send(html or "")
+
+    async def live_reply(self, message: dict[str, Any]) -> None:
+        """An operator reply's delivery changed (``{"type": "live.reply", "reply": {"id", "session_id"}}``)."""
+        if self._hold(message):
+            return
+        reply_id = message.get("reply", {}).get("id")
+        if isinstance(reply_id, int):
+            await self._send(await database_sync_to_async(fragments.reply_from_db)(self.view, reply_id))
 
     def _hold(self, message: dict[str, Any]) -> bool:
         if self.pending is None:

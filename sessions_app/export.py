@@ -29,7 +29,10 @@ JSON shape (``FORMAT_VERSION`` 1; ``manage.py chatflow_import_transcript`` reads
 records say; null for turns played before records were kept.
 
 A message is ``chatflow_agent.types.Message`` as JSON (role, content, tool_calls, tool_results,
-timestamp); a row that cannot be read at all is ``{"role", "content", "unreadable": true}``.
+timestamp, and ``author`` on a MODEL message an operator wrote during a takeover); a row that cannot be
+read at all is ``{"role", "content", "unreadable": true}``. The operator view of the JSON transcript adds
+``"operator_view"`` (:func:`operator_view`: mode, owner, the private hand-back note, reply deliveries);
+the customer-facing transcript never holds the private note.
 """
 
 from __future__ import annotations
@@ -54,7 +57,8 @@ from sessions_app.timeline import agent_actions, agent_changes, agents_by_turn, 
 from turns_app.console import session_usage, totals_of, usage_by_first_message
 
 __all__ = [
-    "BATCH", "FORMATS", "FORMAT_VERSION", "bulk_jsonl", "content_disposition", "md_text", "redact", "session_record",
+    "BATCH", "FORMATS", "FORMAT_VERSION", "bulk_jsonl", "content_disposition", "md_text", "operator_view", "redact",
+    "session_record",
     "shown_id", "transcript", "transcript_csv", "transcript_jsonl", "transcript_md", "turn_agents", "utf8",
 ]
 
@@ -269,6 +273,34 @@ def transcript(session: ChatSession, rows: Iterable[Row] | None = None, *, redac
     return {**redact(out), "redacted": True} if redacted else out
 
 
+def operator_view(session_id: str) -> dict[str, Any]:
+    """What only operators see of a session's takeover (the transcript's ``operator_view``)::
+
+        {"mode": "bot" | "waiting" | "human", "owner": str | None, "waiting_since": iso | None,
+         "private_note": str,            # the latest hand-back note for the agent (never shown to the customer)
+         "replies": [{"message_id", "author", "status", "error", "attempts", "created_at", "sent_at"}]}
+
+    ``replies`` are the operator-written messages' deliveries (``status``: sending, sent, failed, unknown).
+    """
+    from takeover_app.models import OperatorReply, SessionMode
+
+    row = SessionMode.objects.filter(pk=session_id).first()
+
+    def iso(moment: datetime | None) -> str | None:
+        return moment.isoformat() if moment is not None else None
+
+    return {
+        "mode": row.mode if row else SessionMode.Mode.BOT.value,
+        "owner": row.owner_username or None if row and row.mode == SessionMode.Mode.HUMAN else None,
+        "waiting_since": iso(row.waiting_since) if row and row.mode != SessionMode.Mode.BOT else None,
+        "private_note": row.last_note if row else "",
+        "replies": [{"message_id": r.message_row_id, "author": r.author_username, "status": r.shown_status,
+                     "error": r.error, "attempts": r.attempts, "created_at": iso(r.created_at),
+                     "sent_at": iso(r.sent_at)}
+                    for r in OperatorReply.objects.filter(session_id=session_id).order_by("id")],
+    }
+
+
 def turn_agents(session: ChatSession) -> list[list[str]]:
     """Each turn's agents (the ``agents`` of the JSON format: the one active when it started, then each
     handoff's target), from one narrow query for the handoff results and one for the audit log."""
@@ -320,7 +352,9 @@ def transcript_jsonl(session: ChatSession, *, redacted: bool = False) -> Iterato
     return _chunked(lines())
 
 
-CSV_COLUMNS = ["session_id", "turn", "seq", "role", "agent", "timestamp", "content", "tool_calls", "tool_results"]
+#: ``author``: the operator who wrote a MODEL message instead of the model (human takeover), else empty.
+CSV_COLUMNS = ["session_id", "turn", "seq", "role", "agent", "timestamp", "content", "tool_calls", "tool_results",
+               "author"]
 
 
 def _cell(value: Any) -> Any:
@@ -355,6 +389,7 @@ def transcript_csv(session: ChatSession, *, redacted: bool = False) -> Iterator[
                     rec.get("content") or "",
                     dumps(rec["tool_calls"]) if rec.get("tool_calls") else "",
                     dumps(rec["tool_results"]) if rec.get("tool_results") else "",
+                    rec.get("author") or "",
                 )])
             yield buf.getvalue()
 
@@ -450,6 +485,8 @@ def _md_items(seg: Segment, trail: list[str]) -> Iterator[str]:
             yield f"**User** · {at}\n\n{_quote(item.text or '')}\n"
         elif item.kind == "system":
             yield f"**System** · {at}\n\n{_quote(item.text or '')}\n"
+        elif item.kind == "model" and item.author:
+            yield f"**Operator · {md_text(_line(item.author))}** · {at}\n\n{md_text(item.text or '')}\n\n"
         elif item.kind == "model":
             yield f"**{md_text(_line(agent)) or 'Agent'}** · {at}\n\n{md_text(item.text or '')}\n\n"
         elif item.kind == "call":

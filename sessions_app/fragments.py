@@ -23,7 +23,7 @@ from django.utils.html import format_html
 from chatflow_agent.types import Message, Role, ToolCall, ToolResult
 from sessions_app import listing
 from sessions_app.access import FORCE_HANDOFF, ROLLBACK, may
-from sessions_app.models import ChatMessage, ChatSession, SessionLease
+from sessions_app.models import ChatMessage, ChatSession, OperatorAction, SessionLease
 from sessions_app.timeline import Item, Turn, _parse, handoff_of, label_items, page_count, turn_bounds, turn_items
 from turns_app.console import attach_records
 
@@ -162,6 +162,7 @@ def committed_from_db(view: DetailView, clear_live: bool = True) -> tuple[str, l
         for t in turns:
             t.agents = agents[t.number - 1] if 1 <= t.number <= len(agents) else []
             label_items(t.items, t.agents, times)
+        _with_takeover(view, ctx, [i for t in turns for i in t.items])
         body = "".join(render_to_string(f"{DETAIL}#turn", {**ctx, "turn": t}) for t in turns)
         html += _oob("beforeend:#turns", body)
         html += '<p id="no-turns" hx-swap-oob="delete"></p>'
@@ -170,7 +171,35 @@ def committed_from_db(view: DetailView, clear_live: bool = True) -> tuple[str, l
         html += ('<div id="live-turn" class="live-turn" hx-swap-oob="true"><p class="note" role="status">'
                  'New messages were saved; they show on the page with the newest turn.</p></div>')
     html += cursor(view) + toolbar(view, len(bounds)) + facts_from_db(view.session_id, view.user)
+    html += takeover_from_db(view)
     return html, ids
+
+
+def takeover_from_db(view: DetailView) -> str:
+    """:func:`takeover_from_ctx` for ``view``'s session read now (its unread count after held customer
+    messages, its mode); ``""`` when the session is gone."""
+    from agents_app import registry
+    from sessions_app import takeover_page
+
+    session = ChatSession.objects.filter(pk=view.session_id).first()
+    if session is None:
+        return ""
+    names = list(registry.agents())
+    lease = SessionLease.objects.filter(pk=view.session_id).first()
+    ctx = {"s": session, "agent_names": names, "live_oob": True,
+           "takeover": takeover_page.takeover_ctx(view.user, session, lease, names)}
+    return takeover_from_ctx(ctx, _request(view))
+
+
+def _with_takeover(view: DetailView, ctx: dict[str, Any], items: list[Item]) -> None:
+    """Operator replies attached to their messages and the ``takeover`` context (Resend for the owner)."""
+    from sessions_app import takeover_page
+
+    session = ChatSession.objects.filter(pk=view.session_id).first()
+    if session is None:
+        return
+    takeover_page.attach_replies(view.session_id, items)
+    ctx["takeover"] = takeover_page.takeover_ctx(view.user, session, None, [])
 
 
 def _turn_agents(session_id: str) -> list[list[str]]:
@@ -240,7 +269,51 @@ def history_from_db(view: DetailView, note: str) -> str | None:
     facts = render_to_string(f"{DETAIL}#session-facts", ctx, request=request)
     if ctx["can_handoff"]:
         facts += render_to_string(f"{DETAIL}#handoff-select", ctx, request=request)
-    return history + facts + status(note, "note")
+    return history + facts + takeover_from_ctx(ctx, request) + status(note, "note")
+
+
+def takeover_from_ctx(ctx: dict[str, Any], request: HttpRequest | None = None) -> str:
+    """The session page's takeover regions for a detail context (``live_oob``): the mode badge, the
+    takeover panel, the reply box (``static/js/takeover.js`` keeps a draft typed in it) and the
+    navigation's badge of waiting sessions."""
+    return ("".join(render_to_string(f"{DETAIL}#{name}", ctx, request=request)
+                    for name in ("mode-badge", "takeover-panel", "reply-box")) + nav_waiting_from_db())
+
+
+def nav_waiting_from_db() -> str:
+    """The navigation's badge of waiting sessions, for an out-of-band swap."""
+    from sessions_app.listing import waiting_count
+    from sessions_app.templatetags.console_nav import waiting_badge
+
+    return waiting_badge(waiting_count(), oob=True)
+
+
+def reply_from_db(view: DetailView, reply_id: int) -> str:
+    """One operator reply's message re-rendered where the page shows it (its delivery status changed:
+    sending → sent / failed); ``""`` when the reply or its message is not stored."""
+    from sessions_app import takeover_page
+    from sessions_app.views import _session
+    from takeover_app.models import OperatorReply
+
+    reply = OperatorReply.objects.filter(pk=reply_id, session_id=view.session_id).first()
+    if reply is None or reply.message_row_id is None:
+        return ""
+    row = ChatMessage.objects.filter(pk=reply.message_row_id).values_list("id", "role", "content", "message_json",
+                                                                          "created_at").first()
+    if row is None:
+        return ""
+    items = [i for i in turn_items(_parse([row[:4]])) if i.kind == "model" and i.author]
+    if not items:
+        return ""
+    try:
+        session = _session(view.session_id)
+    except Exception:  # Http404: deleted meanwhile
+        return ""
+    item = items[0]
+    item.at, item.reply = row[4], reply
+    ctx = {"s": session, "item": item, "reply_oob": True,
+           "takeover": takeover_page.takeover_ctx(view.user, session, None, [])}
+    return render_to_string(f"{DETAIL}#operator-message", ctx, request=_request(view))
 
 
 def _request(view: DetailView) -> HttpRequest:
@@ -262,7 +335,10 @@ def action_note(action: dict[str, Any]) -> str:
         return f"{who} rolled the session back to turn {after.get('turn')}."
     if action["kind"] == "resend_reply":
         return f"{who} resent the reply to webhook message {before.get('provider_message_id')}."
-    return f"{who} deleted this session."
+    if action["kind"] == "delete":
+        return f"{who} deleted this session."
+    # Other apps' actions (takeover: take over, hand back, operator replies, a customer asking for a person).
+    return f"{who}: {OperatorAction.label_of(action['kind']).lower()}."
 
 
 def deleted(action: dict[str, Any]) -> str:

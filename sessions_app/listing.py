@@ -16,7 +16,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from datetime import time as dtime
 from typing import Any
 
@@ -28,11 +28,12 @@ from django.utils.dateparse import parse_date, parse_datetime
 from chatflow_agent.jsonsafe import clean_text
 from chatflow_agent.types import Role
 from sessions_app.models import ChatMessage, ChatSession, SessionLease
+from takeover_app.models import SessionMode
 from turns_app.console import usage_columns, usage_sort_key
 
-__all__ = ["CHANNELS", "COUNT_LIMIT", "ListQuery", "Page", "SORTS", "after_cursor", "bounded_count", "customer_name",
-           "decode_cursor", "encode_cursor", "fetch_page", "fetch_window", "filtered", "one", "parse_query",
-           "register_marker", "valid_day"]
+__all__ = ["CHANNELS", "COUNT_LIMIT", "MODES", "ListQuery", "Page", "SORTS", "after_cursor", "bounded_count",
+           "customer_name", "decode_cursor", "encode_cursor", "fetch_page", "fetch_window", "filtered", "one",
+           "parse_query", "register_marker", "valid_day", "waiting_count"]
 
 #: ``sort`` parameter → (column, descending). Every sort ends with ``session_id`` (the keyset's tie-break).
 SORTS = {
@@ -49,9 +50,19 @@ SORTS = {
     "-tokens": ("sort_tokens", True),
     "cost": ("sort_cost", False),
     "-cost": ("sort_cost", True),
+    # Time waiting: longest waiting first ("waiting"); sessions not waiting for a person come last either way.
+    "waiting": ("waiting_key", False),
+    "-waiting": ("waiting_key", True),
 }
-_TIME_COLUMNS = {"updated_at", "created_at"}
+_TIME_COLUMNS = {"updated_at", "created_at", "waiting_key"}
 _USAGE_SORTS = {"sort_tokens", "sort_cost"}
+_USAGE_SORTS = {"sort_tokens", "sort_cost"}
+#: The session modes the ``mode`` filter takes (takeover: who answers the session).
+MODES = tuple(SessionMode.Mode.values)
+#: Modes in which a person, not the bot, answers (the session waits for one or has one).
+_PERSON_MODES = (SessionMode.Mode.WAITING.value, SessionMode.Mode.HUMAN.value)
+#: What a session that is not waiting sorts by under the waiting sorts (after every real time).
+_NOT_WAITING = {False: datetime(9999, 1, 1, tzinfo=UTC), True: datetime(1970, 1, 2, tzinfo=UTC)}
 PER_PAGE = 50
 COUNT_LIMIT = 500
 #: The channels the list's select offers (``metadata.channel``, matched case-insensitively).
@@ -88,6 +99,7 @@ class ListQuery:
     q: str = ""
     agent: str = ""
     channel: str = ""
+    mode: str = ""
     updated_from: str = ""
     updated_to: str = ""
     sort: str = "-updated"
@@ -126,8 +138,12 @@ def parse_query(get: Any) -> ListQuery:
     if ("updated_from" not in errors and "updated_to" not in errors and days["updated_from"] and days["updated_to"]
             and days["updated_from"] > days["updated_to"]):
         errors["updated_to"] = "Updated to is before Updated from."
+    mode = text("mode", 20).lower()
+    if mode and mode not in MODES:
+        errors["mode"] = f"Unknown mode {mode!r}; choose one of {', '.join(MODES)}."
     return ListQuery(
         q=text("q", 200),
+        mode=mode if "mode" not in errors else "",
         agent=text("agent", 200),
         channel=text("channel", 200).lower(),
         updated_from=days["updated_from"],
@@ -194,6 +210,10 @@ def filtered(query: ListQuery):
         qs = qs.filter(active_agent_name=query.agent)
     if query.channel:
         qs = qs.filter(metadata__channel__iexact=query.channel)
+    if query.mode == SessionMode.Mode.BOT:
+        qs = qs.filter(~Exists(_person_mode()))
+    elif query.mode:
+        qs = qs.filter(Exists(SessionMode.objects.filter(session_id=OuterRef("pk"), mode=query.mode)))
     start = _bound(query.updated_from, False) if "updated_from" not in query.errors else None
     end = _bound(query.updated_to, True) if "updated_to" not in query.errors else None
     if start:
@@ -201,6 +221,38 @@ def filtered(query: ListQuery):
     if end:
         qs = qs.filter(updated_at__lte=end)
     return qs
+
+
+def _person_mode():
+    """The session's mode row when a person answers it (``waiting`` or ``human``); none for ``bot``."""
+    return SessionMode.objects.filter(session_id=OuterRef("pk"), mode__in=_PERSON_MODES)
+
+
+def _mode_columns() -> dict[str, Any]:
+    """Per-row takeover state: ``mode`` (bot without a row), ``mode_owner``, ``unread``, ``waiting_since``."""
+    row = _person_mode()
+    return {
+        "mode": Coalesce(Subquery(row.values("mode")[:1]), Value(SessionMode.Mode.BOT.value),
+                         output_field=TextField()),
+        "mode_owner": Subquery(row.values("owner_username")[:1]),
+        "mode_since": Subquery(row.values("since")[:1]),
+        "unread": Coalesce(Subquery(row.values("unread")[:1]), Value(0), output_field=IntegerField()),
+        "waiting_since": Subquery(row.values("waiting_since")[:1]),
+    }
+
+
+def waiting_count() -> int:
+    """How many sessions wait for a person right now (mode ``waiting``): the navigation's badge."""
+    return SessionMode.objects.filter(mode=SessionMode.Mode.WAITING).count()
+
+
+def _sortable(qs, sort: str):
+    """``qs`` with the sort's column when it is computed (the waiting sorts' ``waiting_key``)."""
+    column, desc = SORTS[sort]
+    if column != "waiting_key":
+        return qs
+    return qs.annotate(waiting_key=Coalesce(Subquery(_person_mode().values("waiting_since")[:1]),
+                                            Value(_NOT_WAITING[desc])))
 
 
 def counted(qs):
@@ -227,6 +279,7 @@ def _annotated(qs):
         last_text=Subquery(last.values("content")[:1]),
         running=Exists(SessionLease.objects.filter(session_id=OuterRef("pk"), expires_at__gt=time.time())),
         **usage_columns(),
+        **_mode_columns(),
         **{name: expression() for name, expression in _markers.items()},
     )
 
@@ -241,6 +294,7 @@ def after_cursor(qs, sort: str, cursor: tuple[datetime | str, str] | None, *, ba
 
     ``backwards``: the rows before ``cursor``, nearest first (the previous page, reversed)."""
     column, desc = SORTS[sort]
+    qs = _sortable(qs, sort)
     desc = desc != backwards
     if column in _USAGE_SORTS:
         qs = qs.annotate(**{column: usage_sort_key(column)})

@@ -10,7 +10,9 @@ Messages on the layer are plain JSON-safe dicts (msgpack on Redis):
 * ``{"type": "live.event", "event": {...}}`` — one run event, :func:`encode_event`'s shape
   (``kind`` = the event's ``type`` literal, its fields, pydantic values dumped as JSON);
 * ``{"type": "live.action", "action": {...}}`` — an operator action from the audit log
-  (``id``, ``kind``, ``session_id``, ``actor``, ``before``, ``after``).
+  (``id``, ``kind``, ``session_id``, ``actor``, ``before``, ``after``);
+* ``{"type": "live.reply", "reply": {"id", "session_id", "status"}}`` — an operator reply's delivery
+  changed (sending → sent / failed), :func:`publish_reply`; the session page re-renders that message.
 
 The Runner awaits its subscribers inside the turn, so :class:`Publisher` only puts the messages on a
 per-event-loop queue and returns; one drain task per loop sends them in order. A send that fails is
@@ -50,7 +52,7 @@ from chatflow_agent.jsonsafe import json_safe
 
 __all__ = [
     "LIST_GROUP", "LayerOutage", "Publisher", "encode_event", "group_for_session", "group_send", "mark_serving",
-    "flush_before_close", "outage", "publish_action", "publisher",
+    "flush_before_close", "outage", "publish_action", "publish_reply", "publisher",
     "warn_if_isolated", "warn_unless_serving",
 ]
 
@@ -248,6 +250,23 @@ def publish_action(entry: Any) -> None:
             async_to_sync(_send_all)(messages)
         except Exception:
             logger.exception("Broadcasting operator action %s on %r failed", entry.action, entry.session_id)
+        return
+    publisher.send_soon(messages)
+
+
+def publish_reply(reply: Any) -> None:
+    """Broadcast that an operator reply's (an ``OperatorReply`` row) delivery status changed, to its
+    session's group, now (after the transaction that recorded it: call it once committed)."""
+    message = {"type": "live.reply", "reply": {"id": reply.pk, "session_id": reply.session_id,
+                                               "status": reply.status}}
+    messages = [(group_for_session(reply.session_id), message)]
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        try:
+            async_to_sync(_send_all)(messages)
+        except Exception:
+            logger.exception("Broadcasting the delivery of operator reply %s failed", reply.pk)
         return
     publisher.send_soon(messages)
 

@@ -76,6 +76,8 @@ class Item:
     dom: str = ""  # live: the HTML id a later fragment replaces (a running tool call)
     at: datetime | None = None  # when its row was stored (None while a turn runs)
     agent: str | None = None  # the agent active when it was written (model items and tool calls)
+    author: str | None = None  # a MODEL message an operator wrote (takeover): their username
+    reply: Any = None  # its delivery (takeover_app's OperatorReply), attached by sessions_app.takeover_page
 
     @property
     def long(self) -> bool:
@@ -144,7 +146,8 @@ def turn_items(parsed: list[tuple[int, Message | None, str]]) -> list[Item]:
             items.append(Item(msg.role.value, rid, text=msg.content or ""))
         elif msg.role == Role.MODEL:
             if msg.content:
-                items.append(Item("model", rid, text=msg.content, answer=not msg.tool_calls))
+                items.append(Item("model", rid, text=msg.content, answer=not msg.tool_calls and not msg.author,
+                                  author=msg.author))
             for call in msg.tool_calls or []:
                 result = results.get(call.id)
                 items.append(Item("call", rid, call=call, result=result,

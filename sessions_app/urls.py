@@ -20,5 +20,7 @@ urlpatterns = [
     path("actions/rollback/<session:session_id>/", views.session_rollback, name="sessions-rollback-session"),
     path("actions/delete-confirm/<session:session_id>/", views.session_delete_confirm, name="sessions-confirm-delete"),
     path("actions/delete/<session:session_id>/", views.session_delete, name="sessions-delete-session"),
+    path("actions/handback-confirm/<session:session_id>/", views.session_handback_confirm,
+         name="sessions-confirm-handback"),
     path("audit/", views.audit_list, name="sessions-list-actions"),
 ]

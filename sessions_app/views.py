@@ -22,11 +22,12 @@ from django_htmx.http import HttpResponseClientRedirect, reselect, reswap, retar
 
 from agents_app import registry
 from chatflow_agent.jsonsafe import clean_text
-from sessions_app import actions, export, listing
+from sessions_app import actions, export, listing, takeover_page
 from sessions_app.access import DELETE, EXPORT, FORCE_HANDOFF, ROLLBACK, console_required, may
 from sessions_app.fragments import pager_ctx
 from sessions_app.models import ChatMessage, ChatSession, OperatorAction, SessionLease
 from sessions_app.timeline import build_page, label_items, pretty_json
+from takeover_app.models import SessionMode
 
 LIST = "sessions_app/session_list.html"
 DETAIL = "sessions_app/session_detail.html"
@@ -61,8 +62,8 @@ def home(request: HttpRequest) -> HttpResponse:
 #: The list's columns: (label, sort key or None, CSS class).
 COLUMNS = [("Session", "session", "sid"), ("Channel", None, "chan"), ("Active agent", "agent", "agent"),
            ("Turns", None, "num"), ("Last message", None, "last-msg"), ("Created", "created", "ts"),
-           ("Updated", "updated", "ts"), ("Tokens", "tokens", "num"), ("Cost", "cost", "num"),
-           ("Status", None, "status")]
+           ("Updated", "updated", "ts"), ("Waiting", "waiting", "ts waiting"), ("Tokens", "tokens", "num"),
+           ("Cost", "cost", "num"), ("Status", None, "status")]
 
 
 def _headers(query: listing.ListQuery) -> list[dict]:
@@ -107,6 +108,7 @@ def session_list(request: HttpRequest) -> HttpResponse:
         "first_url": _url("sessions-list-sessions", query.params(after="", before="")) if page.prev_cursor else None,
         "agent_names": agent_names,
         "channels": channels,
+        "modes": [(m, SessionMode.Mode(m).label) for m in listing.MODES],
         "headers": _headers(query),
         # Live updates move a changed session to the top only where the newest sessions are shown.
         "ws_url": live_url() + ("?mode=top" if query.sort == "-updated" and not query.after and not query.before
@@ -192,14 +194,17 @@ def detail_ctx(user: Any, session: ChatSession, newest_first: bool = True, page_
         turn.agents = agents[turn.number - 1] if turn.number <= len(agents) else []
         label_items(turn.items, turn.agents, page.times)
     label_items([*page.system, *page.leading], [], page.times)
+    takeover_page.attach_replies(sid, (i for t in page.turns for i in t.items))
     can_export = may(user, EXPORT)
+    lease = SessionLease.objects.filter(pk=sid).first()
+    agent_names = list(registry.agents())
     return {
         "s": session,
         "metadata": [(k, v if isinstance(v, str) else pretty_json(v)) for k, v in session.metadata.items()]
         if isinstance(session.metadata, dict) else [],
         "history": page,
         **pager_ctx(sid, page.page, page.pages, newest_first),
-        "agent_names": list(registry.agents()),
+        "agent_names": agent_names,
         "window_start": page.turn_count - actions.site_store().default_max_turns,
         "agent_registered": registry.get_agent(session.active_agent_name) is not None,
         "can_handoff": may(user, FORCE_HANDOFF),
@@ -210,7 +215,8 @@ def detail_ctx(user: Any, session: ChatSession, newest_first: bool = True, page_
         "export_formats": [("json", "JSON"), ("jsonl", "JSONL"), ("csv", "CSV"), ("md", "Markdown")],
         "exports": list(OperatorAction.objects.filter(session_id=sid, action=OperatorAction.Kind.EXPORT)
                         .order_by("-created_at", "-id")[:5]),
-        "lease": SessionLease.objects.filter(pk=sid).first(),
+        "lease": lease,
+        "takeover": takeover_page.takeover_ctx(user, session, lease, agent_names),
         "can_chat": may(user, "sessions_app.add_chatmessage"),  # the live chat page (agents_app)
         # Live updates: the page has every message up to last_id; new turns are inserted only on the
         # page that shows the newest turn (tail).
@@ -237,8 +243,11 @@ def live_url(session_id: str | None = None) -> str:
 @console_required()
 @_or_gone
 def session_detail(request: HttpRequest, session_id: str) -> HttpResponse:
+    """The session page; for htmx its history, or with ``panel=1`` the whole workspace (conversation and
+    inspector: what the page re-reads after a takeover action, ``static/js/takeover.js``)."""
     session = _session(session_id)
-    return _render(request, DETAIL, "history", _detail_ctx(request, session))
+    partial = "session-panel" if request.GET.get("panel") == "1" else "history"
+    return _render(request, DETAIL, partial, _detail_ctx(request, session))
 
 
 def _action_error(request: HttpRequest, session_id: str, err: actions.ActionError,
@@ -334,6 +343,15 @@ def session_delete(request: HttpRequest, session_id: str) -> HttpResponse:
     if _fragment_wanted(request):
         return HttpResponseClientRedirect(target)
     return redirect(target)
+
+
+@require_GET
+@console_required(takeover_page.TAKE_OVER)
+@_or_gone
+def session_handback_confirm(request: HttpRequest, session_id: str) -> HttpResponse:
+    """The hand-back dialog (agent select, private note); its form posts to takeover_app's hand-back."""
+    session = _session(session_id)
+    return _dialog(request, "handback-dialog", _detail_ctx(request, session, confirm_handback=True))
 
 
 # ---- audit log -------------------------------------------------------------------------------

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from django import template
 from django.urls import NoReverseMatch, Resolver404, resolve, reverse
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
 
-from sessions_app.access import may
+from sessions_app.access import VIEW, may
 
 register = template.Library()
 
@@ -55,4 +57,25 @@ def site_nav(context: template.Context) -> list[tuple[str, str, bool]]:
     return links
 
 
-__all__ = ["LINKS", "allowed", "site_nav"]
+def waiting_badge(count: int, oob: bool = False) -> SafeString:
+    """The navigation's badge of sessions waiting for a person (an empty placeholder at 0, so a live
+    update can fill it); ``oob``: marked for an htmx out-of-band swap."""
+    swap = SafeString(' hx-swap-oob="true"') if oob else ""
+    if not count:
+        return format_html('<span id="nav-waiting"{}></span>', swap)
+    return format_html('<a id="nav-waiting" class="badge mode-waiting" href="{}?mode=waiting&amp;sort=waiting"{}>'
+                       '{} waiting</a>', reverse("sessions-list-sessions"), swap, count)
+
+
+@register.simple_tag(takes_context=True)
+def nav_waiting(context: template.Context) -> SafeString:
+    """``{% nav_waiting %}``: :func:`waiting_badge` for a user who may see the sessions, else nothing."""
+    from sessions_app.listing import waiting_count
+
+    user = context.get("user")
+    if user is None or not may(user, VIEW):
+        return SafeString("")
+    return waiting_badge(waiting_count())
+
+
+__all__ = ["LINKS", "allowed", "nav_waiting", "site_nav", "waiting_badge"]

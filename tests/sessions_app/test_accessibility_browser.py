@@ -40,6 +40,23 @@ D.objects.create(provider="whatsapp", provider_message_id="wamid.A11Y2", claim_k
                  reply_status="sent", token="t2", finished_at=timezone.now())
 """
 
+#: Human takeover states: a session waiting for a person, one the seeded operator answers (a sent and a
+#: failed reply, a held customer message, a private note), for the session page and the list's badges.
+TAKEOVER = """
+from django.contrib.auth.models import User
+from tests.takeover_app import page_states
+olga = User.objects.get(username="olga.operator")
+page_states.waiting("+15550133", reason="asked for a human")
+page_states.human("+15550144", olga, unread=1, note="Refund approved; confirm the amount.")
+page_states.operator_reply("+15550144", olga, "Your refund is on its way.", status="sent")
+page_states.operator_reply("+15550144", olga, "Anything else?", status="failed", error="ProviderError: 503")
+"""
+
+
+def open_handback_dialog(page) -> None:
+    page.get_by_text("Hand back to an agent…").click()
+    page.locator("#handback-dialog").wait_for()
+
 
 def open_rollback_preview(page) -> None:
     page.get_by_text("Roll back to the end of turn 1", exact=False).first.click()
@@ -71,6 +88,10 @@ SCREENS = [
     Screen("agents", "/agents/"),
     Screen("audit-log", "/audit/"),
     Screen("webhook-ledger", "/sessions/%2B15550100/"),  # the session page shows its dedup ledger
+    Screen("takeover-waiting", "/sessions/%2B15550133/"),
+    Screen("takeover-human", "/sessions/%2B15550144/"),
+    Screen("takeover-human-phone", "/sessions/%2B15550144/", width=390),
+    Screen("handback-dialog", "/sessions/%2B15550144/", prepare=open_handback_dialog),
     Screen("attention", "/webhooks/attention/"),
     Screen("admin-index", "/admin/"),
 ]
@@ -80,7 +101,7 @@ SCREENS = [
 def site(tmp_path_factory):
     directory = tmp_path_factory.mktemp("a11y-site")
     with running_site(directory) as base:
-        done = run_manage("shell", "-c", DELIVERIES,
+        done = run_manage("shell", "-c", DELIVERIES + TAKEOVER,
                           env=site_env(DATABASE_URL=f"sqlite:///{directory / 'site.db'}", DEBUG="1"))
         assert done.returncode == 0, done.stderr
         yield base

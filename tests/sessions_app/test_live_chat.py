@@ -120,10 +120,14 @@ def test_the_chat_page_opens_for_an_existing_session(client):
     assert 'ws-connect="/ws/chat/"' in html and 'value="tg:1"' in html and 'value="telegram"' in html
     assert '<option value="Billing" selected>' in html
     detail = client.get("/sessions/tg:1/").content.decode()
-    assert 'href="/chat/?session=tg%3A1"' in detail and 'ws-connect="/ws/sessions/tg%3A1/"' in detail
+    # a Telegram customer's session points to Take over, not to the live chat (which would write as them)
+    assert 'href="/chat/?session=tg%3A1"' not in detail and 'href="#takeover-panel"' in detail
+    assert 'ws-connect="/ws/sessions/tg%3A1/"' in detail
+    cv.store("web-1", [cv.user("hi")], metadata={"channel": "web"})
+    assert 'href="/chat/?session=web-1">Open in live chat' in client.get("/sessions/web-1/").content.decode()
     client.force_login(personas.viewer())  # read only: may watch, may not play turns
     assert client.get("/chat/").status_code == 403
-    assert "Open in live chat" not in client.get("/sessions/tg:1/").content.decode()
+    assert "Open in live chat" not in client.get("/sessions/web-1/").content.decode()
     client.logout()
     assert client.get("/chat/").status_code == 302
 

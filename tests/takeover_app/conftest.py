@@ -1,4 +1,5 @@
-"""Takeover tests: the echo agent of tests/webhooks_app (its engine logs every call), fake provider APIs."""
+"""Takeover tests: the echo agent of tests/webhooks_app (its engine logs every call), fake provider APIs;
+every test gets a fresh site store (as the console's tests have)."""
 
 from __future__ import annotations
 
@@ -93,3 +94,10 @@ class BackgroundTurn(threading.Thread):
         self.start()
         wait_until(lambda: SessionLease.objects.filter(session_id=self.session_id).exists(), "the turn's lease")
         return self
+
+
+@pytest.fixture(autouse=True)
+def fresh_site_store():
+    runtime.reset()
+    yield
+    runtime.reset()

@@ -1,9 +1,12 @@
-"""`manage.py chatflow_demo [--sessions N] [--if-empty] [--seed S] [--spread-hours H]`.
+"""`manage.py chatflow_demo [--sessions N] [--takeover T] [--if-empty] [--seed S] [--spread-hours H]`.
 
 Creates N demo sessions by running real turns through the site's Runner (agents_app.runtime) on
 the demo engine: customers on WhatsApp, Telegram and the web widget tracking orders, getting
 refunds and invoices from Billing and device diagnoses from Tech (see agents_app.demo_sessions).
-`dev.py serve` calls it with --if-empty on every start: demo data is seeded once.
+--takeover T adds T human takeover demos (agents_app.demo_sessions.TAKEOVER_SCRIPTS): sessions waiting for
+a person, one an operator (the demo colleague dana.demo) took over, replied on and holds a customer message
+for, one handed back with a private note. `dev.py serve` calls it with --if-empty --takeover 4 on every
+start: demo data is seeded once.
 
 Exit status: 0 (also when --if-empty found sessions), 1 on an error (message on stderr).
 """
@@ -38,14 +41,19 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--sessions", type=int, default=40, help="how many sessions to create (default 40)")
+        parser.add_argument("--takeover", type=int, default=0,
+                            help="also create T human takeover demo sessions (waiting, taken over, handed back)")
         parser.add_argument("--if-empty", action="store_true", help="do nothing when the database has sessions")
         parser.add_argument("--seed", type=int, default=None, help="random seed for ids and details (default: random)")
         parser.add_argument("--spread-hours", type=float, default=72.0,
                             help="spread the sessions' timestamps over the last H hours (default 72; 0: keep)")
 
-    def handle(self, *args, sessions: int, if_empty: bool, seed: int | None, spread_hours: float, **options) -> None:
+    def handle(self, *args, sessions: int, if_empty: bool, seed: int | None, spread_hours: float, takeover: int = 0,
+               **options) -> None:
         if not 0 <= sessions <= _MAX_SESSIONS:
             raise CommandError(f"--sessions must be between 0 and {_MAX_SESSIONS}; got {sessions}")
+        if not 0 <= takeover <= 100:
+            raise CommandError(f"--takeover must be between 0 and 100; got {takeover}")
         if spread_hours < 0:
             raise CommandError(f"--spread-hours must not be negative; got {spread_hours}")
         if if_empty and ChatSession.objects.exists():
@@ -79,7 +87,24 @@ class Command(BaseCommand):
                 ends_at = now - timedelta(seconds=rng.uniform(0, spread_hours * 3600))
                 demo_sessions.spread_times(session.session_id, ends_at, rng)
         bar.close()
+        staged = self._takeover(runner, takeover, rng, now) if takeover else 0
         self.stdout.write(self.style.SUCCESS(
-            f"Demo data: created {len(planned)} sessions ({turns} turns) through the site's Runner."
+            f"Demo data: created {len(planned)} sessions ({turns} turns) through the site's Runner"
+            + (f", and {staged} human takeover demos." if takeover else ".")
         ))
+
+    def _takeover(self, runner, count: int, rng: random.Random, now) -> int:
+        """The takeover demos: customer turns played (recent: within the last hour, so WhatsApp's 24-hour
+        window is open), then what the demo colleague did on them."""
+        taken = set(ChatSession.objects.values_list("session_id", flat=True))
+        operator = demo_sessions.demo_colleague()
+        for session in demo_sessions.plan_takeover_sessions(count, rng, taken):
+            try:
+                asyncio.run(_play(runner, session))
+                demo_sessions.spread_times(session.session_id, now - timedelta(minutes=rng.uniform(5, 50)), rng)
+                demo_sessions.stage_takeover(runner, session, operator)
+            except Exception as err:
+                raise CommandError(f"takeover demo session {session.session_id!r} failed "
+                                   f"({type(err).__name__}: {err})") from err
+        return count
 

@@ -1,0 +1,69 @@
+"""What the session page shows of a human takeover: the session's mode, who owns it, what the viewing
+user may do, and each operator-written message's delivery.
+
+Read only: the rules (who may take over, reply, hand back; the 24-hour window) are
+``takeover_app.service``'s, which the page's forms post to. This module only decides which forms a
+user sees (``takeover_app.take_over`` and ``takeover_app.reply_as_operator`` permissions, checked again
+by the endpoints).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from sessions_app.access import may
+from sessions_app.timeline import Item
+from takeover_app.models import OperatorReply, SessionMode
+
+__all__ = ["CUSTOMER_CHANNELS", "REPLY", "TAKE_OVER", "attach_replies", "takeover_ctx"]
+
+#: Channels whose sessions are real customers' conversations (the live chat page refuses to play turns on them).
+CUSTOMER_CHANNELS = frozenset({"whatsapp", "telegram"})
+TAKE_OVER = "takeover_app.take_over"
+REPLY = "takeover_app.reply_as_operator"
+
+
+def _channel(metadata: Any) -> str:
+    return str(metadata.get("channel") or "").lower() if isinstance(metadata, dict) else ""
+
+
+def takeover_ctx(user: Any, session: Any, lease: Any, agent_names: list[str]) -> dict[str, Any]:
+    """The ``takeover`` context of the session page for ``user``.
+
+    Keys: ``row`` (the ``SessionMode`` row or None), ``mode`` (``bot`` / ``waiting`` / ``human``),
+    ``mine`` (``user`` owns it), ``customer`` (a WhatsApp or Telegram customer's session),
+    ``can_take_over``, ``composer`` (``user`` may reply now: owner in ``human`` mode with the reply
+    permission), ``turn_running`` (a live lease: the take-over form offers "after this turn" / "stop it
+    now"), ``handback_agent`` (the hand-back select's default: the agent active before the takeover when
+    still registered, else the active agent) and ``channel``.
+    """
+    row = SessionMode.objects.filter(pk=session.session_id).first()
+    mode = row.mode if row is not None else SessionMode.Mode.BOT.value
+    mine = (mode == SessionMode.Mode.HUMAN and row is not None and row.owner_id is not None
+            and row.owner_id == getattr(user, "pk", None))
+    previous = row.previous_agent if row is not None else ""
+    return {
+        "row": row,
+        "mode": mode,
+        "mine": mine,
+        "can_take_over": may(user, TAKE_OVER),
+        "composer": mine and may(user, REPLY),
+        "turn_running": lease is not None and not lease.expired,
+        "handback_agent": previous if previous in agent_names else session.active_agent_name,
+        "channel": _channel(session.metadata),
+        # A real customer's channel: the live chat page would not reach them; taking over does.
+        "customer": _channel(session.metadata) in CUSTOMER_CHANNELS,
+    }
+
+
+def attach_replies(session_id: str, items: Iterable[Item]) -> None:
+    """Set ``item.reply`` (its ``OperatorReply``: delivery status, error, whether it may be resent) on
+    every operator-written message among ``items`` (one query)."""
+    wanted = [i for i in items if i.kind == "model" and i.author and i.row_id]
+    if not wanted:
+        return
+    replies = {r.message_row_id: r for r in OperatorReply.objects.filter(
+        session_id=session_id, message_row_id__in=[i.row_id for i in wanted])}
+    for item in wanted:
+        item.reply = replies.get(item.row_id)
