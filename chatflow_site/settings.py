@@ -152,6 +152,7 @@ INSTALLED_APPS = [
     "agents_app",
     "api_app",
     "webhooks_app",
+    "health_app",
 ]
 
 MIDDLEWARE = [
@@ -317,3 +318,14 @@ CHATFLOW_LEASE_SECONDS = _positive_int("CHATFLOW_LEASE_SECONDS", _former_lease_n
 if _former_lease_name and _former_lease_name != CHATFLOW_LEASE_SECONDS:
     raise ImproperlyConfigured("CHATFLOW_QUEUE_VISIBILITY_SECONDS is the former name of CHATFLOW_LEASE_SECONDS "
                                "and differs from it; set CHATFLOW_LEASE_SECONDS only")
+
+# --- Health page, /metrics, OpenTelemetry (health_app) -----------------------------------------
+# A turn still running after this many seconds is listed on the health page as a long-running turn.
+CHATFLOW_HEALTH_LONG_TURN_SECONDS = _positive_int("CHATFLOW_HEALTH_LONG_TURN_SECONDS", 120)
+# Seconds between two heartbeats of a queue worker; a worker silent for three of them is shown stale.
+CHATFLOW_HEARTBEAT_SECONDS = _positive_int("CHATFLOW_HEARTBEAT_SECONDS", 5)
+# /metrics answers staff logins and "Authorization: Bearer <this token>" (empty: staff only).
+CHATFLOW_METRICS_TOKEN = env.str("CHATFLOW_METRICS_TOKEN", default="").strip()
+# OpenTelemetry traces go to this OTLP/HTTP collector (e.g. http://127.0.0.1:4318); empty: no tracing.
+# Needs requirements-otel.txt; the standard OTEL_* variables (service name, headers, …) apply.
+OTEL_EXPORTER_OTLP_ENDPOINT = env.str("OTEL_EXPORTER_OTLP_ENDPOINT", default="").strip()

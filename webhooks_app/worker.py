@@ -34,6 +34,7 @@ from django.conf import settings
 from django.db import connections
 
 from agents_app import runtime
+from health_app import heartbeat
 from webhooks_app import replies, settle, taskqueue
 from webhooks_app.models import InboundDelivery
 
@@ -109,6 +110,7 @@ class Worker:
             wake.set()  # the session's next delivery may be claimable now
 
         embedded.register(self)
+        beating = heartbeat.start(self)  # the health page's worker list
         try:
             while not self._stopping:
                 wake.clear()
@@ -136,6 +138,7 @@ class Worker:
                 await asyncio.wait(in_hand)
             raise
         finally:
+            await heartbeat.stop(beating)
             embedded.unregister(self)
             if self._http is not None:
                 await self._http.aclose()
