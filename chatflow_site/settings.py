@@ -152,6 +152,7 @@ INSTALLED_APPS = [
     "agents_app",
     "api_app",
     "webhooks_app",
+    "turns_app",
     "health_app",
 ]
 

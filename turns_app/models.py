@@ -1,0 +1,111 @@
+"""Turn records: one row per turn a Runner played on a session, and per-session usage totals.
+
+A record is opened (status ``running``) by the write that takes the session's lease and closed by the
+write that ends the turn: the commit (``completed``) or the lease release (``failed``, ``cancelled``).
+``rolled_back`` marks the turns an operator rollback removed; ``interrupted`` a turn whose process died
+(its lease expired while the record still said ``running``). Records outlive the session (no foreign
+key), and the records of rolled back or failed turns stay.
+
+``SessionTotals`` holds each session's sums (turns, tokens, cost, last error), updated in the same
+transaction as the record, so the console's list can sort and page on them without aggregating.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+from django.utils import timezone
+
+
+class TurnRecord(models.Model):
+    """One turn: who played it, how long it waited and ran, what it cost.
+
+    ``calls`` is a list of model calls, each ``{"provider", "model", "input_tokens", "output_tokens",
+    "cached_tokens", "latency_ms", "ttft_ms", "finish_reason", "retries", "cost"}`` (``cost`` a decimal
+    string in US dollars or null when unknown); ``tools`` a list of ``{"name", "duration_ms", "outcome"}``;
+    ``agents`` the agent trail (the agent that started the turn, then every handoff target). Durations are
+    milliseconds. ``cost`` is US dollars, NULL when any call's price is unknown (never 0 for unknown).
+    """
+
+    class Status(models.TextChoices):
+        RUNNING = "running", "Running"
+        COMPLETED = "completed", "Completed"
+        FAILED = "failed", "Failed"
+        ROLLED_BACK = "rolled_back", "Rolled back"
+        CANCELLED = "cancelled", "Cancelled"
+        INTERRUPTED = "interrupted", "Interrupted"
+
+    class Source(models.TextChoices):
+        WEBHOOK = "webhook", "Webhook"
+        LIVE_CHAT = "live_chat", "Live chat"
+        API = "api", "API"
+        CONSOLE = "console", "Console"
+        OTHER = "other", "Other"
+
+    id = models.BigAutoField(primary_key=True)
+    session_id = models.TextField()  # no FK: the record outlives the session's deletion
+    owner = models.TextField(help_text="The lease owner that played the turn (host:pid:…).")
+    source = models.CharField(max_length=16, choices=Source.choices, default=Source.OTHER)
+    first_message_id = models.BigIntegerField(null=True, blank=True, help_text="The turn's USER message row.")
+    user_text = models.TextField(blank=True, default="", help_text="The customer's message (kept after a failure).")
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.RUNNING)
+    started_at = models.DateTimeField(default=timezone.now)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    queue_wait_ms = models.FloatField(null=True, blank=True)
+    lease_wait_ms = models.FloatField(null=True, blank=True)
+    duration_ms = models.FloatField(null=True, blank=True)
+    agents = models.JSONField(default=list, blank=True)
+    error = models.TextField(blank=True, default="")
+    calls = models.JSONField(default=list, blank=True)
+    tools = models.JSONField(default=list, blank=True)
+    input_tokens = models.BigIntegerField(default=0)
+    output_tokens = models.BigIntegerField(default=0)
+    cached_tokens = models.BigIntegerField(default=0)
+    cost = models.DecimalField(max_digits=20, decimal_places=10, null=True, blank=True)
+    trace_id = models.CharField(max_length=32, blank=True, default="")
+
+    class Meta:
+        db_table = "chatflow_turn_records"
+        ordering = ["-started_at", "-id"]
+        indexes = [
+            models.Index(fields=["session_id", "-id"], name="idx_turn_records_session"),
+            models.Index(fields=["status", "started_at"], name="idx_turn_records_status"),
+            models.Index(fields=["finished_at"], name="idx_turn_records_finished"),
+            models.Index(fields=["owner"], name="idx_turn_records_owner"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.session_id} turn #{self.id} ({self.status})"
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+
+class SessionTotals(models.Model):
+    """Per-session sums over its turn records, kept in step with them (same transaction).
+
+    ``cost`` sums the known costs (US dollars); ``cost_known`` is False once a counted turn's cost
+    was unknown. ``last_error`` is the error of the newest failed or interrupted turn, cleared by a
+    later completed one.
+    """
+
+    session_id = models.TextField(primary_key=True)  # no FK: like the records, outlives the session
+    turns = models.IntegerField(default=0)
+    input_tokens = models.BigIntegerField(default=0)
+    output_tokens = models.BigIntegerField(default=0)
+    cached_tokens = models.BigIntegerField(default=0)
+    total_tokens = models.BigIntegerField(default=0)
+    cost = models.DecimalField(max_digits=20, decimal_places=10, default=0, help_text="Sum of the known costs.")
+    cost_known = models.BooleanField(default=True, help_text="False once a counted turn's cost was unknown.")
+    last_error = models.TextField(blank=True, default="")
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        db_table = "chatflow_session_totals"
+        indexes = [
+            models.Index(fields=["total_tokens", "session_id"], name="idx_session_totals_tokens"),
+            models.Index(fields=["cost", "session_id"], name="idx_session_totals_cost"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.session_id}: {self.total_tokens} tokens"
