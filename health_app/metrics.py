@@ -23,7 +23,6 @@ Metrics (names as exposed):
 from __future__ import annotations
 
 import hmac
-import logging
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -43,8 +42,6 @@ from turns_app.models import TurnRecord
 
 __all__ = ["DURATION_BUCKETS", "TTFT_BUCKETS", "WEBHOOK_RESPONSES", "DatabaseCollector", "count_webhook",
            "metrics_view"]
-
-logger = logging.getLogger("health_app.metrics")
 
 #: Histogram bucket upper bounds, seconds.
 DURATION_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
@@ -106,15 +103,15 @@ class DatabaseCollector(Collector):
                                      buckets=[*buckets, ("+Inf", n)], sum_value=total)
 
     def _usage(self) -> Iterator[Metric]:
-        agg = TurnRecord.objects.aggregate(input=Sum("input_tokens"), output=Sum("output_tokens"),
-                                           cached=Sum("cached_tokens"), cost=Sum("cost"),
+        agg = TurnRecord.objects.aggregate(sum_input=Sum("input_tokens"), sum_output=Sum("output_tokens"),
+                                           sum_cached=Sum("cached_tokens"), sum_cost=Sum("cost"),
                                            unknown=Count("id", filter=Q(cost__isnull=True) & ~Q(calls=[])))
         tokens = CounterMetricFamily("chatflow_tokens", "Tokens of every turn by kind.", labels=["kind"])
         for kind in ("input", "output", "cached"):
-            tokens.add_metric([kind], agg[kind] or 0)
+            tokens.add_metric([kind], agg[f"sum_{kind}"] or 0)
         yield tokens
         yield CounterMetricFamily("chatflow_cost_usd", "Known cost of every turn, US dollars.",
-                                  value=float(agg["cost"] or 0))
+                                  value=float(agg["sum_cost"] or 0))
         yield CounterMetricFamily("chatflow_turns_cost_unknown", "Turns whose cost is unknown (a model's price "
                                   "is unknown).", value=agg["unknown"] or 0)
 
@@ -149,7 +146,7 @@ def _bearer_ok(request: HttpRequest) -> bool:
 
 
 def _refused(request: HttpRequest, status: int, detail: str) -> HttpResponse:
-    logger.info("/metrics refused (%s) for %s: %s", status, request.META.get("REMOTE_ADDR", "?"), detail)
+    # Django's request logger writes the one line ("Unauthorized: /metrics"); no traceback.
     response = HttpResponse(detail + "\n", status=status, content_type="text/plain; charset=utf-8")
     if status == 401:
         response["WWW-Authenticate"] = 'Bearer realm="metrics"'
