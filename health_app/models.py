@@ -42,3 +42,18 @@ class WorkerHeartbeat(models.Model):
     @property
     def stale(self) -> bool:
         return self.last_beat < self.stale_before()
+
+
+class DeliveryTrace(models.Model):
+    """The trace context (W3C ``traceparent``) a webhook delivery carries from its acknowledgement to the
+    worker that plays it: written in the inbox's transaction, only while tracing is on."""
+
+    delivery = models.OneToOneField("webhooks_app.InboundDelivery", on_delete=models.CASCADE, primary_key=True,
+                                    related_name="+")
+    traceparent = models.CharField(max_length=55)
+
+    class Meta:
+        db_table = "chatflow_delivery_traces"
+
+    def __str__(self) -> str:
+        return f"{self.delivery_id}: {self.traceparent}"

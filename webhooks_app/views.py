@@ -21,7 +21,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
-from health_app import metrics
+from health_app import metrics, tracing
 from sessions_app.access import console_required
 from webhooks_app import channels, inbox, ledger
 from webhooks_app.asgi import lean_webhook
@@ -90,7 +90,8 @@ def _configured(value: str, name: str) -> str:
 
 async def _accept(messages: list[inbox.Inbound]) -> inbox.Accepted:
     try:
-        return await inbox.aaccept(messages)
+        with tracing.acknowledging(messages) as traced:  # one trace per message (when tracing is on)
+            return await inbox.aaccept(traced)
     except DatabaseError:
         # The provider will deliver again: that is what we want when nothing could be written.
         raise Refused(503, "unavailable", "The inbox is unavailable; deliver again later.") from None

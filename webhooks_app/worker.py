@@ -34,7 +34,7 @@ from django.conf import settings
 from django.db import connections
 
 from agents_app import runtime
-from health_app import heartbeat
+from health_app import heartbeat, tracing
 from webhooks_app import replies, settle, taskqueue
 from webhooks_app.models import InboundDelivery
 
@@ -156,6 +156,7 @@ class Worker:
         def db(fn: Any, *args: Any) -> Any:
             return loop.run_in_executor(ex, fn, *args)
 
+        traced = await tracing.enter(delivery, db)  # the delivery's trace, when tracing is on
         handling = asyncio.ensure_future(self._handle(delivery, db))
         heartbeat = asyncio.ensure_future(self._heartbeat(delivery, db, handling))
         try:
@@ -170,6 +171,7 @@ class Worker:
         finally:
             heartbeat.cancel()
             await asyncio.gather(heartbeat, return_exceptions=True)
+            tracing.leave(traced)
 
     async def _handle(self, delivery: InboundDelivery, db: Any) -> None:
         replies_out = delivery.provider in (InboundDelivery.Provider.WHATSAPP, InboundDelivery.Provider.TELEGRAM)
