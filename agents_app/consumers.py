@@ -32,6 +32,7 @@ from django.template.loader import render_to_string
 from agents_app import registry
 from agents_app.views import CHAT as CHAT_PERMISSION
 from agents_app.views import MAX_MESSAGE, chat_refusal
+from chatflow_agent.core.reports import TurnReport
 from chatflow_agent.jsonsafe import clean_text
 from sessions_app import fragments
 from sessions_app.access import may
@@ -160,7 +161,8 @@ class ChatConsumer(AsyncWebsocketConsumer):
                 if await self._refused(n, session_id, metadata):
                     return
                 # The session (if new) is created with the turn's commit, with this agent and metadata.
-                stream = site_runner().run_streamed(session_id, text, metadata or None, starting_agent=agent)
+                stream = site_runner().run_streamed(session_id, text, metadata or None, starting_agent=agent,
+                                                    report=TurnReport(source="live_chat"))
                 record["status"] = "failed"
                 first = await anext(stream)
             await self._event(n, view, first, record, metadata)

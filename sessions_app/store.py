@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -37,12 +38,14 @@ from django.db.models import TextField, Value
 from django.db.models.functions import Cast, Coalesce
 from django.dispatch import Signal
 
-from chatflow_agent.core.backend import Changes, CommitResult, StoredSession
+from chatflow_agent.core.backend import Changes, CommitResult, StoredSession, TurnReport
 from chatflow_agent.core.memory import PersistentSessionStore
 from chatflow_agent.core.sql import POSTGRESQL, SQLITE, Cursor, Dialect, SQLLeasesAndClaims, read_head, read_rows
 from chatflow_agent.exceptions import SessionBusyError, SessionDeletedError
 from chatflow_agent.jsonsafe import json_object
+from chatflow_agent.types import Role
 from sessions_app.models import ChatMessage, ChatSession
+from turns_app import records
 
 __all__ = ["DjangoBackend", "DjangoSessionStore", "session_committing"]
 
@@ -257,6 +260,8 @@ class DjangoBackend(SQLLeasesAndClaims):
                     # The lease expired and may belong to another turn now: committing could
                     # interleave with it, so this turn fails and writes nothing.
                     raise SessionBusyError(sid)
+                if changes.report is not None:
+                    records.close_turn(cursor, sid, changes.report, _first_user_id(changes, created))
                 head = read_head(cursor, self._dialect, sid)
         assert head is not None
         return CommitResult([m.id for m in created], head.token, head.version)
@@ -281,6 +286,46 @@ class DjangoBackend(SQLLeasesAndClaims):
             self._messages().all().delete()
             self._sessions().all().delete()
 
+
+    # ---- turn records (turns_app): written in the lease's and the commit's own transactions -----
+    def acquire_lease(self, session_id: str, owner: str, ttl_seconds: float, queue: bool,
+                      report: TurnReport | None = None) -> bool:
+        if report is None:
+            return super().acquire_lease(session_id, owner, ttl_seconds, queue)
+        return self._call(self._acquire_recorded, session_id, owner, ttl_seconds, queue, report)
+
+    def _acquire_recorded(self, session_id: str, owner: str, ttl_seconds: float, queue: bool,
+                          report: TurnReport) -> bool:
+        with transaction.atomic(using=self.using), connections[self.using].cursor() as cursor:
+            if not self._rules.acquire_lease(cursor, self._transaction, session_id, owner, ttl_seconds, queue):
+                return False
+            records.open_turn(cursor, session_id, report)
+            return True
+
+    def release_lease(self, session_id: str, owner: str, report: TurnReport | None = None) -> None:
+        if report is None:
+            super().release_lease(session_id, owner)
+            return
+        self._call(self._release_recorded, session_id, owner, report)
+
+    def _release_recorded(self, session_id: str, owner: str, report: TurnReport) -> None:
+        with transaction.atomic(using=self.using), connections[self.using].cursor() as cursor:
+            self._rules.release_lease(cursor, session_id, owner)
+            records.close_turn(cursor, session_id, report)
+
+    def purge_leases(self, before: float) -> int:
+        """Also marks ``interrupted`` the running turn records whose lease expired (``turns_app.records``)."""
+        return self._call(self._purge_recorded, before)
+
+    def _purge_recorded(self, before: float) -> int:
+        with transaction.atomic(using=self.using), connections[self.using].cursor() as cursor:
+            records.mark_interrupted(cursor, time.time())
+            return self._rules.purge_leases(self._transaction, before)
+
+
+def _first_user_id(changes: Changes, created: list[Any]) -> int | None:
+    """The row id of the commit's first USER message (a turn's first message), or None."""
+    return next((row.id for msg, row in zip(changes.inserts, created, strict=True) if msg.role == Role.USER), None)
 
 
 class DjangoSessionStore(PersistentSessionStore):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 # Production code outside the runtime: the Django site and its apps, the benchmarks, the entry points.
-OUTSIDE_THE_RUNTIME = ["agents_app", "api_app", "chatflow_site", "sessions_app", "webhooks_app", "bench",
+OUTSIDE_THE_RUNTIME = ["agents_app", "api_app", "chatflow_site", "sessions_app", "turns_app", "webhooks_app", "bench",
                        "manage.py", "dev.py"]
 
 

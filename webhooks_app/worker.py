@@ -26,6 +26,7 @@ import contextlib
 import logging
 import os
 import socket
+import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -34,6 +35,7 @@ from django.conf import settings
 from django.db import connections
 
 from agents_app import runtime
+from chatflow_agent.core.reports import TurnReport
 from health_app import heartbeat, tracing
 from webhooks_app import replies, settle, taskqueue
 from webhooks_app.models import InboundDelivery
@@ -211,8 +213,10 @@ class Worker:
                 s.clear_history()  # inside the turn: committed with the marker, under the session lock
                 s.metadata.update(_turn_metadata(delivery))
             return RESET_REPLY
+        queued_ms = max(0.0, (time.time() - delivery.first_seen.timestamp()) * 1000)  # first seen → claimed
         response = await runner.run_async(delivery.session_id, delivery.text, delivery.metadata,
-                                          turn_metadata=_turn_metadata(delivery))
+                                          turn_metadata=_turn_metadata(delivery),
+                                          report=TurnReport(source="webhook", queue_wait_ms=queued_ms))
         return response.content
 
     async def _heartbeat(self, delivery: InboundDelivery, db: Any, playing: asyncio.Future[Any]) -> None:

@@ -41,7 +41,7 @@ from chatflow_agent.core._session import (
     _positive_number,
 )
 from chatflow_agent.core._turns import LeaseCore, new_lease_owner
-from chatflow_agent.core.backend import SessionBackend, StoredSession
+from chatflow_agent.core.backend import SessionBackend, StoredSession, TurnReport
 from chatflow_agent.exceptions import SessionBusyError, SessionDeletedError
 from chatflow_agent.types import Message
 
@@ -255,12 +255,16 @@ class PersistentSessionStore(BaseSessionStore):
         return self._leases.purge_expired()
 
     # ---- commits --------------------------------------------------------------------------
-    def _commit_blocking(self, session: SessionContext, release_owner: str | None = None) -> None:
+    def _commit_blocking(self, session: SessionContext, release_owner: str | None = None,
+                         report: TurnReport | None = None) -> None:
         history = session.history  # SessionDeletedError once deleted
         state = self._sessions.state(session)
         diff = _sync.delta(history, state)
         changes = _sync.changes(session.session_id, history, session.active_agent.name, session.metadata,
                                 state, release_owner, diff)
+        if report is not None:
+            report.end("completed")
+            changes.report = report
         try:
             result = self.backend.commit(changes)
         except SessionDeletedError:
@@ -278,9 +282,11 @@ class PersistentSessionStore(BaseSessionStore):
         await self._bridge.run(session.session_id, self._commit_blocking, session)
 
     # ---- turns ----------------------------------------------------------------------------
-    def _begin_blocking(self, session_id: str, owner: str, queue: bool = True) -> tuple[bool, StoredSession | None]:
-        """One hop: the lease, then the session's head — or its rows when the cached copy is not current."""
-        if not self._leases.try_acquire(session_id, owner, queue):
+    def _begin_blocking(self, session_id: str, owner: str, queue: bool = True,
+                        report: TurnReport | None = None) -> tuple[bool, StoredSession | None]:
+        """One hop: the lease (opening ``report``'s record), then the session's head — or its rows when
+        the cached copy is not current."""
+        if not self._leases.try_acquire(session_id, owner, queue, report):
             return False, None
         try:
             head = self.backend.head(session_id)
@@ -289,14 +295,22 @@ class PersistentSessionStore(BaseSessionStore):
                 state = None if cached is None else self._sessions.state(cached)
                 if state is None or state.token != head.token or state.version != head.version:
                     head = self.backend.load(session_id)
-        except BaseException:
-            self.backend.release_lease(session_id, owner)
+        except BaseException as err:
+            if report is not None:
+                report.ended_by(err)
+            self._leases.release_blocking(session_id, owner, report)
             raise
         return True, head
 
+    def _begin_for(self, report: TurnReport | None) -> Callable[[str, str, bool], tuple[bool, StoredSession | None]]:
+        if report is None:
+            return self._begin_blocking
+        return lambda session_id, owner, queue: self._begin_blocking(session_id, owner, queue, report)
+
     @asynccontextmanager
     async def turn(
-        self, session_id: str, default_agent: Agent, metadata: dict[str, Any] | None = None, *, wait: bool = True
+        self, session_id: str, default_agent: Agent, metadata: dict[str, Any] | None = None, *, wait: bool = True,
+        report: TurnReport | None = None,
     ) -> AsyncIterator[SessionContext]:
         if wait:
             await self._locks.acquire(session_id)
@@ -304,29 +318,35 @@ class PersistentSessionStore(BaseSessionStore):
             raise SessionBusyError(session_id)
         try:
             owner = new_lease_owner()
-            stored = await self._leases.acquire(session_id, owner, wait, self._begin_blocking)
+            stored = await self._leases.acquire(session_id, owner, wait, self._begin_for(report), report)
             beat = self._leases.heartbeat(session_id, owner)
             committed = False
             try:
                 session = self._materialise(session_id, stored, default_agent, metadata)
                 with session._atomic():
                     yield session
-                    _, cancelled = await self._bridge.finish(session_id, self._commit_blocking, session, owner)
+                    _, cancelled = await self._bridge.finish(session_id, self._commit_blocking, session, owner,
+                                                             report)
                     committed = True
                     session._mark_committed()
                 if cancelled:  # cancelled while the commit was written: the turn is kept, then cancelled
                     raise asyncio.CancelledError()
+            except BaseException as err:
+                if report is not None and not committed:
+                    report.ended_by(err)
+                raise
             finally:
                 await beat.stop()
                 if not committed:
                     self._forget_unstored(stored, session_id)
-                    await self._leases.release(session_id, owner)
+                    await self._leases.release(session_id, owner, report)
         finally:
             self._locks.release(session_id)
 
     @contextmanager
     def sync_turn(
-        self, session_id: str, default_agent: Agent, metadata: dict[str, Any] | None = None, *, wait: bool = True
+        self, session_id: str, default_agent: Agent, metadata: dict[str, Any] | None = None, *, wait: bool = True,
+        report: TurnReport | None = None,
     ) -> Iterator[SessionContext]:
         if wait:
             self._locks.acquire_sync(session_id)
@@ -334,20 +354,24 @@ class PersistentSessionStore(BaseSessionStore):
             raise SessionBusyError(session_id)
         try:
             owner = new_lease_owner()
-            stored = self._leases.acquire_sync(session_id, owner, wait, self._begin_blocking)
+            stored = self._leases.acquire_sync(session_id, owner, wait, self._begin_for(report))
             committed = False
             self._leases.keep(session_id, owner)  # no event loop here: the keeper thread renews the lease
             try:
                 session = self._materialise(session_id, stored, default_agent, metadata)
                 with session._atomic():
                     yield session
-                    self._commit_blocking(session, owner)
+                    self._commit_blocking(session, owner, report)
                     committed = True
                     session._mark_committed()
+            except BaseException as err:
+                if report is not None and not committed:
+                    report.ended_by(err)
+                raise
             finally:
                 self._leases.unkeep(session_id, owner)
                 if not committed:
                     self._forget_unstored(stored, session_id)
-                    self.backend.release_lease(session_id, owner)
+                    self._leases.release_blocking(session_id, owner, report)
         finally:
             self._locks.release(session_id)

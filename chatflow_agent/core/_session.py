@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from chatflow_agent.core._locks import BoundLock, SessionLocks
 from chatflow_agent.core._pruning import group_turns, prune_history
+from chatflow_agent.core.reports import TurnReport
 from chatflow_agent.exceptions import SessionBusyError, SessionDeletedError
 from chatflow_agent.types import Message, Role
 
@@ -377,7 +378,8 @@ class BaseSessionStore(ABC):
 
     @asynccontextmanager
     async def turn(
-        self, session_id: str, default_agent: Agent, metadata: dict[str, Any] | None = None, *, wait: bool = True
+        self, session_id: str, default_agent: Agent, metadata: dict[str, Any] | None = None, *, wait: bool = True,
+        report: TurnReport | None = None,
     ) -> AsyncIterator[SessionContext]:
         """Run a turn atomically: ``async with store.turn(id, agent) as session: ...``.
 
@@ -390,18 +392,29 @@ class BaseSessionStore(ABC):
         written, the turn is kept, in memory as on disk, and ``CancelledError`` raised after; if
         it failed, the turn is undone and ``CancelledError`` raised from that error.
         ``SessionDeletedError`` if the session is deleted meanwhile.
+
+        ``report`` (a ``chatflow_agent.core.reports.TurnReport``, usually the Runner's): the store
+        sets its lease owner, start and end times and final status (``completed``, ``failed`` or
+        ``cancelled``); a persistent store hands it to its backend with the lease and commit writes
+        (turn records). The in-memory store keeps no records.
         """
         if wait:
             await self._locks.acquire(session_id)
         elif not self._locks.try_acquire(session_id):
             raise SessionBusyError(session_id)
         try:
+            if report is not None:
+                report.begin("")
             session, created = await self._aget_or_create_for_turn(session_id, default_agent, metadata)
             try:
                 with session._atomic():
                     yield session
                     session._check()  # in memory there is nothing to write
-            except BaseException:
+                    if report is not None:
+                        report.end("completed")
+            except BaseException as err:
+                if report is not None and report.status == "running":
+                    report.ended_by(err)
                 if created:
                     self._discard_created(session)
                 raise
@@ -410,7 +423,8 @@ class BaseSessionStore(ABC):
 
     @contextmanager
     def sync_turn(
-        self, session_id: str, default_agent: Agent, metadata: dict[str, Any] | None = None, *, wait: bool = True
+        self, session_id: str, default_agent: Agent, metadata: dict[str, Any] | None = None, *, wait: bool = True,
+        report: TurnReport | None = None,
     ) -> Iterator[SessionContext]:
         """Blocking twin of :meth:`turn` for code without an event loop (e.g. Django views)."""
         if wait:
@@ -418,12 +432,18 @@ class BaseSessionStore(ABC):
         elif not self._locks.try_acquire(session_id):
             raise SessionBusyError(session_id)
         try:
+            if report is not None:
+                report.begin("")
             session, created = self._get_or_create_for_turn(session_id, default_agent, metadata)
             try:
                 with session._atomic():
                     yield session
                     session._check()
-            except BaseException:
+                    if report is not None:
+                        report.end("completed")
+            except BaseException as err:
+                if report is not None and report.status == "running":
+                    report.ended_by(err)
                 if created:
                     self._discard_created(session)
                 raise

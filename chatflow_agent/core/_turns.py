@@ -22,7 +22,7 @@ from contextlib import suppress
 from typing import TypeVar
 
 from chatflow_agent.core._bridge import BlockingBridge
-from chatflow_agent.core.backend import SessionBackend
+from chatflow_agent.core.backend import SessionBackend, TurnReport
 from chatflow_agent.core.sql import PURGE_EVERY_SECONDS
 from chatflow_agent.exceptions import SessionBusyError
 
@@ -93,10 +93,16 @@ class LeaseCore:
         self._keeper_stop = threading.Event()
 
     # ---- blocking steps -------------------------------------------------------------------------
-    def try_acquire(self, session_id: str, owner: str, queue: bool) -> bool:
-        """One try at the lease (blocking); purges expired leases now and then."""
-        if not self.backend.acquire_lease(session_id, owner, self.ttl_seconds, queue):
-            return False
+    def try_acquire(self, session_id: str, owner: str, queue: bool, report: TurnReport | None = None) -> bool:
+        """One try at the lease (blocking); purges expired leases now and then. ``report``: the turn's,
+        opened by the backend with the lease (its start time is this try's)."""
+        if report is None:
+            if not self.backend.acquire_lease(session_id, owner, self.ttl_seconds, queue):
+                return False
+        else:
+            report.begin(owner)
+            if not self.backend.acquire_lease(session_id, owner, self.ttl_seconds, queue, report):
+                return False
         if time.time() - self._last_purge > PURGE_EVERY_SECONDS:
             try:
                 self.purge_expired()
@@ -109,10 +115,17 @@ class LeaseCore:
         self._last_purge = time.time()
         return self.backend.purge_leases(self._last_purge - self.ttl_seconds)
 
-    def _abandon(self, session_id: str, owner: str, queued: bool) -> None:
+    def _abandon(self, session_id: str, owner: str, queued: bool, report: TurnReport | None) -> None:
         if queued:
             self.backend.leave_queue(session_id, owner)
-        self.backend.release_lease(session_id, owner)
+        self.release_blocking(session_id, owner, report)
+
+    def release_blocking(self, session_id: str, owner: str, report: TurnReport | None) -> None:
+        """Give the lease back, closing the turn's record when there is a report."""
+        if report is None:
+            self.backend.release_lease(session_id, owner)
+        else:
+            self.backend.release_lease(session_id, owner, report)
 
     def _renew(self, session_id: str, owner: str) -> None:
         if not self.backend.renew_lease(session_id, owner, self.ttl_seconds):
@@ -120,7 +133,7 @@ class LeaseCore:
 
     # ---- async turns ----------------------------------------------------------------------------
     async def acquire(self, session_id: str, owner: str, wait: bool,
-                      begin: Callable[[str, str, bool], tuple[bool, _T]]) -> _T:
+                      begin: Callable[[str, str, bool], tuple[bool, _T]], report: TurnReport | None = None) -> _T:
         """Poll ``begin(session_id, owner, wait)`` (a blocking hop that tries the lease, then reads)
         on the session's thread until it got the lease; its result. ``SessionBusyError`` at once
         when not ``wait``; a cancellation leaves the line and gives back a lease won meanwhile."""
@@ -137,7 +150,9 @@ class LeaseCore:
         except asyncio.CancelledError:
             # ``begin`` may still have won the lease on its thread after we were cancelled: this
             # runs after it, on the same thread. Its own errors already released the lease.
-            await asyncio.shield(self.bridge.submit(session_id, self._abandon, (session_id, owner, wait)))
+            if report is not None and report.status == "running":
+                report.end("cancelled", "CancelledError: cancelled while waiting for the session")
+            await asyncio.shield(self.bridge.submit(session_id, self._abandon, (session_id, owner, wait, report)))
             raise
         except BaseException:
             if wait:
@@ -154,9 +169,9 @@ class LeaseCore:
             await self.bridge.run(session_id, self._renew, session_id, owner)
             await asyncio.sleep(self.ttl_seconds / 3)
 
-    async def release(self, session_id: str, owner: str) -> None:
+    async def release(self, session_id: str, owner: str, report: TurnReport | None = None) -> None:
         """Give the lease back (the write completes even if the caller is cancelled)."""
-        await asyncio.shield(self.bridge.submit(session_id, self.backend.release_lease, (session_id, owner)))
+        await asyncio.shield(self.bridge.submit(session_id, self.release_blocking, (session_id, owner, report)))
 
     # ---- sync turns -----------------------------------------------------------------------------
     def acquire_sync(self, session_id: str, owner: str, wait: bool,

@@ -23,12 +23,15 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
+from chatflow_agent.core.reports import TurnReport
 from chatflow_agent.jsonsafe import json_safe
 from chatflow_agent.types import Message, Role
 
 logger = logging.getLogger("chatflow_agent.memory")
 
-__all__ = ["Changes", "CommitResult", "SessionBackend", "StoredRow", "StoredSession", "parse_row"]
+__all__ = [
+    "Changes", "CommitResult", "SessionBackend", "StoredRow", "StoredSession", "TurnReport", "parse_row",
+]
 
 
 @dataclass
@@ -65,6 +68,7 @@ class Changes:
     delete_ids: list[int] = field(default_factory=list)
     release_owner: str | None = None  # release this lease in the same transaction
     version: Any = None  # the session's version when it was loaded (what the store last saw)
+    report: TurnReport | None = None  # the turn this commit ends (status "completed"), if a Runner played it
 
 
 @dataclass
@@ -171,6 +175,10 @@ class SessionBackend(Protocol):
         Returns the new rows' ids in ``inserts`` order and the session's token and version after
         the commit (``changes.version``, the version the store last saw, may be used to compute it
         without reading the row again when no one else can have written meanwhile).
+
+        ``changes.report`` (a ``TurnReport``, status ``completed``, or None): a backend that keeps
+        turn records closes the record ``report.owner`` opened, in the same transaction; its first
+        message is the row of the first ``Role.USER`` insert. Other backends ignore it.
         """
         ...
 
@@ -200,7 +208,8 @@ class SessionBackend(Protocol):
         """Delete claims older than ``ttl_seconds``; how many were deleted."""
         ...
 
-    def acquire_lease(self, session_id: str, owner: str, ttl_seconds: float, queue: bool) -> bool:
+    def acquire_lease(self, session_id: str, owner: str, ttl_seconds: float, queue: bool,
+                      report: TurnReport | None = None) -> bool:
         """Try once to take the session's lease for ``owner`` (a string unique per turn) for
         ``ttl_seconds``; True when ``owner`` now holds it. The store calls it in a loop until True.
 
@@ -211,6 +220,11 @@ class SessionBackend(Protocol):
         calls) and every call renews its waiter row for a few seconds, so a waiter that stops
         calling drops out; taking the lease leaves the line. With ``queue`` false the caller never
         joins the line.
+
+        ``report`` (the turn's ``TurnReport`` or None): when the lease is taken, a backend that keeps
+        turn records opens one (status ``running``) in the same transaction, and marks
+        ``interrupted`` any record of this session still ``running`` under another owner (its lease
+        expired: its process died). Other backends ignore it.
         """
         ...
 
@@ -222,12 +236,16 @@ class SessionBackend(Protocol):
         """Extend ``owner``'s lease to ``ttl_seconds`` from now; False when ``owner`` does not hold it."""
         ...
 
-    def release_lease(self, session_id: str, owner: str) -> None:
-        """Give up ``owner``'s lease; nothing happens when ``owner`` does not hold it."""
+    def release_lease(self, session_id: str, owner: str, report: TurnReport | None = None) -> None:
+        """Give up ``owner``'s lease; nothing happens when ``owner`` does not hold it.
+
+        ``report`` (a turn that did not commit: status ``failed`` or ``cancelled``, or None): a backend
+        that keeps turn records closes ``owner``'s record in the same transaction."""
         ...
 
     def purge_leases(self, before: float) -> int:
-        """Delete lease and waiter rows that expired before ``before`` (unix seconds); how many."""
+        """Delete lease and waiter rows that expired before ``before`` (unix seconds); how many.
+        A backend that keeps turn records marks the ``running`` records of those leases ``interrupted``."""
         ...
 
     def close(self) -> None:

@@ -35,6 +35,7 @@ from chatflow_agent.core.events import (
     TurnFailed,
     TurnStarted,
 )
+from chatflow_agent.core.reports import ToolCallReport, TurnReport
 from chatflow_agent.exceptions import AgentHandoffError
 from chatflow_agent.pricing import PriceBook
 from chatflow_agent.types import AgentResponse, Handoff, Message, ModelCallUsage, Role, ToolCall, ToolResult, TurnUsage
@@ -56,8 +57,9 @@ class _Turn:
 
     session: SessionContext  # set once the store has handed the session out
 
-    def __init__(self, runner: Runner, emit: _Emit, streamed: bool) -> None:
+    def __init__(self, runner: Runner, emit: _Emit, streamed: bool, report: TurnReport | None = None) -> None:
         self.runner = runner
+        self.report = report if report is not None else TurnReport()
         self.emit = emit
         self.streamed = streamed
         self._turn_id: str | None = None
@@ -65,7 +67,7 @@ class _Turn:
         self.tools_executed: list[str] = []
         self.last_handoff: Handoff | None = None
         self.handoffs = 0
-        self.calls: list[ModelCallUsage] = []  # each model call's usage, priced
+        self.calls: list[ModelCallUsage] = self.report.calls  # each model call's usage, priced
 
     @property
     def usage(self) -> TurnUsage:
@@ -171,16 +173,18 @@ class Runner:
     # ---- running --------------------------------------------------------------------------
     async def run_async(self, session_id: str, user_message: str, metadata: dict[str, Any] | None = None,
                         *, starting_agent: Agent | None = None,
-                        turn_metadata: dict[str, Any] | None = None) -> AgentResponse:
+                        turn_metadata: dict[str, Any] | None = None,
+                        report: TurnReport | None = None) -> AgentResponse:
         """Play one turn and return the answer. Raises what the engine or store raised (the turn
         is then rolled back), ``SessionDeletedError`` if the session is deleted meanwhile.
-        ``starting_agent``, ``metadata`` and ``turn_metadata``: as for :meth:`run_streamed`."""
+        ``starting_agent``, ``metadata``, ``turn_metadata`` and ``report``: as for :meth:`run_streamed`."""
         return await self._execute(session_id, user_message, metadata, self._publish, streamed=False,
-                                   starting_agent=starting_agent, turn_metadata=turn_metadata)
+                                   starting_agent=starting_agent, turn_metadata=turn_metadata, report=report)
 
     async def run_streamed(
         self, session_id: str, user_message: str, metadata: dict[str, Any] | None = None,
         *, starting_agent: Agent | None = None, turn_metadata: dict[str, Any] | None = None,
+        report: TurnReport | None = None,
     ) -> AsyncIterator[RunEvent]:
         """Play one turn, yielding its run events as they happen (ending with ``TurnCompleted``
         or ``TurnFailed``; the error is then re-raised). Subscribers get the events too. If the
@@ -192,7 +196,12 @@ class Runner:
 
         ``turn_metadata`` (JSON-safe keys and values) is merged into the session's metadata by the
         turn itself, under its lock, and written with its commit: it is stored if and only if the
-        turn's messages are (a webhook worker records which delivery a turn played this way)."""
+        turn's messages are (a webhook worker records which delivery a turn played this way).
+
+        ``report`` (a ``chatflow_agent.core.reports.TurnReport``; default: a new one): the turn's
+        record, filled as it runs (agent trail, model and tool calls, times, final status) and
+        handed to the store, whose backend may keep it (the site's turn records). A caller sets
+        ``source``, ``queue_wait_ms`` or ``trace_id`` on it beforehand and may read it afterwards."""
         queue: asyncio.Queue[RunEvent | None] = asyncio.Queue()
 
         async def emit(event: RunEvent) -> None:
@@ -200,7 +209,8 @@ class Runner:
             await self._publish(event)
 
         task = asyncio.ensure_future(self._execute(session_id, user_message, metadata, emit, streamed=True,
-                                                   starting_agent=starting_agent, turn_metadata=turn_metadata))
+                                                   starting_agent=starting_agent, turn_metadata=turn_metadata,
+                                                   report=report))
         self._background.add(task)
         task.add_done_callback(self._background.discard)
         task.add_done_callback(lambda _t: queue.put_nowait(None))
@@ -220,11 +230,14 @@ class Runner:
 
     async def _execute(self, session_id: str, user_message: str, metadata: dict[str, Any] | None, emit: _Emit,
                        *, streamed: bool, starting_agent: Agent | None = None,
-                       turn_metadata: dict[str, Any] | None = None) -> AgentResponse:
-        turn = _Turn(self, emit, streamed)
+                       turn_metadata: dict[str, Any] | None = None,
+                       report: TurnReport | None = None) -> AgentResponse:
+        turn = _Turn(self, emit, streamed, report)
+        turn.report.user_text = user_message
         started = time.perf_counter()
         try:
-            async with self.session_store.turn(session_id, starting_agent or self.starting_agent, metadata) as session:
+            async with self.session_store.turn(session_id, starting_agent or self.starting_agent, metadata,
+                                               report=turn.report) as session:
                 turn.session = session
                 if turn_metadata:
                     session.metadata.update(turn_metadata)
@@ -259,6 +272,7 @@ class Runner:
             logger.warning("Session %r names unknown agent %r; continuing with %r",
                            session.session_id, agent.name, self.starting_agent.name)
             session.active_agent = self.starting_agent
+        turn.report.add_agent(session.active_agent.name)
         if turn.watched:
             await turn.emit(TurnStarted(session_id=session.session_id, turn_id=turn.turn_id,
                                         agent_name=session.active_agent.name, user_message=user_message))
@@ -308,6 +322,7 @@ class Runner:
                 await turn.emit(ToolCallStarted(session_id=turn.session.session_id, turn_id=turn.turn_id,
                                                 call=call, agent_name=agent.name))
             started = time.perf_counter()
+            handoffs, skipped = turn.handoffs, limit_hit
             if limit_hit:
                 result = ToolResult(tool_call_id=call.id, name=call.name, is_error=True,
                                     content="Skipped: maximum agent transfers exceeded for a single turn.")
@@ -316,10 +331,12 @@ class Runner:
                 result = await self._run_tool(turn, agent, available, call)
                 limit_hit = result.is_error and result.content == _HANDOFF_LIMIT
             results.append(result)
+            duration_ms = (time.perf_counter() - started) * 1000
+            turn.report.tools.append(ToolCallReport(call.name, duration_ms, _outcome(skipped, result, handoffs,
+                                                                                     turn.handoffs)))
             if turn.watched:
                 await turn.emit(ToolCallFinished(session_id=turn.session.session_id, turn_id=turn.turn_id,
-                                                 result=result, agent_name=agent.name,
-                                                 duration_ms=(time.perf_counter() - started) * 1000))
+                                                 result=result, agent_name=agent.name, duration_ms=duration_ms))
         return results
 
     async def _run_tool(self, turn: _Turn, agent: Agent, available: dict[str, Any], call: ToolCall) -> ToolResult:
@@ -353,6 +370,7 @@ class Runner:
             session.metadata.update(handoff.context_updates)
         turn.handoffs += 1
         turn.last_handoff = handoff
+        turn.report.add_agent(target.name)
         if turn.watched:
             await turn.emit(HandoffOccurred(session_id=session.session_id, turn_id=turn.turn_id,
                                             from_agent=previous.name, to_agent=target.name, handoff=handoff))
@@ -366,6 +384,15 @@ class Runner:
 
 
 _HANDOFF_LIMIT = "Maximum agent transfers exceeded for a single turn."
+
+
+def _outcome(skipped: bool, result: ToolResult, handoffs_before: int, handoffs_after: int) -> str:
+    """A tool call's ``ToolCallReport.outcome``."""
+    if skipped:
+        return "skipped"
+    if result.is_error:
+        return "error"
+    return "handoff" if handoffs_after > handoffs_before else "ok"
 
 
 def _streaming_method(engine: Any) -> Any:

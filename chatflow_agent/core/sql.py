@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar
 
-from chatflow_agent.core.backend import StoredRow, StoredSession
+from chatflow_agent.core.backend import StoredRow, StoredSession, TurnReport
 from chatflow_agent.jsonsafe import json_object
 
 __all__ = [
@@ -314,7 +314,8 @@ class SQLLeasesAndClaims:
     ``one`` (:class:`Autocommit`) runs ``fn(cursor)`` on the calling thread's connection outside a
     transaction, ``transaction`` (:class:`Transaction`) in one transaction. Both may be called from
     any thread and propagate database errors. The backend's own commit releases a lease through
-    ``self._rules`` (the same rules).
+    ``self._rules`` (the same rules). Turn reports are ignored here (no turn records): a backend that
+    keeps them overrides ``acquire_lease`` / ``release_lease`` and calls the rules in its transaction.
     """
 
     def __init__(self, dialect: Dialect, one: Autocommit, transaction: Transaction) -> None:
@@ -331,7 +332,8 @@ class SQLLeasesAndClaims:
     def purge_claims(self, ttl_seconds: float) -> int:
         return self._statement(lambda c: self._rules.purge_claims(c, ttl_seconds))
 
-    def acquire_lease(self, session_id: str, owner: str, ttl_seconds: float, queue: bool) -> bool:
+    def acquire_lease(self, session_id: str, owner: str, ttl_seconds: float, queue: bool,
+                      report: TurnReport | None = None) -> bool:
         return self._statement(lambda c: self._rules.acquire_lease(c, self._in_transaction, session_id, owner,
                                                                    ttl_seconds, queue))
 
@@ -341,7 +343,7 @@ class SQLLeasesAndClaims:
     def renew_lease(self, session_id: str, owner: str, ttl_seconds: float) -> bool:
         return self._statement(lambda c: self._rules.renew_lease(c, session_id, owner, ttl_seconds))
 
-    def release_lease(self, session_id: str, owner: str) -> None:
+    def release_lease(self, session_id: str, owner: str, report: TurnReport | None = None) -> None:
         self._statement(lambda c: self._rules.release_lease(c, session_id, owner))
 
     def purge_leases(self, before: float) -> int:

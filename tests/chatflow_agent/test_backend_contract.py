@@ -132,7 +132,8 @@ class DictBackend:
                 del self.db.claims[k]
             return len(old)
 
-    def acquire_lease(self, session_id: str, owner: str, ttl_seconds: float, queue: bool) -> bool:
+    def acquire_lease(self, session_id: str, owner: str, ttl_seconds: float, queue: bool,
+                      report: object = None) -> bool:  # keeps no turn records: the report is ignored
         db = self.db
         with db.lock:
             now = time.time()
@@ -161,7 +162,7 @@ class DictBackend:
             self.db.leases[session_id] = (owner, time.time() + ttl_seconds)
             return True
 
-    def release_lease(self, session_id: str, owner: str) -> None:
+    def release_lease(self, session_id: str, owner: str, report: object = None) -> None:
         with self.db.lock:
             if self.db.leases.get(session_id, ("", 0.0))[0] == owner:
                 del self.db.leases[session_id]

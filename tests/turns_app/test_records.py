@@ -1,0 +1,157 @@
+"""Turn records: written with the turn's own lease and commit writes, on the site's DjangoSessionStore.
+
+The provider is a real OpenAI-compatible HTTP server on 127.0.0.1 returning ``usage`` (streamed and not);
+costs are checked against genai-prices' own calculation, never a hard-coded figure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from chatflow_agent import Agent, PriceBook, Runner
+from chatflow_agent.core.engines.base import BaseEngine, EngineTurnResult
+from chatflow_agent.core.reports import TurnReport
+from chatflow_agent.pricing import PRICES_ENV
+from sessions_app.models import ChatMessage
+from sessions_app.store import DjangoSessionStore
+from tests.chatflow_agent.provider_server import FakeProvider
+from tests.chatflow_agent.test_usage import TOOL_CALL, answer, library_cost, order_agent
+from turns_app.models import SessionTotals, TurnRecord
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def no_price_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(PRICES_ENV, raising=False)
+    for name in list(os.environ):
+        if name.endswith(("_API_KEY", "_BASE_URL")):
+            monkeypatch.delenv(name)
+
+
+@pytest.fixture
+def server() -> Iterator[FakeProvider]:
+    with FakeProvider() as fake:
+        yield fake
+
+
+@pytest.fixture
+def store() -> Iterator[DjangoSessionStore]:
+    s = DjangoSessionStore()
+    yield s
+    s.close()
+
+
+class Boom(BaseEngine):
+    async def generate_turn_async(self, agent, history):
+        raise RuntimeError("the model is down")
+
+
+class Slow(BaseEngine):
+    def __init__(self) -> None:
+        self.started: asyncio.Event | None = None
+
+    async def generate_turn_async(self, agent, history):
+        self.started.set()
+        await asyncio.sleep(30)
+        return EngineTurnResult(text="never")
+
+
+def records(session_id: str) -> list[TurnRecord]:
+    return list(TurnRecord.objects.filter(session_id=session_id).order_by("id"))
+
+
+def test_a_completed_turn_records_its_calls_tools_tokens_and_cost(server, store):
+    server.reply_stream(answer(tool_calls=[TOOL_CALL], prompt=100, output=20))
+    server.reply_stream(answer("Order 7 is in transit.", prompt=150, output=12))
+    runner = Runner(order_agent(server), session_store=store, prices=PriceBook())
+
+    asyncio.run(runner.run_async("s1", "where is order 7?", report=TurnReport(source="api", queue_wait_ms=12.5)))
+
+    [record] = records("s1")
+    first_user = ChatMessage.objects.filter(session_id="s1", role="user").order_by("id").first()
+    expected = (library_cost("gpt-4o-mini", "openai", input_tokens=100, output_tokens=20)
+                + library_cost("gpt-4o-mini", "openai", input_tokens=150, output_tokens=12))
+    assert record.status == "completed" and record.source == "api" and record.queue_wait_ms == 12.5
+    assert record.first_message_id == first_user.id and record.user_text == "where is order 7?"
+    assert (record.input_tokens, record.output_tokens) == (250, 32)
+    assert record.cost == expected
+    assert [(c["model"], c["input_tokens"], c["finish_reason"]) for c in record.calls] == [
+        ("gpt-4o-mini", 100, "tool_calls"), ("gpt-4o-mini", 150, "stop")]
+    assert [(t["name"], t["outcome"]) for t in record.tools] == [("check_order_status", "ok")]
+    assert record.agents == ["Support"] and record.owner.count(":") >= 3
+    assert record.finished_at >= record.started_at and record.duration_ms >= 0 and record.lease_wait_ms >= 0
+    totals = SessionTotals.objects.get(pk="s1")
+    assert (totals.turns, totals.total_tokens, totals.cost, totals.cost_known, totals.last_error) == (
+        1, 282, expected, True, "")
+
+
+def test_an_unpriced_model_leaves_the_cost_unknown_not_zero(server, store):
+    server.reply_stream([{**c, "model": "no-such-model-anywhere"} for c in answer("Hi.", prompt=10, output=2)])
+    agent = order_agent(server, model="no-such-model-anywhere")
+    runner = Runner(agent, session_store=store, prices=PriceBook())
+
+    asyncio.run(runner.run_async("s1", "hello"))
+
+    [record] = records("s1")
+    assert record.cost is None and record.input_tokens == 10
+    assert SessionTotals.objects.get(pk="s1").cost_known is False
+
+
+def test_a_failed_turn_leaves_a_failed_record_with_the_customer_message(store):
+    runner = Runner(Agent(name="Bot", instructions="x", engine=Boom()), session_store=store)
+
+    with pytest.raises(RuntimeError):
+        asyncio.run(runner.run_async("s1", "are you there?"))
+
+    [record] = records("s1")
+    assert record.status == "failed" and record.first_message_id is None
+    assert record.user_text == "are you there?" and record.error == "RuntimeError: the model is down"
+    assert SessionTotals.objects.get(pk="s1").last_error == record.error
+    assert not ChatMessage.objects.filter(session_id="s1").exists()  # the turn itself was rolled back
+
+
+def test_a_cancelled_turn_leaves_a_cancelled_record(store):
+    engine = Slow()
+    runner = Runner(Agent(name="Bot", instructions="x", engine=engine), session_store=store)
+
+    async def cancel_mid_turn() -> None:
+        engine.started = asyncio.Event()
+        task = asyncio.ensure_future(runner.run_async("s1", "slow one"))
+        await engine.started.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(cancel_mid_turn())
+
+    [record] = records("s1")
+    assert record.status == "cancelled" and record.user_text == "slow one"
+
+
+def test_the_next_turn_marks_a_dead_turns_record_interrupted(store, settings):
+    other = DjangoSessionStore(lease_ttl_seconds=0.3)
+    report = TurnReport()
+    held = other.sync_turn("s1", Agent(name="Bot", instructions="x"), report=report)
+    held.__enter__()
+    other.close()  # nothing renews the lease any more: as if its process died
+    [dead] = records("s1")
+    assert dead.status == "running" and dead.owner == report.owner
+
+    time.sleep(0.4)
+    runner = Runner(Agent(name="Bot", instructions="x", engine=Echo()), session_store=store)
+    asyncio.run(runner.run_async("s1", "anyone?"))
+
+    first, second = records("s1")
+    assert first.status == "interrupted" and "Interrupted" in first.error
+    assert second.status == "completed"
+
+
+class Echo(BaseEngine):
+    async def generate_turn_async(self, agent, history):
+        return EngineTurnResult(text="echo: " + (history[-1].content or ""))
