@@ -216,7 +216,8 @@ class Worker:
         queued_ms = max(0.0, (time.time() - delivery.first_seen.timestamp()) * 1000)  # first seen → claimed
         response = await runner.run_async(delivery.session_id, delivery.text, delivery.metadata,
                                           turn_metadata=_turn_metadata(delivery),
-                                          report=TurnReport(source="webhook", queue_wait_ms=queued_ms))
+                                          report=TurnReport(source="webhook", queue_wait_ms=queued_ms,
+                                                            trace_id=tracing.current_trace_id()))
         return response.content
 
     async def _heartbeat(self, delivery: InboundDelivery, db: Any, playing: asyncio.Future[Any]) -> None:

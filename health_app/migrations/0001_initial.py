@@ -15,7 +15,8 @@ class Migration(migrations.Migration):
         migrations.CreateModel(
             name='WorkerHeartbeat',
             fields=[
-                ('owner', models.TextField(help_text="The worker's lease owner (worker:host:pid:…).", primary_key=True, serialize=False)),
+                ('owner', models.TextField(help_text="The worker's lease owner (worker:host:pid:…).", primary_key=True,
+                                           serialize=False)),
                 ('host', models.TextField()),
                 ('pid', models.PositiveIntegerField()),
                 ('started_at', models.DateTimeField(default=django.utils.timezone.now)),

@@ -17,7 +17,8 @@ from health_app import tracing  # noqa: E402
 from health_app.models import DeliveryTrace  # noqa: E402
 from tests.webhooks_app import payloads as p  # noqa: E402
 from tests.webhooks_app.fakes import FakeProviderAPI  # noqa: E402
-from tests.webhooks_app.test_endpoints import post_wa  # noqa: E402
+from tests.webhooks_app.test_endpoints import post_generic, post_wa  # noqa: E402
+from turns_app.models import TurnRecord  # noqa: E402
 from webhooks_app.models import InboundDelivery  # noqa: E402
 from webhooks_app.worker import Worker  # noqa: E402
 
@@ -82,6 +83,8 @@ def test_one_webhook_message_gives_one_trace_with_every_span_parented(client, sp
     (reply,) = by_name["reply send"]
     assert turn.end_time <= reply.start_time
 
+    (record,) = TurnRecord.objects.all()
+    assert (record.status, record.trace_id) == ("completed", format(root.context.trace_id, "032x"))
     delivery = InboundDelivery.objects.get()
     assert DeliveryTrace.objects.get(delivery=delivery).traceparent.split("-")[1] == format(root.context.trace_id,
                                                                                              "032x")
@@ -103,6 +106,8 @@ def test_two_messages_of_one_payload_are_two_traces(client, spans):
 def test_without_tracing_nothing_is_stored_or_traced(client, settings):
     settings.CHATFLOW_AGENTS = "tests.health_app.agents.build"
     assert not tracing.enabled()
-    post_wa(client, p.whatsapp(p.wa_text("wamid.T4", "hi")))
+    post_generic(client, p.generic("untraced", "g-4", "hi"))  # generic: no reply is sent
     assert not DeliveryTrace.objects.exists()
     assert tracing.current_trace_id() == ""
+    assert drain() == 1
+    assert list(TurnRecord.objects.values_list("status", "trace_id")) == [("completed", "")]
