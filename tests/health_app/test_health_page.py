@@ -7,10 +7,11 @@ import asyncio
 import os
 import socket
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 import pytest
-from asgiref.sync import sync_to_async
+from django.db import connections
 from django.utils import timezone
 
 from health_app import heartbeat
@@ -100,9 +101,14 @@ def test_a_running_worker_keeps_its_heartbeat_row_and_deletes_it_when_it_stops(s
     settings.CHATFLOW_HEARTBEAT_SECONDS = 1
     worker = Worker(slots=1, poll=0.05)
 
+    reader = ThreadPoolExecutor(1)
+
+    async def rows() -> list:
+        return await asyncio.get_running_loop().run_in_executor(
+            reader, lambda: list(WorkerHeartbeat.objects.values_list("owner", "host", "pid")))
+
     async def scenario() -> tuple[list, list]:
         running = asyncio.ensure_future(worker.run())
-        rows = sync_to_async(lambda: list(WorkerHeartbeat.objects.values_list("owner", "host", "pid")))
         seen: list = []
         for _ in range(200):
             if seen := await rows():
@@ -113,6 +119,8 @@ def test_a_running_worker_keeps_its_heartbeat_row_and_deletes_it_when_it_stops(s
         return seen, await rows()
 
     seen, after = asyncio.run(scenario())
+    reader.submit(connections.close_all).result()
+    reader.shutdown()
     assert seen == [(worker.owner, socket.gethostname(), os.getpid())]
     assert after == []
 
