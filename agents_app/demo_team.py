@@ -10,6 +10,7 @@ import hashlib
 from datetime import date, timedelta
 
 from chatflow_agent.core.agent import Agent
+from chatflow_agent.core.gate import request_human_tool
 from chatflow_agent.core.tools import tool
 
 __all__ = ["build", "check_order_status", "diagnose_device", "get_invoice", "refund_order"]
@@ -85,10 +86,11 @@ def build() -> Agent:
         name="Support",
         instructions=(
             "You are the first-line support agent of an online shop. Track orders with check_order_status. "
-            "Hand refunds and invoices to Billing and device problems to Tech."
+            "Hand refunds and invoices to Billing and device problems to Tech. "
+            "When the customer wants to talk to a person, call request_human."
         ),
         model="demo",
-        tools=[check_order_status],
+        tools=[check_order_status, request_human_tool()],
     )
     billing = Agent(
         name="Billing",

@@ -37,7 +37,7 @@ T = TypeVar("T")
 # Settings the store or the Runner is built from: a change (override_settings) drops both.
 _SETTINGS = frozenset({
     "CHATFLOW_AGENTS", "CHATFLOW_ENGINE", "CHATFLOW_MAX_TURNS", "CHATFLOW_DEDUP_TTL_HOURS", "CHATFLOW_LEASE_SECONDS",
-    "OPENAI_API_KEY", "OPENAI_BASE_URL", "DATABASES", "CHATFLOW_MODEL_PRICES",
+    "OPENAI_API_KEY", "OPENAI_BASE_URL", "DATABASES", "CHATFLOW_MODEL_PRICES", "CHATFLOW_HOLDING_MESSAGE",
 })
 
 #: Called with every Runner this module builds (``hook(runner)``); see :func:`add_runner_hook`.

@@ -79,6 +79,12 @@ class Message(BaseModel):
         default_factory=lambda: datetime.now(UTC),
         description="UTC timestamp of creation",
     )
+    # Left out of the JSON when None, so a message without it is stored exactly as chatflow-agent 0.3.4
+    # writes it; 0.3.4 ignores the key when it loads a row that has it.
+    author: str | None = Field(
+        default=None, exclude_if=lambda v: v is None,
+        description="Who wrote a MODEL message instead of the model: the operator's username (a takeover reply)",
+    )
 
     @field_validator("content", mode="before")
     @classmethod
@@ -185,3 +191,5 @@ class AgentResponse(BaseModel):
     tool_calls_executed: list[str] = Field(default_factory=list, description="Names of tools executed during this turn")
     handoff: Handoff | None = Field(default=None, description="Handoff details if a transfer occurred")
     usage: TurnUsage | None = Field(default=None, description="The turn's model calls, tokens and cost (Runner)")
+    held: bool = Field(default=False, description="True when a turn gate held the turn: no model was called")
+    human_requested: str | None = Field(default=None, description="Why a person was asked for during the turn")

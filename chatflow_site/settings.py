@@ -153,6 +153,7 @@ INSTALLED_APPS = [
     "api_app",
     "webhooks_app",
     "turns_app",
+    "takeover_app",
     "health_app",
 ]
 
@@ -319,6 +320,21 @@ CHATFLOW_LEASE_SECONDS = _positive_int("CHATFLOW_LEASE_SECONDS", _former_lease_n
 if _former_lease_name and _former_lease_name != CHATFLOW_LEASE_SECONDS:
     raise ImproperlyConfigured("CHATFLOW_QUEUE_VISIBILITY_SECONDS is the former name of CHATFLOW_LEASE_SECONDS "
                                "and differs from it; set CHATFLOW_LEASE_SECONDS only")
+
+# --- Human takeover (takeover_app) -------------------------------------------------------------
+# Whole words or phrases (comma-separated, any case) that move a bot session to "waiting" for an operator.
+CHATFLOW_HUMAN_PHRASES = _list("CHATFLOW_HUMAN_PHRASES", [
+    "human", "agent", "operator", "real person",  # English
+    "atendente", "humano", "pessoa real",  # Portuguese
+    "agente", "operador", "persona real",  # Spanish
+])
+# The one answer the customer gets when the session starts waiting for an operator.
+CHATFLOW_HOLDING_MESSAGE = env.str("CHATFLOW_HOLDING_MESSAGE", default="").strip() or (
+    "I have asked a person from our team to take over; they will answer you here shortly.")
+# Consecutive failed turns after which a session waits for an operator (0: never).
+CHATFLOW_HUMAN_AFTER_FAILED_TURNS = _non_negative_int("CHATFLOW_HUMAN_AFTER_FAILED_TURNS", 3)
+# Minutes without a customer or operator message after which a waiting/human session returns to the bot (0: never).
+CHATFLOW_TAKEOVER_IDLE_MINUTES = _non_negative_int("CHATFLOW_TAKEOVER_IDLE_MINUTES", 0)
 
 # --- Health page, /metrics, OpenTelemetry (health_app) -----------------------------------------
 # A turn still running after this many seconds is listed on the health page as a long-running turn.

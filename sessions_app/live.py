@@ -62,7 +62,10 @@ LIST_KINDS = frozenset({"turn_started", "turn_completed", "turn_failed"})
 QUEUE_LIMIT = 10_000
 #: Operator actions that change a session or what its customer received (exports and webhook retries change
 #: neither; a resent reply reaches the customer).
-BROADCAST_ACTIONS = frozenset({"force_handoff", "rollback", "delete", "resend_reply"})
+BROADCAST_ACTIONS = frozenset({"force_handoff", "rollback", "delete", "resend_reply",
+                               # human takeover (takeover_app.service.ACTIONS)
+                               "take_over", "hand_back", "operator_reply", "human_requested", "cancel_turn",
+                               "takeover_idle"})
 
 
 def group_for_session(session_id: str) -> str:

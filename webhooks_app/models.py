@@ -4,7 +4,8 @@ A delivery is accepted (``inbox.accept``) in the same transaction that claims it
 ``chatflow_processed_messages`` (invariant 6), is claimed by a worker with a visibility timeout
 (``lease_owner`` / ``lease_expires_at``), plays one turn, and records its reply. Its life:
 
-    queued → running → done            (reply: sending → sent | failed; none when nothing is sent)
+    queued → running → done            (reply: sending → sent | failed; none when nothing is sent;
+                                        held: stored for the operator who owns the session, no turn played)
                      ↘ failed → (console retry or provider redelivery) → queued
     queued | running (turn not played yet) → cancelled    (an operator deleted the session)
 
@@ -44,6 +45,7 @@ class InboundDelivery(models.Model):
         SENDING = "sending", "Sending (or lost in a crash: never re-sent)"
         SENT = "sent", "Sent"
         FAILED = "failed", "Send failed"
+        HELD = "held", "Held for operator"
 
     id = models.BigAutoField(primary_key=True)
     provider = models.CharField(max_length=16, choices=Provider.choices)

@@ -19,7 +19,7 @@ from django.conf import settings
 from health_app import tracing
 from webhooks_app.models import InboundDelivery
 
-__all__ = ["LIMIT", "split_message", "send", "utf16_len"]
+__all__ = ["LIMIT", "split_message", "send", "send_to", "utf16_len"]
 
 LIMIT = 4096
 _TOKEN = re.compile(r"<[^<>]*>|&#?\w+;|[\ud800-\udbff][\udc00-\udfff]|.", re.S)
@@ -101,8 +101,14 @@ async def _post(client: httpx.AsyncClient, url: str, **kwargs: Any) -> None:
 @tracing.reply_span
 async def send(client: httpx.AsyncClient, delivery: InboundDelivery, text: str) -> int:
     """Send ``text`` as the reply to ``delivery``; returns the number of messages sent. Raises on failure."""
-    if delivery.provider == InboundDelivery.Provider.WHATSAPP:
-        meta = delivery.metadata
+    return await send_to(client, delivery.provider, delivery.metadata, text)
+
+
+async def send_to(client: httpx.AsyncClient, provider: str, meta: dict[str, Any], text: str) -> int:
+    """Send ``text`` to the customer a channel's ``meta`` names (a delivery's or its session's metadata:
+    WhatsApp ``phone_number_id`` and ``wa_id``, Telegram ``chat_id``), split as every reply is; returns
+    the number of messages sent (0 for a provider without an API here). Raises on failure."""
+    if provider == InboundDelivery.Provider.WHATSAPP:
         url = f"{settings.WHATSAPP_API_BASE.rstrip('/')}/{meta['phone_number_id']}/messages"
         parts = split_message(html.escape(text, quote=False))  # only to measure: WhatsApp shows text as is
         parts = [html.unescape(p) for p in parts] or [""]
@@ -112,11 +118,11 @@ async def send(client: httpx.AsyncClient, delivery: InboundDelivery, text: str) 
                 "type": "text", "text": {"preview_url": False, "body": part},
             })
         return len(parts)
-    if delivery.provider == InboundDelivery.Provider.TELEGRAM:
+    if provider == InboundDelivery.Provider.TELEGRAM:
         url = f"{settings.TELEGRAM_API_BASE.rstrip('/')}/bot{settings.TELEGRAM_BOT_TOKEN}/sendMessage"
         parts = split_message(html.escape(text, quote=False)) or [html.escape(" ")]
         for part in parts:
-            await _post(client, url, json={"chat_id": delivery.metadata["chat_id"], "text": part,
+            await _post(client, url, json={"chat_id": meta["chat_id"], "text": part,
                                            "parse_mode": "HTML"})
         return len(parts)
     return 0

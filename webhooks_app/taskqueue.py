@@ -108,10 +108,11 @@ def renew(delivery: InboundDelivery, owner: str, visibility: float) -> bool:
 
 
 def finish(delivery: InboundDelivery, owner: str, answer: str, reply: str) -> bool:
-    """Record the turn's ``answer``. ``reply`` NONE: done. SENDING: the reply goes out next and the delivery
-    stays running (the sender's next delivery waits) until :func:`complete`. False if the lease was lost."""
+    """Record the turn's ``answer``. ``reply`` NONE or HELD (held for an operator): done. SENDING: the reply
+    goes out next and the delivery stays running (the sender's next delivery waits) until :func:`complete`.
+    False if the lease was lost."""
     fields: dict[str, Any] = {"answer": answer, "reply_status": reply, "error": ""}
-    if reply == InboundDelivery.Reply.NONE:
+    if reply in (InboundDelivery.Reply.NONE, InboundDelivery.Reply.HELD):
         fields.update(status=Status.DONE, finished_at=timezone.now())
     return _mine(delivery, owner).update(**fields) == 1
 

@@ -16,7 +16,15 @@ its own database connection). Per delivery:
    between that write and the end of the send never sends twice (at most one reply).
 
 Engine failure: the turn is rolled back, one fallback reply is sent, and the delivery is marked failed
-(the claim on its id is released in the same transaction); the console can retry it.
+(the claim on its id is released in the same transaction); the console can retry it. After
+``CHATFLOW_HUMAN_AFTER_FAILED_TURNS`` failures in a row the session waits for an operator and the
+holding message is sent instead of the fallback.
+
+Human takeover: while the session waits for or is owned by an operator, the site Runner's turn gate
+holds the turn (the message is stored with the marker, no model call); the delivery is done with
+``reply_status=held`` and nothing is sent. A turn stopped because an operator took the session over
+("now") is played again once, in line behind the operator: it is then held, never answered with the
+fallback.
 """
 
 from __future__ import annotations
@@ -36,7 +44,9 @@ from django.db import connections
 
 from agents_app import runtime
 from chatflow_agent.core.reports import TurnReport
+from chatflow_agent.exceptions import SessionBusyError
 from health_app import heartbeat, tracing
+from takeover_app import service as takeover
 from webhooks_app import replies, settle, taskqueue
 from webhooks_app.models import InboundDelivery
 
@@ -189,24 +199,38 @@ class Worker:
             if not await db(taskqueue.turn_committed, delivery):
                 logger.warning("Delivery %s failed: %s: %s", delivery.pk, type(err).__name__, err)
                 error = f"{type(err).__name__}: {err}"
-                if await db(taskqueue.fail, delivery, self.owner, error, FALLBACK_REPLY, reply) and replies_out:
-                    await self._send(delivery, FALLBACK_REPLY, db)
+                fallback = settings.CHATFLOW_HOLDING_MESSAGE if await db(
+                    takeover.note_failed_turn, delivery.session_id) else FALLBACK_REPLY
+                if await db(taskqueue.fail, delivery, self.owner, error, fallback, reply) and replies_out:
+                    await self._send(delivery, fallback, db)
                 return
             answer = await db(taskqueue.last_answer, delivery.session_id)
+        if answer is None:  # held for the operator: stored, nothing to send
+            answer, reply = "", Reply.HELD
         self.processed += 1
         if await db(taskqueue.finish, delivery, self.owner, answer, reply) and replies_out:
             await self._send(delivery, answer, db)
 
-    async def _play(self, delivery: InboundDelivery, db: Any) -> str:
+    async def _play(self, delivery: InboundDelivery, db: Any) -> str | None:
+        """The answer to send; None when the turn was held for an operator (nothing to send)."""
         if delivery.kind == Kind.UNSUPPORTED:
             return UNSUPPORTED_REPLY
         if await db(taskqueue.turn_committed, delivery):
             logger.info("Delivery %s: its turn committed before a crash; not played again", delivery.pk)
-            return RESET_REPLY if delivery.kind == Kind.RESET else await db(taskqueue.last_answer, delivery.session_id)
+            if delivery.kind == Kind.RESET:
+                return RESET_REPLY
+            return None if await db(takeover.ends_with_customer, delivery.session_id) else await db(
+                taskqueue.last_answer, delivery.session_id)
         with settle.playing(delivery):  # its commit is refused if the session is deleted meanwhile
-            return await self._play_turn(delivery)
+            try:
+                return await self._play_turn(delivery)
+            except SessionBusyError:
+                # Stopped (an operator took the session over "now", or the lease was lost): nothing was
+                # written; played again in line behind whoever holds the session now.
+                logger.info("Delivery %s: its turn was stopped; playing it again", delivery.pk)
+                return await self._play_turn(delivery)
 
-    async def _play_turn(self, delivery: InboundDelivery) -> str:
+    async def _play_turn(self, delivery: InboundDelivery) -> str | None:
         runner = runtime.site_runner()
         if delivery.kind == Kind.RESET:
             async with runner.session_store.turn(delivery.session_id, runner.starting_agent, delivery.metadata) as s:
@@ -218,7 +242,7 @@ class Worker:
                                           turn_metadata=_turn_metadata(delivery),
                                           report=TurnReport(source="webhook", queue_wait_ms=queued_ms,
                                                             trace_id=tracing.current_trace_id()))
-        return response.content
+        return None if response.held and not response.content else response.content
 
     async def _heartbeat(self, delivery: InboundDelivery, db: Any, playing: asyncio.Future[Any]) -> None:
         while True:

@@ -80,6 +80,7 @@ class PersistentSessionStore(BaseSessionStore):
         self._sessions = IdentityMap(self._CACHE_SIZE)
         self._leases = LeaseCore(backend, self._bridge, _positive_number("lease_ttl_seconds", lease_ttl_seconds))
         self._warned_agents: set[str] = set()
+        self._beats: dict[str, Any] = {}  # session id → the heartbeat of its async turn running here
 
     @property
     def lease_ttl_seconds(self) -> float:
@@ -320,28 +321,49 @@ class PersistentSessionStore(BaseSessionStore):
             owner = new_lease_owner()
             stored = await self._leases.acquire(session_id, owner, wait, self._begin_for(report), report)
             beat = self._leases.heartbeat(session_id, owner)
+            self._beats[session_id] = beat
             committed = False
             try:
                 session = self._materialise(session_id, stored, default_agent, metadata)
                 with session._atomic():
-                    yield session
-                    _, cancelled = await self._bridge.finish(session_id, self._commit_blocking, session, owner,
-                                                             report)
+                    try:
+                        yield session
+                        _, cancelled = await self._bridge.finish(session_id, self._commit_blocking, session, owner,
+                                                                 report)
+                    except asyncio.CancelledError:
+                        if not beat.lost:
+                            raise
+                        beat.forgive()  # the lease was lost or taken away: a failed turn, not a cancelled task
+                        raise SessionBusyError(session_id) from None
                     committed = True
                     session._mark_committed()
-                if cancelled:  # cancelled while the commit was written: the turn is kept, then cancelled
+                if cancelled and beat.lost:
+                    beat.forgive()  # stopped after its commit was written: the turn is kept and completes
+                elif cancelled:  # cancelled while the commit was written: the turn is kept, then cancelled
                     raise asyncio.CancelledError()
             except BaseException as err:
                 if report is not None and not committed:
                     report.ended_by(err)
                 raise
             finally:
+                self._beats.pop(session_id, None)
                 await beat.stop()
                 if not committed:
                     self._forget_unstored(stored, session_id)
                     await self._leases.release(session_id, owner, report)
         finally:
             self._locks.release(session_id)
+
+    def stop_turn(self, session_id: str) -> bool:
+        """Thread-safe: stop the async turn of this store running on ``session_id`` in this process, if
+        any (True): it fails with ``SessionBusyError`` and is rolled back, as when its lease is lost.
+        Call it after the lease was taken away; otherwise a turn whose commit was being written when it
+        was stopped completes normally. A turn in another process stops at its next lease renewal."""
+        beat = self._beats.get(session_id)
+        if beat is None:
+            return False
+        beat.lose()
+        return True
 
     @contextmanager
     def sync_turn(

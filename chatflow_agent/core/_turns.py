@@ -60,12 +60,35 @@ class _Heartbeat:
     """Renews a lease from the event loop every third of its TTL. Most turns end before the first
     renewal, so the renewing task is only started by a timer (a task per turn is not free)."""
 
-    __slots__ = ("_timer", "_tasks")
+    __slots__ = ("_timer", "_tasks", "_turn", "_loop", "lost")
 
     def __init__(self, core: LeaseCore, session_id: str, owner: str) -> None:
         self._tasks: list[asyncio.Task[None]] = []
-        self._timer = asyncio.get_running_loop().call_later(
-            core.ttl_seconds / 3, lambda: self._tasks.append(asyncio.ensure_future(core.renew_loop(session_id, owner))))
+        self._loop = asyncio.get_running_loop()
+        self._turn = asyncio.current_task()  # the turn's task: stopped when the lease is lost
+        #: True once the lease was lost (not renewed, or taken away): the turn was told to stop
+        self.lost = False
+        self._timer = self._loop.call_later(
+            core.ttl_seconds / 3,
+            lambda: self._tasks.append(asyncio.ensure_future(core.renew_loop(session_id, owner, self))))
+
+    def lose(self) -> None:
+        """Thread-safe: the lease is gone, so stop the turn now (its task is cancelled; the store
+        turns that into ``SessionBusyError`` and rolls the turn back)."""
+        def stop() -> None:
+            if not self.lost:
+                self.lost = True
+                if self._turn is not None:
+                    self._turn.cancel()
+
+        if not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(stop)
+
+    def forgive(self) -> None:
+        """On the turn's task, after it caught the cancellation :meth:`lose` caused: undo it."""
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            task.uncancel()
 
     async def stop(self) -> None:
         self._timer.cancel()
@@ -127,9 +150,11 @@ class LeaseCore:
         else:
             self.backend.release_lease(session_id, owner, report)
 
-    def _renew(self, session_id: str, owner: str) -> None:
+    def _renew(self, session_id: str, owner: str) -> bool:
         if not self.backend.renew_lease(session_id, owner, self.ttl_seconds):
-            logger.warning("Lost the lease of session %r while a turn was running", session_id)
+            logger.warning("Lost the lease of session %r while a turn was running; the turn is stopped", session_id)
+            return False
+        return True
 
     # ---- async turns ----------------------------------------------------------------------------
     async def acquire(self, session_id: str, owner: str, wait: bool,
@@ -163,10 +188,13 @@ class LeaseCore:
         """Keep renewing the lease from the running loop until ``await beat.stop()``."""
         return _Heartbeat(self, session_id, owner)
 
-    async def renew_loop(self, session_id: str, owner: str) -> None:
-        """Renew the lease every third of its TTL, for ever (the heartbeat task)."""
+    async def renew_loop(self, session_id: str, owner: str, beat: _Heartbeat) -> None:
+        """Renew the lease every third of its TTL until it is lost (the heartbeat task); a lost lease
+        stops the turn (``beat.lose()``): its commit would be refused anyway."""
         while True:
-            await self.bridge.run(session_id, self._renew, session_id, owner)
+            if not await self.bridge.run(session_id, self._renew, session_id, owner):
+                beat.lose()
+                return
             await asyncio.sleep(self.ttl_seconds / 3)
 
     async def release(self, session_id: str, owner: str, report: TurnReport | None = None) -> None:

@@ -35,6 +35,14 @@ from chatflow_agent.core.events import (
     TurnFailed,
     TurnStarted,
 )
+from chatflow_agent.core.gate import (
+    DEFAULT_HUMAN_REQUEST_REPLY,
+    REQUEST_HUMAN,
+    HumanRequest,
+    HumanRequestHook,
+    TurnDecision,
+    TurnGate,
+)
 from chatflow_agent.core.reports import ToolCallReport, TurnReport
 from chatflow_agent.exceptions import AgentHandoffError
 from chatflow_agent.pricing import PriceBook
@@ -68,6 +76,8 @@ class _Turn:
         self.last_handoff: Handoff | None = None
         self.handoffs = 0
         self.calls: list[ModelCallUsage] = self.report.calls  # each model call's usage, priced
+        self.instructions: str | None = None  # the gate's one-turn system instructions (never stored)
+        self.human_requested: str | None = None
 
     @property
     def usage(self) -> TurnUsage:
@@ -103,6 +113,10 @@ class Runner:
     ``prices`` prices each model call's usage when the turn runs (default:
     ``PriceBook.from_env()``, genai-prices with the ``CHATFLOW_MODEL_PRICES`` overrides); the
     turn's usage is ``AgentResponse.usage`` and ``usage`` of ``TurnCompleted`` / ``TurnFailed``.
+
+    ``turn_gate`` is consulted at the start of every turn, ``on_human_request`` called when an agent
+    calls the built-in ``request_human`` tool, whose turn then ends with ``human_request_reply``
+    (see ``chatflow_agent.core.gate``). All three are attributes and may be set after construction.
     """
 
     def __init__(
@@ -114,6 +128,9 @@ class Runner:
         max_handoffs_per_turn: int = 5,
         max_tool_iterations: int = 10,
         prices: PriceBook | None = None,
+        turn_gate: TurnGate | None = None,
+        on_human_request: HumanRequestHook | None = None,
+        human_request_reply: str = DEFAULT_HUMAN_REQUEST_REPLY,
     ) -> None:
         self.starting_agent = starting_agent
         self.session_store: BaseSessionStore = session_store if session_store is not None else SessionStore()
@@ -125,6 +142,9 @@ class Runner:
         self.max_handoffs_per_turn = max_handoffs_per_turn
         self.max_tool_iterations = max_tool_iterations
         self.prices = prices if prices is not None else PriceBook.from_env()
+        self.turn_gate = turn_gate
+        self.on_human_request = on_human_request
+        self.human_request_reply = human_request_reply
         self._agents_registry: dict[str, Agent] = {}
         self._subscribers: list[Subscriber] = []
         self._background: set[asyncio.Task[Any]] = set()
@@ -276,7 +296,15 @@ class Runner:
         if turn.watched:
             await turn.emit(TurnStarted(session_id=session.session_id, turn_id=turn.turn_id,
                                         agent_name=session.active_agent.name, user_message=user_message))
+        decision = await self._consult_gate(session, user_message)
         await turn.append(Message(role=Role.USER, content=user_message))
+        if decision is not None:
+            turn.instructions = decision.instructions or None
+            turn.human_requested = decision.human_requested
+            if decision.hold:
+                if decision.reply is not None:
+                    await turn.append(Message(role=Role.MODEL, content=decision.reply))
+                return self._response(turn, decision.reply or "", held=True)
         for _ in range(self.max_tool_iterations):
             agent = session.active_agent
             result = await self._generate(turn, agent)
@@ -287,17 +315,33 @@ class Runner:
             await turn.append(Message(role=Role.MODEL, content=result.text, tool_calls=result.tool_calls))
             results = await self._run_tools(turn, agent, result.tool_calls)
             await turn.append(Message(role=Role.TOOL, tool_results=results))
+            if any(r.name == REQUEST_HUMAN and not r.is_error for r in results) and turn.human_requested is not None:
+                await turn.append(Message(role=Role.MODEL, content=self.human_request_reply))
+                return self._response(turn, self.human_request_reply)
         text = f"Execution iteration limit reached by agent '{session.active_agent.name}'."
         await turn.append(Message(role=Role.MODEL, content=text))
         return self._response(turn, text)
 
-    def _response(self, turn: _Turn, text: str) -> AgentResponse:
+    def _response(self, turn: _Turn, text: str, *, held: bool = False) -> AgentResponse:
         return AgentResponse(content=text, active_agent_name=turn.session.active_agent.name,
-                             tool_calls_executed=turn.tools_executed, handoff=turn.last_handoff, usage=turn.usage)
+                             tool_calls_executed=turn.tools_executed, handoff=turn.last_handoff, usage=turn.usage,
+                             held=held, human_requested=turn.human_requested)
+
+    async def _consult_gate(self, session: SessionContext, user_message: str) -> TurnDecision | None:
+        gate = self.turn_gate
+        if gate is None:
+            return None
+        decision = gate(session, user_message)
+        if inspect.isawaitable(decision):
+            decision = await decision
+        return decision
 
     async def _generate(self, turn: _Turn, agent: Agent) -> Any:
         engine = resolve_engine(agent, default_engine=self.engine)
         history = engine_view(turn.session.history)
+        if turn.instructions:
+            at = next((i for i, m in enumerate(history) if m.role != Role.SYSTEM), len(history))
+            history.insert(at, Message(role=Role.SYSTEM, content=turn.instructions))
         stream = _streaming_method(engine)
         if stream is None:
             result = await engine.generate_turn_async(agent=agent, history=history)
@@ -353,6 +397,8 @@ class Runner:
             return ToolResult(tool_call_id=call.id, name=call.name, is_error=True,
                               content=f"Tool execution failed [trace_id: {trace_id}]. "
                                       "Please try a different approach or inform the user.")
+        if isinstance(output, HumanRequest):
+            return await self._human_request(turn, call, output)
         if not isinstance(output, Handoff):
             return ToolResult(tool_call_id=call.id, name=call.name, content=output)
         return await self._handoff(turn, call, output)
@@ -378,6 +424,16 @@ class Runner:
             "status": "HANDOFF_SUCCESS", "transferred_from": previous.name, "transferred_to": target.name,
             "reason": handoff.reason or "Specialist routing",
         })
+
+    async def _human_request(self, turn: _Turn, call: ToolCall, request: HumanRequest) -> ToolResult:
+        turn.human_requested = request.reason or "The agent asked for a person."
+        hook = self.on_human_request
+        if hook is not None:
+            result = hook(turn.session, turn.human_requested)
+            if inspect.isawaitable(result):
+                await result
+        return ToolResult(tool_call_id=call.id, name=call.name,
+                          content={"status": "HUMAN_REQUESTED", "reason": turn.human_requested})
 
     def __repr__(self) -> str:
         return f"<Runner starting_agent={self.starting_agent.name!r} registered_agents={list(self._agents_registry)}>"

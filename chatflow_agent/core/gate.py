@@ -1,0 +1,75 @@
+"""The turn gate: what a host application may decide before a turn reaches the model.
+
+A Runner built with ``turn_gate=`` calls it at the start of every turn, inside the session's turn
+lock, with the session (its history as before the turn) and the user message. The gate returns
+``None`` (play the turn as usual) or a :class:`TurnDecision`:
+
+- ``hold=True``: the user message is stored and no model is called (an operator answers the session
+  instead); ``reply``, if given, is stored as the MODEL answer and returned as the turn's answer (a
+  holding message). The response has ``held=True``.
+- ``instructions``: extra system instructions for this turn's model calls only. They reach the engine
+  as a SYSTEM message after the session's own, and are never stored in the session.
+- ``human_requested``: a reason; the response carries it (``AgentResponse.human_requested``).
+
+A gate may be a plain function or a coroutine function; it must not block the event loop (a gate
+that reads a database runs the read on a thread). An exception from the gate fails the turn, which
+is then rolled back like any failed turn.
+
+:func:`request_human_tool` is a built-in tool an agent can be given: when the model calls it, the
+Runner calls its ``on_human_request`` hook (inside the turn lock), ends the turn with its
+``human_request_reply`` as the answer and sets ``AgentResponse.human_requested`` to the reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from chatflow_agent.core.tools import Tool
+
+if TYPE_CHECKING:
+    from chatflow_agent.core._session import SessionContext
+
+__all__ = ["DEFAULT_HUMAN_REQUEST_REPLY", "REQUEST_HUMAN",
+           "HumanRequest", "HumanRequestHook", "TurnDecision", "TurnGate", "request_human_tool"]
+
+#: The answer a turn ends with after an agent called ``request_human`` (``Runner(human_request_reply=…)``).
+DEFAULT_HUMAN_REQUEST_REPLY = "I have asked a person from our team to take over; they will answer you here shortly."
+
+#: The name the built-in tool is given (and the name its tool calls and results carry).
+REQUEST_HUMAN = "request_human"
+
+
+@dataclass(frozen=True)
+class TurnDecision:
+    """A turn gate's decision for one turn (see the module docstring); the default plays the turn."""
+
+    hold: bool = False
+    reply: str | None = None
+    instructions: str | None = None
+    human_requested: str | None = None
+
+
+@dataclass(frozen=True)
+class HumanRequest:
+    """What the ``request_human`` tool returns: the model asked for a person, for ``reason``."""
+
+    reason: str
+
+
+#: ``gate(session, user_message)`` → a decision, or None to play the turn as usual.
+TurnGate = Callable[["SessionContext", str], "TurnDecision | None | Awaitable[TurnDecision | None]"]
+#: ``hook(session, reason)``, called inside the turn lock when an agent called ``request_human``.
+HumanRequestHook = Callable[["SessionContext", str], "Awaitable[None] | None"]
+
+
+def request_human(reason: str = "The customer asked for a person.") -> HumanRequest:
+    """Ask for a human operator to take over this conversation: use it when the customer wants to talk to
+    a person, or when you cannot help them. ``reason``: one sentence for the operator."""
+    return HumanRequest(reason=str(reason))
+
+
+def request_human_tool() -> Tool:
+    """The built-in ``request_human(reason: str)`` tool; give it to an agent in its ``tools``."""
+    return Tool(request_human, name=REQUEST_HUMAN)

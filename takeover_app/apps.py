@@ -1,0 +1,20 @@
+from django.apps import AppConfig
+from django.db.models.signals import post_migrate
+
+
+class TakeoverAppConfig(AppConfig):
+    """Human takeover: a session's mode (bot / waiting / human), operator replies, hand back to an agent."""
+
+    name = "takeover_app"
+    verbose_name = "Human takeover"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from agents_app import runtime
+        from sessions_app.store import session_committing
+        from takeover_app import gate
+        from takeover_app.groups import grant_takeover_permissions
+
+        post_migrate.connect(grant_takeover_permissions, sender=self, dispatch_uid="takeover_app.groups")
+        session_committing.connect(gate.on_commit, dispatch_uid="takeover_app.gate")
+        runtime.add_runner_hook(gate.install)

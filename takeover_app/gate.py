@@ -1,0 +1,125 @@
+"""The site's turn gate: before a turn reaches the model, the session's mode decides.
+
+Installed on the site's Runner (``agents_app.runtime.add_runner_hook``) by the app's ``ready()``:
+
+- a session in ``waiting`` or ``human`` mode: the turn is held (the customer's message is stored, no
+  model call, no answer) and the session's unread count goes up;
+- a session in ``bot`` mode whose customer asks for a person (``CHATFLOW_HUMAN_PHRASES``, whole words,
+  any case): the turn is held with the holding message (``CHATFLOW_HOLDING_MESSAGE``) as its answer, and
+  the session starts ``waiting``;
+- a hand-back note not yet given to a model: it becomes the turn's one-turn instructions;
+- an agent calling the built-in ``request_human`` tool (``Runner.on_human_request``): ``waiting``.
+
+What a turn changes in the mode row is written by :func:`on_commit` inside the turn's own commit
+transaction (``sessions_app.store.session_committing``), so it is stored if and only if the turn is:
+a held message is counted unread exactly once, a note is used up only by a turn that committed.
+The gate reads the mode row on a thread (one query per turn); it runs under the session's turn lock.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.db.models import F
+from django.utils import timezone
+
+from chatflow_agent.core.gate import TurnDecision
+from takeover_app.models import SessionMode
+
+__all__ = ["asks_for_human", "install", "on_commit", "turn_gate"]
+
+Mode, Trigger = SessionMode.Mode, SessionMode.Trigger
+
+
+@dataclass
+class _Pending:
+    """What the running turn of a session will write into its mode row when it commits."""
+
+    held: bool = False
+    note: str = ""  # the hand-back note this turn was given (cleared if still the pending one)
+    request: tuple[str, str] | None = None  # (trigger, reason): start waiting
+    reset_failures: bool = False
+
+
+# Session id → what its running turn (in this process) will write with its commit. One turn per session
+# runs at a time (the turn lock), so an entry belongs to that turn; a turn that fails leaves its entry,
+# which the session's next gate call replaces.
+_pending: dict[str, _Pending] = {}
+
+
+@lru_cache(maxsize=8)
+def _phrase_pattern(phrases: tuple[str, ...]) -> re.Pattern[str] | None:
+    words = [r"\s+".join(map(re.escape, p.split())) for p in phrases if p.strip()]
+    return re.compile(r"(?<!\w)(?:" + "|".join(words) + r")(?!\w)", re.I) if words else None
+
+
+def asks_for_human(text: str) -> str:
+    """The ``CHATFLOW_HUMAN_PHRASES`` phrase ``text`` contains (whole words, any case), or ''."""
+    pattern = _phrase_pattern(tuple(settings.CHATFLOW_HUMAN_PHRASES))
+    match = pattern.search(text) if pattern is not None and text else None
+    return match.group(0) if match else ""
+
+
+def _decide(session_id: str, text: str) -> TurnDecision | None:
+    row = SessionMode.objects.filter(pk=session_id).first()
+    if row is not None and row.mode in (Mode.WAITING, Mode.HUMAN):
+        _pending[session_id] = _Pending(held=True)
+        return TurnDecision(hold=True)
+    pending = _Pending(reset_failures=row is not None and row.failed_turns > 0)
+    phrase = asks_for_human(text)
+    if phrase:
+        pending.request = (Trigger.PHRASE, f"The customer wrote {phrase!r}.")
+        _pending[session_id] = pending
+        return TurnDecision(hold=True, reply=settings.CHATFLOW_HOLDING_MESSAGE, human_requested=pending.request[1])
+    note = row.pending_note if row is not None else ""
+    pending.note = note
+    _pending[session_id] = pending
+    return TurnDecision(instructions=_instructions(note)) if note else None
+
+
+def _instructions(note: str) -> str:
+    return ("A note from a human operator who answered this customer before you (private: never quote it or "
+            f"mention it to the customer):\n{note}")
+
+
+async def turn_gate(session: Any, text: str) -> TurnDecision | None:
+    """The site Runner's ``turn_gate`` (see the module docstring)."""
+    return await sync_to_async(_decide, thread_sensitive=False)(session.session_id, text)
+
+
+def on_human_request(session: Any, reason: str) -> None:
+    """The site Runner's ``on_human_request``: the session starts waiting when the turn commits."""
+    _pending.setdefault(session.session_id, _Pending()).request = (Trigger.TOOL, reason)
+
+
+def on_commit(sender: Any = None, session_id: str = "", metadata: Any = None, using: str = "default",
+              **kwargs: Any) -> None:
+    """``session_committing`` receiver (inside the commit's transaction): apply what the turn decided."""
+    pending = _pending.pop(session_id, None)
+    if pending is None:
+        return
+    now = timezone.now()
+    modes = SessionMode.objects.using(using).filter(pk=session_id)
+    if pending.held:
+        modes.update(unread=F("unread") + 1, customer_last_at=now, updated_at=now)
+        return
+    if pending.note:
+        modes.filter(pending_note=pending.note).update(pending_note="", updated_at=now)
+    if pending.reset_failures:
+        modes.filter(mode=Mode.BOT).update(failed_turns=0)
+    if pending.request is not None:
+        from takeover_app import service
+
+        service.start_waiting(session_id, trigger=pending.request[0], reason=pending.request[1], using=using)
+
+
+def install(runner: Any) -> None:
+    """Runner hook: this gate, the request_human hook and the holding message on the site's Runner."""
+    runner.turn_gate = turn_gate
+    runner.on_human_request = on_human_request
+    runner.human_request_reply = settings.CHATFLOW_HOLDING_MESSAGE

@@ -1,0 +1,134 @@
+"""Takeover's operator actions: take over, hand back, reply, resend a reply, cancel a running turn.
+
+POST only, CSRF-protected, ``console_required`` with the takeover permissions (Viewers get 403). An htmx
+request gets the session's takeover panel (``takeover_app/panel.html#takeover-panel``) or, refused, the
+error fragment with the action's status (400 with the message; 409 naming who owns the session); a plain
+POST is redirected back to the session page (a refusal renders the panel page with its status).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.contrib import messages
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+from django_htmx.http import reswap, retarget
+
+from sessions_app.access import console_required
+from sessions_app.actions import ActionError, InvalidAction
+from takeover_app import service
+from takeover_app.models import OperatorReply
+
+logger = logging.getLogger("takeover_app")
+
+TAKE_OVER = "takeover_app.take_over"
+REPLY = "takeover_app.reply_as_operator"
+PANEL = "takeover_app/panel.html"
+MAX_REPLY = 32 * 1024  # characters: far more than any channel takes in one message; split as bot replies are
+
+
+def panel_ctx(session_id: str, **extra: Any) -> dict[str, Any]:
+    """What the takeover panel shows: the mode row, the operator replies (newest last), the channel."""
+    return {"session_id": session_id, "mode": service.mode_of(session_id), "channel": service.channel_of(session_id),
+            "replies": list(OperatorReply.objects.filter(session_id=session_id).order_by("-id")[:20])[::-1],
+            **extra}
+
+
+def _done(request: HttpRequest, session_id: str, note: str) -> HttpResponse:
+    if getattr(request, "htmx", False):
+        response = render(request, f"{PANEL}#takeover-panel", panel_ctx(session_id, note=note))
+        return reswap(retarget(response, "#takeover-panel"), "outerHTML")
+    messages.success(request, note)
+    return redirect(reverse("sessions-show-session", args=[session_id]))
+
+
+def _refused(request: HttpRequest, session_id: str, err: ActionError) -> HttpResponse:
+    logger.info("Refused %s on %r: %s %s", request.path, session_id, err.status, err)
+    ctx = {"error": str(err), "owner": getattr(err, "owner", "")}
+    if getattr(request, "htmx", False):
+        response = render(request, f"{PANEL}#takeover-error", ctx, status=err.status)
+        return reswap(retarget(response, "#takeover-error"), "innerHTML")
+    return render(request, PANEL, {**panel_ctx(session_id), **ctx}, status=err.status)
+
+
+def _gone(request: HttpRequest, session_id: str) -> HttpResponse:
+    return _refused(request, session_id, _NotFound(f"Session {session_id!r} does not exist (any more)."))
+
+
+class _NotFound(ActionError):
+    status = 404
+
+
+def _text(request: HttpRequest, name: str, limit: int) -> str:
+    value = request.POST.get(name, "")
+    if len(value) > limit:
+        raise InvalidAction(f"The {name} is too long: at most {limit:,} characters.")
+    return value
+
+
+@require_POST
+@console_required(TAKE_OVER)
+def take_over(request: HttpRequest, session_id: str) -> HttpResponse:
+    try:
+        service.take_over(request.user, session_id, when=request.POST.get("when") or "after_turn")
+    except ActionError as err:
+        return _refused(request, session_id, err)
+    except Http404:
+        return _gone(request, session_id)
+    return _done(request, session_id, "You have taken this session over: the bot no longer answers it.")
+
+
+@require_POST
+@console_required(TAKE_OVER)
+def hand_back(request: HttpRequest, session_id: str) -> HttpResponse:
+    try:
+        row = service.hand_back(request.user, session_id, agent_name=request.POST.get("agent") or None,
+                                note=_text(request, "note", 8000))
+    except ActionError as err:
+        return _refused(request, session_id, err)
+    except Http404:
+        return _gone(request, session_id)
+    return _done(request, session_id, f"Handed back to the bot{' with a note' if row.pending_note else ''}.")
+
+
+@require_POST
+@console_required(REPLY)
+def reply(request: HttpRequest, session_id: str) -> HttpResponse:
+    try:
+        sent = service.send_reply(request.user, session_id, _text(request, "text", MAX_REPLY))
+    except ActionError as err:
+        return _refused(request, session_id, err)
+    except Http404:
+        return _gone(request, session_id)
+    return _done(request, session_id, f"Reply {sent.shown_status}" + (f": {sent.error}" if sent.error else "."))
+
+
+@require_POST
+@console_required(REPLY)
+def resend(request: HttpRequest, reply_id: int) -> HttpResponse:
+    found = OperatorReply.objects.filter(pk=reply_id).values_list("session_id", flat=True).first()
+    if found is None:
+        return _refused(request, "", _NotFound("No such reply."))
+    try:
+        sent = service.resend(request.user, reply_id)
+    except ActionError as err:
+        return _refused(request, found, err)
+    except Http404:
+        return _gone(request, found)
+    return _done(request, found, f"Reply {sent.shown_status}" + (f": {sent.error}" if sent.error else "."))
+
+
+@require_POST
+@console_required(TAKE_OVER)
+def cancel_turn(request: HttpRequest, session_id: str) -> HttpResponse:
+    try:
+        stopped = service.cancel_turn(request.user, session_id, _text(request, "reason", 2000)
+                                      or "Cancelled by an operator.")
+    except ActionError as err:
+        return _refused(request, session_id, err)
+    return _done(request, session_id, "The running turn was stopped and rolled back." if stopped
+                 else "No turn was running on this session.")
