@@ -43,6 +43,7 @@ from chatflow_agent.jsonsafe import clean_text, json_safe
 from sessions_app import actions, export, listing
 from sessions_app.access import EXPORT, may
 from sessions_app.models import ChatSession, OperatorAction
+from turns_app.console import session_usage, totals_for, totals_of
 
 
 class AnyPathConverter:
@@ -251,6 +252,18 @@ class LastMessage(Schema):
     text: str
 
 
+class SessionUsage(Schema):
+    turns: int = Field(description="Recorded turns (completed, failed, cancelled, rolled back).")
+    input_tokens: int
+    output_tokens: int
+    cached_tokens: int
+    total_tokens: int
+    cost: str = Field(description="US dollars, a decimal string; a lower bound when cost_known is false.")
+    cost_known: bool = Field(description="False once a turn used a model without a known price.")
+    currency: str = "USD"
+    last_error: str = Field(description="The last recorded turn's error; empty when it completed.")
+
+
 class SessionOut(Schema):
     session_id: str
     active_agent: str
@@ -261,6 +274,8 @@ class SessionOut(Schema):
     turn_count: int
     running: bool = Field(description="A turn holds the session's lease right now.")
     last_message: LastMessage | None = None
+    usage: SessionUsage | None = Field(None, description="The session's recorded turns' totals; null before its "
+                                       "first recorded turn.")
 
 
 class SessionPage(Schema):
@@ -284,13 +299,15 @@ def _query(filters: Filters, cursor: str = "") -> listing.ListQuery:
     return query
 
 
-def _session_out(s: ChatSession, redacted: bool, running: bool = False, last: tuple | None = None) -> dict:
+def _session_out(s: ChatSession, redacted: bool, running: bool = False, last: tuple | None = None,
+                 totals: Any = None) -> dict:
     out = {
         "session_id": s.session_id, "active_agent": s.active_agent_name,
         "metadata": json_safe(s.metadata if isinstance(s.metadata, dict) else {}),
         "created_at": s.created_at, "updated_at": s.updated_at,
         "message_count": s.message_count, "turn_count": s.turn_count, "running": running,
         "last_message": {"role": last[0], "text": clean_text(last[1])} if last and last[1] else None,
+        "usage": session_usage(totals),
     }
     if redacted:
         out["metadata"] = export.redact(out["metadata"])
@@ -322,7 +339,9 @@ def list_sessions(request: HttpRequest, filters: Query[Filters], cursor: str = "
     redacted = _redacted(filters.redact)
     query = _query(filters, cursor)
     rows, next_cursor = listing.fetch_page(query, per_page=min(max(1, limit), MAX_PAGE))
-    items = [_session_out(s, redacted, bool(s.running), (s.last_role, s.last_text)) for s in rows]
+    totals = totals_for([s.session_id for s in rows])
+    items = [_session_out(s, redacted, bool(s.running), (s.last_role, s.last_text), totals.get(s.session_id))
+             for s in rows]
     return {"items": items, "next_cursor": next_cursor}
 
 
@@ -356,7 +375,7 @@ def show_session(request: HttpRequest, session_id: str, redact: str = ""):
     _caller(request)
     redacted = _redacted(redact)
     s = _get_session(session_id, slash_optional=True)
-    return _session_out(s, redacted, bool(s.running), (s.last_role, s.last_text))
+    return _session_out(s, redacted, bool(s.running), (s.last_role, s.last_text), totals_of(s.session_id))
 
 
 @api.get("/export.jsonl", url_name="api-export-sessions", response={200: dict[str, Any], 400: ErrorOut},

@@ -29,6 +29,7 @@ from chatflow_agent.jsonsafe import json_safe
 from chatflow_agent.types import Message, Role
 from sessions_app.models import ChatMessage, ChatSession, OperatorAction
 from sessions_app.timeline import handoff_of, pretty_json
+from turns_app.console import mark_rolled_back
 
 __all__ = [
     "ActionError", "InvalidAction", "SessionBusy", "StalePlan", "RollbackPlan",
@@ -273,6 +274,7 @@ def rollback(user: Any, session_id: str, turn: int, fingerprint: str) -> tuple[R
         if left != plan.kept_ids:
             transaction.set_rollback(True)
             raise StalePlan("The store's result differed from the preview; nothing was changed.")
+        mark_rolled_back(session_id, [i for n in plan.removed_turns if (i := plan.first_message_id(n)) is not None])
         before = {"turn_count": plan.turn_count, "active_agent": plan.agent_before, "fingerprint": plan.fingerprint}
         after = {**plan.summary(), "turn_count": plan.turn, "active_agent": agent_now}
         return plan, audit(user, OperatorAction.Kind.ROLLBACK, session_id, before, after)

@@ -21,7 +21,12 @@ JSON shape (``FORMAT_VERSION`` 1; ``manage.py chatflow_import_transcript`` reads
      "preamble": [message, …],             # rows before the first USER message (usually SYSTEM)
      "turns": [{"number", "agent", "agents", "started_at", "ended_at", "messages": [message, …],
                 "tool_calls": [{id, name, args, result: {content, is_error} | null, handoff | null}],
-                "handoffs": [{from, to, reason}], "orphan_results": [tool result, …]}]}
+                "handoffs": [{from, to, reason}], "orphan_results": [tool result, …],
+                "usage": {status, tokens, cost, model_calls, tool_calls, …} | null}],
+     "usage": {turns, input_tokens, output_tokens, total_tokens, cost, cost_known, …} | null}
+
+``usage`` (per turn: ``turns_app.console.usage_block``; per session: ``session_usage``) is what the turn
+records say; null for turns played before records were kept.
 
 A message is ``chatflow_agent.types.Message`` as JSON (role, content, tool_calls, tool_results,
 timestamp); a row that cannot be read at all is ``{"role", "content", "unreadable": true}``.
@@ -46,6 +51,7 @@ from chatflow_agent.types import Message, Role
 from sessions_app import listing
 from sessions_app.models import ChatMessage, ChatSession
 from sessions_app.timeline import agent_actions, agent_changes, agents_by_turn, handoff_of, turn_bounds, turn_items
+from turns_app.console import session_usage, totals_of, usage_by_first_message
 
 __all__ = [
     "BATCH", "FORMATS", "FORMAT_VERSION", "bulk_jsonl", "content_disposition", "md_text", "redact", "session_record",
@@ -202,7 +208,8 @@ def _starting_agent() -> str:
     return registry.starting_agent().name
 
 
-def _turn_record(seg: Segment, items: list, agents: list[str]) -> dict[str, Any]:
+def _turn_record(seg: Segment, items: list, agents: list[str],
+                 usage: dict[int, dict[str, Any]] | None = None) -> dict[str, Any]:
     stamps = [msg.timestamp.isoformat() for _row, msg in seg.parsed if msg is not None]
     calls = [{
         "id": i.call.id, "name": i.call.name, "args": i.call.args,
@@ -219,6 +226,7 @@ def _turn_record(seg: Segment, items: list, agents: list[str]) -> dict[str, Any]
         "tool_calls": calls,
         "handoffs": [i.handoff for i in items if i.handoff],
         "orphan_results": [i.result.model_dump(mode="json") for i in items if i.kind == "orphan-result"],
+        "usage": (usage or {}).get(seg.parsed[0][0][0]) if seg.parsed else None,
     }
 
 
@@ -248,12 +256,14 @@ def transcript(session: ChatSession, rows: Iterable[Row] | None = None, *, redac
     handoffs = [[i.handoff for i in its if i.handoff] for its in items]
     bounds = turn_bounds(session.session_id) if bounds is None else bounds
     agents = _agents(session, handoffs, bounds, entries, starting_agent)
+    usage = usage_by_first_message(session.session_id)
     out = {
         "format": "chatflow-transcript",
         "version": FORMAT_VERSION,
         "session": session_record(session, sum(len(s.parsed) for s in segs), len(turns)),
         "preamble": [message_record(row, msg) for row, msg in preamble.parsed],
-        "turns": [_turn_record(t, its, a) for t, its, a in zip(turns, items, agents, strict=True)],
+        "turns": [_turn_record(t, its, a, usage) for t, its, a in zip(turns, items, agents, strict=True)],
+        "usage": session_usage(totals_of(session.session_id)),
     }
     # A redacted transcript says so: it is a report, not a backup (its contacts, perhaps its id, are masked).
     return {**redact(out), "redacted": True} if redacted else out

@@ -25,6 +25,7 @@ from sessions_app import listing
 from sessions_app.access import FORCE_HANDOFF, ROLLBACK, may
 from sessions_app.models import ChatMessage, ChatSession, SessionLease
 from sessions_app.timeline import Item, Turn, _parse, handoff_of, label_items, page_count, turn_bounds, turn_items
+from turns_app.console import attach_records
 
 DETAIL = "sessions_app/session_detail.html"
 LIST = "sessions_app/session_list.html"
@@ -155,6 +156,7 @@ def committed_from_db(view: DetailView, clear_live: bool = True) -> tuple[str, l
         turns = [Turn(n, turn_items(_parse([r[:4] for r in chunk])), bounds[n - 1][1] if n else None, len(chunk),
                       message_ids=[row[0] for row in chunk])
                  for n, chunk in chunks]
+        attach_records(view.session_id, turns, bounds)
         agents = _turn_agents(view.session_id)
         times = {row[0]: row[4] for row in rows}
         for t in turns:

@@ -28,6 +28,7 @@ from django.utils.dateparse import parse_date, parse_datetime
 from chatflow_agent.jsonsafe import clean_text
 from chatflow_agent.types import Role
 from sessions_app.models import ChatMessage, ChatSession, SessionLease
+from turns_app.console import usage_columns, usage_sort_key
 
 __all__ = ["CHANNELS", "COUNT_LIMIT", "ListQuery", "Page", "SORTS", "after_cursor", "bounded_count", "customer_name",
            "decode_cursor", "encode_cursor", "fetch_page", "fetch_window", "filtered", "one", "parse_query",
@@ -43,8 +44,14 @@ SORTS = {
     "-session": ("session_id", True),
     "agent": ("active_agent_name", False),
     "-agent": ("active_agent_name", True),
+    # Pre-aggregated per session (turns_app SessionTotals, kept in the commit's transaction).
+    "tokens": ("sort_tokens", False),
+    "-tokens": ("sort_tokens", True),
+    "cost": ("sort_cost", False),
+    "-cost": ("sort_cost", True),
 }
 _TIME_COLUMNS = {"updated_at", "created_at"}
+_USAGE_SORTS = {"sort_tokens", "sort_cost"}
 PER_PAGE = 50
 COUNT_LIMIT = 500
 #: The channels the list's select offers (``metadata.channel``, matched case-insensitively).
@@ -219,6 +226,7 @@ def _annotated(qs):
         last_role=Subquery(last.values("role")[:1]),
         last_text=Subquery(last.values("content")[:1]),
         running=Exists(SessionLease.objects.filter(session_id=OuterRef("pk"), expires_at__gt=time.time())),
+        **usage_columns(),
         **{name: expression() for name, expression in _markers.items()},
     )
 
@@ -234,6 +242,8 @@ def after_cursor(qs, sort: str, cursor: tuple[datetime | str, str] | None, *, ba
     ``backwards``: the rows before ``cursor``, nearest first (the previous page, reversed)."""
     column, desc = SORTS[sort]
     desc = desc != backwards
+    if column in _USAGE_SORTS:
+        qs = qs.annotate(**{column: usage_sort_key(column)})
     if cursor is not None:
         stamp, sid = cursor
         # (t, id) < (stamp, sid), written with a sargable first conjunct so the index range is used.
@@ -281,7 +291,8 @@ def fetch_window(query: ListQuery, per_page: int = PER_PAGE) -> Page:
 
 
 def _cursor(row: ChatSession, column: str) -> str:
-    return encode_cursor(getattr(row, column), row.session_id)
+    value = getattr(row, column)
+    return encode_cursor(value if isinstance(value, (datetime, str)) else str(value), row.session_id)
 
 
 def bounded_count(query: ListQuery, limit: int = COUNT_LIMIT) -> tuple[int, bool]:

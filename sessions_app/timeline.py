@@ -21,6 +21,7 @@ from typing import Any
 from chatflow_agent.core.backend import StoredRow, parse_row
 from chatflow_agent.types import Message, Role, ToolCall, ToolResult
 from sessions_app.models import ChatMessage, OperatorAction
+from turns_app.console import attach_records
 
 __all__ = [
     "NOT_IN_TIMELINE", "AgentChange", "TurnPage", "agent_actions", "agent_changes", "agents_by_turn", "build_page",
@@ -105,6 +106,8 @@ class Turn:
     events: list[OperatorAction] = field(default_factory=list)
     message_ids: list[int] = field(default_factory=list)  # its rows' ids (live updates resume after them)
     agents: list[str] = field(default_factory=list)  # the agent that started it, then each handoff's target
+    record: Any = None  # its turns_app TurnRecord (None when none was kept)
+    ended: list[Any] = field(default_factory=list)  # records of turns after it that left no messages
 
     @property
     def call_count(self) -> int:
@@ -191,6 +194,7 @@ class TurnPage:
     newest_first: bool
     early_events: list[OperatorAction] = field(default_factory=list)
     times: dict[int, datetime] = field(default_factory=dict)  # row id → created_at of the rows shown
+    early_ended: list[Any] = field(default_factory=list)  # turn records before the first turn (oldest page)
 
     @property
     def has_next(self) -> bool:
@@ -261,6 +265,7 @@ def build_page(session_id: str, page: int = 1, newest_first: bool = True,
                               message_ids=[row[0] for row in chunk]))
     result = TurnPage(system, leading, turns, total, page, pages, newest_first, times=times)
     _attach_events(result, session_id, bounds)
+    attach_records(session_id, turns, bounds, result.early_ended if oldest_page else None)
     return result
 
 

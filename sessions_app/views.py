@@ -61,7 +61,8 @@ def home(request: HttpRequest) -> HttpResponse:
 #: The list's columns: (label, sort key or None, CSS class).
 COLUMNS = [("Session", "session", "sid"), ("Channel", None, "chan"), ("Active agent", "agent", "agent"),
            ("Turns", None, "num"), ("Last message", None, "last-msg"), ("Created", "created", "ts"),
-           ("Updated", "updated", "ts"), ("Status", None, "status")]
+           ("Updated", "updated", "ts"), ("Tokens", "tokens", "num"), ("Cost", "cost", "num"),
+           ("Status", None, "status")]
 
 
 def _headers(query: listing.ListQuery) -> list[dict]:
@@ -76,7 +77,7 @@ def _headers(query: listing.ListQuery) -> list[dict]:
                 head["aria_sort"] = "descending" if descending else "ascending"
                 target = key if descending else f"-{key}"
             else:
-                target = f"-{key}" if key in ("updated", "created") else key
+                target = f"-{key}" if key in ("updated", "created", "tokens", "cost") else key
             head["url"] = _url("sessions-list-sessions", query.params(sort=target, after="", before=""))
         out.append(head)
     return out

@@ -1,0 +1,34 @@
+"""``manage.py chatflow_sweep``: mark ``interrupted`` the turn records whose process died, and purge expired
+session leases and waiters.
+
+A turn record says ``running`` while its turn holds the session's lease; once that lease expired (its process
+stopped renewing it) the record is marked ``interrupted`` — by the next turn on the session, by the lease
+purge turns run now and then, or by this command (run it from cron or a scheduler for sessions that get no
+next turn). Prints what it did; exit status 0.
+"""
+
+from __future__ import annotations
+
+import time
+
+from django.core.management.base import BaseCommand
+from django.db import connections, transaction
+
+from turns_app.records import mark_interrupted
+
+
+class Command(BaseCommand):
+    help = "Mark turn records of dead processes interrupted and purge expired session leases."
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("--database", default="default", help="The database alias (default: default).")
+
+    def handle(self, *args, **options) -> None:
+        from agents_app.runtime import site_store
+
+        using = options["database"]
+        with transaction.atomic(using=using), connections[using].cursor() as cursor:
+            interrupted = mark_interrupted(cursor, time.time())
+        purged = site_store().purge_expired_leases() if using == "default" else 0
+        self.stdout.write(f"{interrupted} turn record(s) marked interrupted; {purged} expired lease/waiter row(s) "
+                          "purged.")
