@@ -15,6 +15,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from health_app import tracing  # noqa: E402
 from health_app.models import DeliveryTrace  # noqa: E402
+from tests.sessions_app import personas  # noqa: E402
 from tests.webhooks_app import payloads as p  # noqa: E402
 from tests.webhooks_app.fakes import FakeProviderAPI  # noqa: E402
 from tests.webhooks_app.test_endpoints import post_generic, post_wa  # noqa: E402
@@ -85,6 +86,8 @@ def test_one_webhook_message_gives_one_trace_with_every_span_parented(client, sp
 
     (record,) = TurnRecord.objects.all()
     assert (record.status, record.trace_id) == ("completed", format(root.context.trace_id, "032x"))
+    page = personas.client_for(personas.viewer()).get("/sessions/15550100/").content.decode()
+    assert f"trace <code>{record.trace_id}</code>" in page  # the turn header in the console
     delivery = InboundDelivery.objects.get()
     assert DeliveryTrace.objects.get(delivery=delivery).traceparent.split("-")[1] == format(root.context.trace_id,
                                                                                              "032x")
