@@ -154,6 +154,7 @@ INSTALLED_APPS = [
     "webhooks_app",
     "turns_app",
     "takeover_app",
+    "health_app",
 ]
 
 MIDDLEWARE = [
@@ -334,3 +335,14 @@ CHATFLOW_HOLDING_MESSAGE = env.str("CHATFLOW_HOLDING_MESSAGE", default="").strip
 CHATFLOW_HUMAN_AFTER_FAILED_TURNS = _non_negative_int("CHATFLOW_HUMAN_AFTER_FAILED_TURNS", 3)
 # Minutes without a customer or operator message after which a waiting/human session returns to the bot (0: never).
 CHATFLOW_TAKEOVER_IDLE_MINUTES = _non_negative_int("CHATFLOW_TAKEOVER_IDLE_MINUTES", 0)
+
+# --- Health page, /metrics, OpenTelemetry (health_app) -----------------------------------------
+# A turn still running after this many seconds is listed on the health page as a long-running turn.
+CHATFLOW_HEALTH_LONG_TURN_SECONDS = _positive_int("CHATFLOW_HEALTH_LONG_TURN_SECONDS", 120)
+# Seconds between two heartbeats of a queue worker; a worker silent for three of them is shown stale.
+CHATFLOW_HEARTBEAT_SECONDS = _positive_int("CHATFLOW_HEARTBEAT_SECONDS", 5)
+# /metrics answers staff logins and "Authorization: Bearer <this token>" (empty: staff only).
+CHATFLOW_METRICS_TOKEN = env.str("CHATFLOW_METRICS_TOKEN", default="").strip()
+# OpenTelemetry traces go to this OTLP/HTTP collector (e.g. http://127.0.0.1:4318); empty: no tracing.
+# Needs requirements-otel.txt; the standard OTEL_* variables (service name, headers, …) apply.
+OTEL_EXPORTER_OTLP_ENDPOINT = env.str("OTEL_EXPORTER_OTLP_ENDPOINT", default="").strip()

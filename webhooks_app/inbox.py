@@ -23,6 +23,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from agents_app.runtime import site_store
+from health_app import tracing
 from sessions_app.models import ProcessedMessage
 from webhooks_app.models import InboundDelivery
 
@@ -42,6 +43,7 @@ class Inbound:
     text: str = ""
     metadata: dict[str, Any] = field(default_factory=dict)
     payload: dict[str, Any] = field(default_factory=dict)
+    traceparent: str = ""  # W3C trace context of its acknowledgement (health_app.tracing), "" untraced
 
 
 @dataclass
@@ -71,6 +73,7 @@ def accept(messages: list[Inbound]) -> Accepted:
                 result.duplicates += 1
             else:
                 result.queued.append(delivery)
+                tracing.remember(delivery.pk, msg.traceparent)
         if result.queued:
             transaction.on_commit(_wake_workers)
     return result

@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 from django.conf import settings
 
+from health_app import tracing
 from webhooks_app.models import InboundDelivery
 
 __all__ = ["LIMIT", "split_message", "send", "send_to", "utf16_len"]
@@ -97,6 +98,7 @@ async def _post(client: httpx.AsyncClient, url: str, **kwargs: Any) -> None:
         raise RuntimeError(f"{response.status_code} from {url.split('/bot')[0]}: {response.text[:300]}")
 
 
+@tracing.reply_span
 async def send(client: httpx.AsyncClient, delivery: InboundDelivery, text: str) -> int:
     """Send ``text`` as the reply to ``delivery``; returns the number of messages sent. Raises on failure."""
     return await send_to(client, delivery.provider, delivery.metadata, text)

@@ -21,6 +21,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
+from health_app import metrics, tracing
 from sessions_app.access import console_required
 from webhooks_app import channels, inbox, ledger
 from webhooks_app.asgi import lean_webhook
@@ -39,7 +40,8 @@ def _refusal(err: Refused) -> JsonResponse:
 
 
 def _methods(*allowed: str) -> Callable:
-    """``require_http_methods`` for the async webhook views, refusing with the JSON 405 (and ``Allow``)."""
+    """``require_http_methods`` for the async webhook views, refusing with the JSON 405 (and ``Allow``); every
+    answer is counted for ``/metrics`` (``chatflow_webhook_responses_total``)."""
     def decorator(view: Callable) -> Callable:
         @wraps(view)
         async def checked(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
@@ -47,8 +49,15 @@ def _methods(*allowed: str) -> Callable:
                 response = _refusal(Refused(405, "method_not_allowed",
                                             f"{request.method} is not allowed here; use {' or '.join(allowed)}."))
                 response["Allow"] = ", ".join(allowed)
+                metrics.count_webhook(view.__name__, 405)
                 return response
-            return await view(request, *args, **kwargs)
+            try:
+                response = await view(request, *args, **kwargs)
+            except Exception:
+                metrics.count_webhook(view.__name__, 500)  # the lean path answers 500 for it
+                raise
+            metrics.count_webhook(view.__name__, response.status_code)
+            return response
         return checked
     return decorator
 
@@ -81,7 +90,8 @@ def _configured(value: str, name: str) -> str:
 
 async def _accept(messages: list[inbox.Inbound]) -> inbox.Accepted:
     try:
-        return await inbox.aaccept(messages)
+        with tracing.acknowledging(messages) as traced:  # one trace per message (when tracing is on)
+            return await inbox.aaccept(traced)
     except DatabaseError:
         # The provider will deliver again: that is what we want when nothing could be written.
         raise Refused(503, "unavailable", "The inbox is unavailable; deliver again later.") from None

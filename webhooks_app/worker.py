@@ -45,6 +45,7 @@ from django.db import connections
 from agents_app import runtime
 from chatflow_agent.core.reports import TurnReport
 from chatflow_agent.exceptions import SessionBusyError
+from health_app import heartbeat, tracing
 from takeover_app import service as takeover
 from webhooks_app import replies, settle, taskqueue
 from webhooks_app.models import InboundDelivery
@@ -121,6 +122,7 @@ class Worker:
             wake.set()  # the session's next delivery may be claimable now
 
         embedded.register(self)
+        beating = heartbeat.start(self)  # the health page's worker list
         try:
             while not self._stopping:
                 wake.clear()
@@ -148,6 +150,7 @@ class Worker:
                 await asyncio.wait(in_hand)
             raise
         finally:
+            await heartbeat.stop(beating)
             embedded.unregister(self)
             if self._http is not None:
                 await self._http.aclose()
@@ -165,6 +168,7 @@ class Worker:
         def db(fn: Any, *args: Any) -> Any:
             return loop.run_in_executor(ex, fn, *args)
 
+        traced = await tracing.enter(delivery, db)  # the delivery's trace, when tracing is on
         handling = asyncio.ensure_future(self._handle(delivery, db))
         heartbeat = asyncio.ensure_future(self._heartbeat(delivery, db, handling))
         try:
@@ -179,6 +183,7 @@ class Worker:
         finally:
             heartbeat.cancel()
             await asyncio.gather(heartbeat, return_exceptions=True)
+            tracing.leave(traced)
 
     async def _handle(self, delivery: InboundDelivery, db: Any) -> None:
         replies_out = delivery.provider in (InboundDelivery.Provider.WHATSAPP, InboundDelivery.Provider.TELEGRAM)
@@ -235,7 +240,8 @@ class Worker:
         queued_ms = max(0.0, (time.time() - delivery.first_seen.timestamp()) * 1000)  # first seen → claimed
         response = await runner.run_async(delivery.session_id, delivery.text, delivery.metadata,
                                           turn_metadata=_turn_metadata(delivery),
-                                          report=TurnReport(source="webhook", queue_wait_ms=queued_ms))
+                                          report=TurnReport(source="webhook", queue_wait_ms=queued_ms,
+                                                            trace_id=tracing.current_trace_id()))
         return None if response.held and not response.content else response.content
 
     async def _heartbeat(self, delivery: InboundDelivery, db: Any, playing: asyncio.Future[Any]) -> None:

@@ -343,7 +343,9 @@ class PersistentSessionStore(BaseSessionStore):
                     raise asyncio.CancelledError()
             except BaseException as err:
                 if report is not None and not committed:
-                    report.ended_by(err)
+                    # Its lease was lost or taken away (an operator's cancel): stopped at a renewal, or its
+                    # commit refused. The caller gets SessionBusyError; the record says cancelled.
+                    report.end("cancelled", err) if isinstance(err, SessionBusyError) else report.ended_by(err)
                 raise
             finally:
                 self._beats.pop(session_id, None)

@@ -1,0 +1,85 @@
+"""Worker heartbeats: ``start(worker)`` keeps the worker's ``WorkerHeartbeat`` row fresh while it runs.
+
+The beat runs as its own task on the worker's event loop, with its own thread (and so its own database
+connection), so it never waits behind a turn and a turn never waits behind it. Each beat is one
+``UPDATE`` (an ``INSERT`` the first time) and, once a minute, the deletion of rows silent for a day.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import connections
+from django.utils import timezone
+
+from health_app.models import WorkerHeartbeat
+
+__all__ = ["start", "stop", "beat", "forget"]
+
+logger = logging.getLogger("health_app.heartbeat")
+
+FORGET_AFTER = timedelta(days=1)
+_PURGE_EVERY = 60.0
+
+
+def beat(owner: str, started_at: Any, processed: int, purge: bool = False) -> None:
+    """Write ``owner``'s row (this process's host and pid) with ``last_beat`` now; blocking ORM."""
+    now = timezone.now()
+    fields = {"last_beat": now, "processed": processed}
+    if not WorkerHeartbeat.objects.filter(pk=owner).update(**fields):
+        WorkerHeartbeat.objects.update_or_create(
+            pk=owner, defaults={**fields, "host": socket.gethostname(), "pid": os.getpid(), "started_at": started_at})
+    if purge:
+        WorkerHeartbeat.objects.filter(last_beat__lt=now - FORGET_AFTER).delete()
+
+
+def forget(owner: str) -> None:
+    """Delete ``owner``'s row (its worker stopped cleanly)."""
+    WorkerHeartbeat.objects.filter(pk=owner).delete()
+
+
+def start(worker: Any) -> asyncio.Task[None]:
+    """Beat for ``worker`` (its public ``owner`` and ``processed``) until :func:`stop`, which deletes the
+    row. Call from the worker's event loop."""
+    return asyncio.ensure_future(_beating(worker))
+
+
+async def stop(task: asyncio.Task[None]) -> None:
+    """Cancel a ``start`` task and wait until its row is deleted."""
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
+async def _beating(worker: Any) -> None:
+    loop = asyncio.get_running_loop()
+    ex = ThreadPoolExecutor(1, thread_name_prefix="chatflow-heartbeat")
+    started, last_purge = timezone.now(), 0.0
+    try:
+        while True:
+            purge = time.monotonic() - last_purge > _PURGE_EVERY
+            try:
+                await loop.run_in_executor(ex, beat, worker.owner, started, worker.processed, purge)
+                last_purge = time.monotonic() if purge else last_purge
+            except Exception:  # noqa: BLE001 - a database hiccup: the next beat tries again
+                logger.warning("Worker %s: the heartbeat failed", worker.owner, exc_info=True)
+            await asyncio.sleep(settings.CHATFLOW_HEARTBEAT_SECONDS)
+    finally:
+        with contextlib.suppress(Exception):  # stopping: a row left behind only shows as stale
+            await asyncio.shield(loop.run_in_executor(ex, _forget_and_close, worker.owner))
+        ex.shutdown(wait=False)
+
+
+def _forget_and_close(owner: str) -> None:
+    try:
+        forget(owner)
+    finally:
+        connections.close_all()

@@ -1,0 +1,118 @@
+"""What the health page shows, read in a handful of indexed queries.
+
+Sections: the queue per provider (depth and oldest queued age), turns running longer than
+``CHATFLOW_HEALTH_LONG_TURN_SECONDS`` (their turn record and their session's lease: the owning process
+and until when it holds the session), expired session leases and the turns waiting for a lease, failed
+deliveries and replies that failed or whose fate is unknown (``webhooks_app.ledger``'s rule), and the
+worker heartbeats. Long lists are paginated (``PAGE_SIZE`` rows, ``?<section>_page=N``).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.core.paginator import Page, Paginator
+from django.db.models import Count, Min
+from django.utils import timezone
+
+from health_app.models import WorkerHeartbeat
+from sessions_app.access import may
+from sessions_app.models import SessionLease, SessionWaiter
+from turns_app.models import TurnRecord
+from webhooks_app import ledger
+from webhooks_app.models import InboundDelivery
+
+__all__ = ["PAGE_SIZE", "CANCEL", "QueueRow", "queue", "long_turns", "context", "process_of"]
+
+PAGE_SIZE = 25
+CANCEL = "health_app.cancel_turn"
+Status = InboundDelivery.Status
+
+
+@dataclass(frozen=True)
+class QueueRow:
+    """One provider's queue: deliveries queued and running, and the age of the oldest queued one (seconds)."""
+
+    provider: str
+    label: str
+    queued: int
+    running: int
+    oldest_age: float | None
+
+
+def queue() -> list[QueueRow]:
+    """Every provider (those with nothing queued too), in the providers' order."""
+    now = timezone.now()
+    open_ = (InboundDelivery.objects.filter(status__in=[Status.QUEUED, Status.RUNNING])
+             .values("provider", "status").annotate(n=Count("id"), oldest=Min("first_seen")))
+    found: dict[tuple[str, str], dict[str, Any]] = {(r["provider"], r["status"]): r for r in open_}
+    rows = []
+    for value, label in InboundDelivery.Provider.choices:
+        queued = found.get((value, Status.QUEUED), {})
+        oldest = queued.get("oldest")
+        rows.append(QueueRow(value, label, queued.get("n", 0), found.get((value, Status.RUNNING), {}).get("n", 0),
+                             None if oldest is None else (now - oldest).total_seconds()))
+    return rows
+
+
+def process_of(owner: str) -> str:
+    """``host:pid`` of a lease or worker owner (``host:pid:…`` or ``worker:host:pid:…``), else the owner."""
+    parts = owner.split(":")
+    if parts and parts[0] in ("worker", "resend"):
+        parts = parts[1:]
+    return ":".join(parts[:2]) if len(parts) >= 2 else owner
+
+
+def long_turns() -> Any:
+    """Turn records still ``running`` that started more than the threshold ago, oldest first."""
+    since = timezone.now() - timedelta(seconds=settings.CHATFLOW_HEALTH_LONG_TURN_SECONDS)
+    running = TurnRecord.objects.filter(status=TurnRecord.Status.RUNNING, started_at__lt=since)
+    return running.order_by("started_at", "id")
+
+
+def _page(request: Any, name: str, qs: Any) -> Page:
+    return Paginator(qs, PAGE_SIZE).get_page(request.GET.get(f"{name}_page"))
+
+
+def _with_leases(turns: Page) -> list[dict[str, Any]]:
+    leases = {lease.session_id: lease for lease in SessionLease.objects.filter(
+        session_id__in=[t.session_id for t in turns])}
+    alive = _alive_processes()
+    rows = []
+    for turn in turns:
+        lease = leases.get(turn.session_id)
+        owner = lease.owner if lease is not None else turn.owner
+        rows.append({"turn": turn, "lease": lease, "process": process_of(owner),
+                     "process_alive": process_of(owner) in alive})
+    return rows
+
+
+def _alive_processes() -> set[str]:
+    fresh = WorkerHeartbeat.objects.filter(last_beat__gte=WorkerHeartbeat.stale_before())
+    return {f"{host}:{pid}" for host, pid in fresh.values_list("host", "pid")}
+
+
+def context(request: Any, note: str = "", refused: bool = False) -> dict[str, Any]:
+    """The page's context (also its live-updated partial's)."""
+    user = request.user
+    now = time.time()
+    turns = _page(request, "turns", long_turns())
+    expired = _page(request, "leases", SessionLease.objects.filter(expires_at__lt=now).order_by("expires_at"))
+    waiters = _page(request, "waiters", SessionWaiter.objects.order_by("ticket"))
+    failed = _page(request, "failed", InboundDelivery.objects.filter(status=Status.FAILED).order_by("-id"))
+    replies = _page(request, "replies", ledger.with_reply_state().filter(resendable=True).order_by("-id"))
+    workers = _page(request, "workers", WorkerHeartbeat.objects.all())
+    return {
+        "queue": queue(), "turns": turns, "turn_rows": _with_leases(turns), "expired": expired,
+        "waiters": waiters, "failed": failed, "replies": replies, "workers": workers, "now": now,
+        "long_turn_seconds": settings.CHATFLOW_HEALTH_LONG_TURN_SECONDS,
+        "stale_before": WorkerHeartbeat.stale_before(),
+        "can_cancel": may(user, CANCEL),
+        "can_retry": may(user, "webhooks_app.retry_delivery"),
+        "can_resend": may(user, "webhooks_app.resend_reply"),
+        "health_note": note, "health_refused": refused,
+    }

@@ -1,0 +1,128 @@
+"""The health page and its operator actions, and ``/metrics``.
+
+Actions (POST, CSRF, audited by the functions they call, which run in one transaction with their audit
+entry): bulk Retry of failed deliveries and bulk Resend of replies (``webhooks_app.ledger``), Cancel a
+running turn and Release a stale lease (``takeover_app.service.cancel_turn``, the one place that takes a
+session's lease away). htmx gets the page's ``health`` partial with a note; a plain POST is redirected to
+the page with a message. The page polls its partial, so every open health page shows the change.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.contrib import messages
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_POST
+
+from health_app import report
+from sessions_app.access import console_required
+from sessions_app.actions import ActionError
+from webhooks_app import inbox, ledger
+from webhooks_app.models import InboundDelivery
+from webhooks_app.views import RESEND, RETRY
+
+logger = logging.getLogger("health_app.views")
+
+PAGE = "health_app/health.html"
+MAX_BULK = report.PAGE_SIZE
+
+
+@require_GET
+@console_required()
+def health_page(request: HttpRequest) -> HttpResponse:
+    """Queue, long-running turns, leases and waiters, failures, workers; htmx polls get the partial."""
+    ctx = report.context(request)
+    return render(request, f"{PAGE}#health" if getattr(request, "htmx", False) else PAGE, ctx)
+
+
+def _done(request: HttpRequest, note: str, refused: bool, status: int = 200) -> HttpResponse:
+    if refused:
+        logger.info("Health action refused for %s: %s", request.user, note)
+    if getattr(request, "htmx", False):
+        return render(request, f"{PAGE}#health", report.context(request, note, refused), status=status)
+    (messages.error if refused else messages.success)(request, note)
+    return redirect("health-show-health")
+
+
+def _selected(request: HttpRequest) -> list[int] | None:
+    """The ``delivery`` ids posted (at most MAX_BULK), or None when one is not a number."""
+    raw = request.POST.getlist("delivery")
+    if not all(v.isascii() and v.isdigit() for v in raw):
+        return None
+    return sorted({int(v) for v in raw})[:MAX_BULK]
+
+
+@require_POST
+@console_required(RETRY)
+def retry_deliveries(request: HttpRequest) -> HttpResponse:
+    """Queue the selected failed deliveries again (one audited retry each; refusals are named)."""
+    ids = _selected(request)
+    if not ids:
+        return _done(request, "Select at least one failed delivery.", True, 400)
+    done, refused = 0, []
+    for delivery in InboundDelivery.objects.filter(pk__in=ids):
+        try:
+            ledger.retry(request.user, delivery)
+            done += 1
+        except inbox.RetryRefused as err:
+            refused.append(f"{delivery.provider_message_id}: {err}")
+    note = f"{done} deliver{'y' if done == 1 else 'ies'} queued again." + "".join(f" {r}" for r in refused)
+    return _done(request, note, bool(refused), 409 if refused and not done else 200)
+
+
+@require_POST
+@console_required(RESEND)
+def resend_replies(request: HttpRequest) -> HttpResponse:
+    """Send the selected replies again (one audited resend each, at most one send per delivery)."""
+    ids = _selected(request)
+    if not ids:
+        return _done(request, "Select at least one reply to resend.", True, 400)
+    sent, problems = 0, []
+    for delivery in InboundDelivery.objects.filter(pk__in=ids):
+        try:
+            result = ledger.resend(request.user, delivery)
+        except ledger.ResendRefused as err:
+            problems.append(f"{delivery.provider_message_id}: {err}")
+            continue
+        if result.reply_status == InboundDelivery.Reply.SENT:
+            sent += 1
+        else:
+            problems.append(f"{delivery.provider_message_id}: the send failed: {result.reply_error}")
+    note = f"{sent} repl{'y' if sent == 1 else 'ies'} sent again." + "".join(f" {p}" for p in problems)
+    return _done(request, note, bool(problems), 409 if problems and not sent else 200)
+
+
+def _cancel_turn(user: Any, session_id: str, reason: str) -> bool:
+    from takeover_app.service import cancel_turn  # the one place that takes a session's lease away
+
+    return cancel_turn(user, session_id, reason)
+
+
+def _take_lease(request: HttpRequest, session_id: str, reason: str, done: str, nothing: str) -> HttpResponse:
+    try:
+        taken = _cancel_turn(request.user, session_id, reason)
+    except ActionError as err:
+        return _done(request, str(err), True, err.status)
+    except Http404:
+        return _done(request, f"No session {session_id!r}.", True, 404)
+    return _done(request, done if taken else nothing, not taken, 200 if taken else 409)
+
+
+@require_POST
+@console_required(report.CANCEL)
+def cancel_turn(request: HttpRequest, session_id: str) -> HttpResponse:
+    """Cancel the turn running on the session: it is rolled back (history as before), audited."""
+    return _take_lease(request, session_id, "Cancelled from the health page",
+                       f"The turn running on {session_id} was cancelled and rolled back.",
+                       f"No turn is running on {session_id} any more.")
+
+
+@require_POST
+@console_required(report.CANCEL)
+def release_lease(request: HttpRequest, session_id: str) -> HttpResponse:
+    """Release the session's expired lease (its holder stopped renewing it), audited."""
+    return _take_lease(request, session_id, "Stale lease released from the health page",
+                       f"The lease on {session_id} was released.", f"{session_id} holds no lease any more.")

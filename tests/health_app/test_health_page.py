@@ -1,0 +1,197 @@
+"""The health page: queue per provider, long-running turns with their process, expired leases and waiters,
+failed deliveries and replies with bulk Retry/Resend, worker heartbeats; who may see and act."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+
+import pytest
+from django.db import connections
+from django.utils import timezone
+
+from health_app import heartbeat
+from health_app.models import WorkerHeartbeat
+from sessions_app.models import ChatSession, OperatorAction, SessionLease, SessionWaiter
+from tests.sessions_app import personas
+from tests.webhooks_app import payloads as p
+from tests.webhooks_app.test_endpoints import post_generic, post_tg, post_wa
+from tests.webhooks_app.test_worker import apis  # noqa: F401, F811 - apis is a fixture
+from turns_app.models import TurnRecord
+from webhooks_app import taskqueue
+from webhooks_app.models import InboundDelivery
+from webhooks_app.worker import Worker
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+URL = "/health/"
+
+
+def failed_delivery(client, n: int) -> InboundDelivery:
+    post_generic(client, p.generic(f"s-{n}", f"m-{n}", f"hello {n}"))
+    d = InboundDelivery.objects.get(provider_message_id=f"m-{n}")
+    worker = Worker(slots=1)
+    claimed = taskqueue.claim(d.pk, worker.owner, 30)
+    assert taskqueue.fail(claimed, worker.owner, f"RuntimeError: boom {n}", "sorry", InboundDelivery.Reply.NONE)
+    return InboundDelivery.objects.get(pk=d.pk)
+
+
+def test_it_shows_the_queue_per_provider_with_the_oldest_queued_age(client):
+    post_wa(client, p.whatsapp(p.wa_text("wamid.Q1", "one"), p.wa_text("wamid.Q2", "two")))
+    post_tg(client, p.telegram(501, "hi"))
+    InboundDelivery.objects.filter(provider_message_id="wamid.Q1").update(
+        first_seen=timezone.now() - timedelta(seconds=600))
+    page = personas.client_for(personas.viewer()).get(URL)
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert '<tr class="queue-row" data-provider="whatsapp"><td>WhatsApp</td><td class="queued">2</td>' in html
+    assert '<tr class="queue-row" data-provider="telegram"><td>Telegram</td><td class="queued">1</td>' in html
+    assert '<tr class="queue-row" data-provider="generic"><td>Generic</td><td class="queued">0</td>' in html
+    whatsapp_row = html.split('data-provider="whatsapp"')[1].split("</tr>")[0]
+    age = int(whatsapp_row.split('class="oldest">')[1].split(" s")[0])
+    assert 600 <= age < 3600
+
+
+def test_the_fragment_is_the_health_partial_polled_by_htmx(client):
+    viewer = personas.client_for(personas.viewer())
+    full = viewer.get(URL).content.decode()
+    fragment = viewer.get(URL, HTTP_HX_REQUEST="true").content.decode()
+    assert "<html" in full and 'hx-trigger="every 5s' in full
+    assert "<html" not in fragment and fragment.lstrip().startswith('<div id="health"')
+    assert 'href="/health/"' in full  # the navigation link
+
+
+def test_it_lists_a_long_running_turn_with_its_owning_process_and_the_expired_lease(settings):
+    settings.CHATFLOW_HEALTH_LONG_TURN_SECONDS = 60
+    started = timezone.now() - timedelta(minutes=10)
+    TurnRecord.objects.create(session_id="stuck", owner="box-7:4242:abc:", status="running", started_at=started)
+    TurnRecord.objects.create(session_id="fresh", owner="box-7:4243:abc:", status="running")
+    TurnRecord.objects.create(session_id="old-done", owner="box-7:4244:abc:", status="completed", started_at=started)
+    SessionLease.objects.create(session_id="stuck", owner="box-7:4242:abc:", expires_at=time.time() - 5,
+                                acquired_at=started.timestamp())
+    SessionWaiter.objects.create(session_id="stuck", owner="box-8:1:w:", expires_at=time.time() + 30)
+    html = personas.client_for(personas.viewer()).get(URL).content.decode()
+    turns = html.split('id="health-turns"')[1].split("</section>")[0]
+    assert 'data-session="stuck"' in turns and "<code>box-7:4242</code>" in turns and "no heartbeat" in turns
+    assert 'data-session="fresh"' not in turns and "old-done" not in turns
+    assert "Cancel turn" not in turns  # a viewer sees, does not act
+    leases = html.split('id="health-leases"')[1].split("</section>")[0]
+    assert 'class="expired-lease" data-session="stuck"' in leases and "box-8:1:w:" in leases
+    assert "Release lease" not in leases
+    operator_html = personas.client_for(personas.operator()).get(URL).content.decode()
+    assert "Cancel turn" in operator_html and "Release lease" in operator_html
+
+
+def test_worker_heartbeats_show_alive_and_stale_workers(settings):
+    settings.CHATFLOW_HEARTBEAT_SECONDS = 5
+    heartbeat.beat("worker:alive-host:11:aa", timezone.now(), 3)
+    heartbeat.beat("worker:dead-host:12:bb", timezone.now(), 7)
+    WorkerHeartbeat.objects.filter(pk="worker:dead-host:12:bb").update(last_beat=timezone.now() - timedelta(minutes=2))
+    html = personas.client_for(personas.viewer()).get(URL).content.decode()
+    assert 'class="worker alive" data-owner="worker:alive-host:11:aa"' in html
+    assert 'class="worker stale" data-owner="worker:dead-host:12:bb"' in html
+    assert html.count('badge error">stale') == 1
+
+
+def test_a_running_worker_keeps_its_heartbeat_row_and_deletes_it_when_it_stops(settings):
+    settings.CHATFLOW_HEARTBEAT_SECONDS = 1
+    worker = Worker(slots=1, poll=0.05)
+
+    reader = ThreadPoolExecutor(1)
+
+    async def rows() -> list:
+        return await asyncio.get_running_loop().run_in_executor(
+            reader, lambda: list(WorkerHeartbeat.objects.values_list("owner", "host", "pid")))
+
+    async def scenario() -> tuple[list, list]:
+        running = asyncio.ensure_future(worker.run())
+        seen: list = []
+        for _ in range(200):
+            if seen := await rows():
+                break
+            await asyncio.sleep(0.05)
+        worker.stop()
+        await running
+        return seen, await rows()
+
+    seen, after = asyncio.run(scenario())
+    reader.submit(connections.close_all).result()
+    reader.shutdown()
+    assert seen == [(worker.owner, socket.gethostname(), os.getpid())]
+    assert after == []
+
+
+def test_bulk_retry_queues_the_selected_failed_deliveries_audited(client):
+    first, second, third = (failed_delivery(client, n) for n in (1, 2, 3))
+    operator = personas.client_for(personas.operator())
+    page = operator.get(URL).content.decode()
+    assert page.count('class="failed-delivery"') == 3 and "Retry selected" in page
+    r = operator.post("/health/deliveries/retry/", {"delivery": [first.pk, third.pk]}, HTTP_HX_REQUEST="true")
+    assert r.status_code == 200 and "2 deliveries queued again." in r.content.decode()
+    assert dict(InboundDelivery.objects.values_list("pk", "status")) == {
+        first.pk: "queued", second.pk: "failed", third.pk: "queued"}
+    audited = OperatorAction.objects.filter(action="retry_delivery").order_by("session_id")
+    assert [(a.session_id, a.actor_username) for a in audited] == [("s-1", "olga.operator"), ("s-3", "olga.operator")]
+
+
+def test_bulk_retry_names_what_it_refused_and_a_bad_id_is_a_400(client):
+    d = failed_delivery(client, 1)
+    operator = personas.client_for(personas.operator())
+    assert operator.post("/health/deliveries/retry/", {"delivery": [d.pk]}).status_code == 302
+    again = operator.post("/health/deliveries/retry/", {"delivery": [d.pk]}, HTTP_HX_REQUEST="true")
+    assert again.status_code == 409 and "Only a failed delivery can be retried." in again.content.decode()
+    assert operator.post("/health/deliveries/retry/", {"delivery": ["1; drop"]}).status_code == 302
+    bad = operator.post("/health/deliveries/retry/", {"delivery": ["x"]}, HTTP_HX_REQUEST="true")
+    assert bad.status_code == 400 and "Select at least one" in bad.content.decode()
+    assert OperatorAction.objects.filter(action="retry_delivery").count() == 1
+
+
+def test_viewers_and_outsiders_may_not_act_and_csrf_is_required(client):
+    d = failed_delivery(client, 1)
+    for who in (personas.viewer(), personas.outsider()):
+        assert personas.client_for(who).post("/health/deliveries/retry/", {"delivery": [d.pk]}).status_code == 403
+        assert personas.client_for(who).post("/health/replies/resend/", {"delivery": [d.pk]}).status_code == 403
+        assert personas.client_for(who).post("/health/sessions/s-1/cancel/").status_code == 403
+        assert personas.client_for(who).post("/health/sessions/s-1/release/").status_code == 403
+    strict = personas.client_for(personas.operator(), csrf=True)
+    assert strict.post("/health/deliveries/retry/", {"delivery": [d.pk]}).status_code == 403
+    assert InboundDelivery.objects.get(pk=d.pk).status == "failed"
+    assert not OperatorAction.objects.exists()
+    anonymous = client.get(URL)
+    assert anonymous.status_code == 302 and "/accounts/login/" in anonymous["Location"]
+
+
+def test_bulk_resend_sends_unknown_replies_once_each_audited(client, apis):  # noqa: F811
+    wa, _ = apis
+    for n in (1, 2):
+        post_wa(client, p.whatsapp(p.wa_text(f"wamid.R{n}", f"hello {n}", wa_id=f"1555000{n}")))
+    dead = Worker(slots=1)
+    for _ in range(2):
+        d = taskqueue.claim_next(dead.owner, 30)
+        assert taskqueue.finish(d, dead.owner, f"answer to {d.provider_message_id}", InboundDelivery.Reply.SENDING)
+        ChatSession.objects.get_or_create(pk=d.session_id, defaults={"active_agent_name": "Echo"})
+    InboundDelivery.objects.update(lease_expires_at=timezone.now() - timedelta(seconds=1))  # its worker died
+    ids = list(InboundDelivery.objects.values_list("pk", flat=True))
+    operator = personas.client_for(personas.operator())
+    page = operator.get(URL).content.decode()
+    assert page.count('class="reply-attention"') == 2 and "Reply unknown" in page
+    r = operator.post("/health/replies/resend/", {"delivery": ids}, HTTP_HX_REQUEST="true")
+    assert r.status_code == 200 and "2 replies sent again." in r.content.decode()
+    assert sorted(b["text"]["body"] for b in wa.bodies()) == ["answer to wamid.R1", "answer to wamid.R2"]
+    assert set(InboundDelivery.objects.values_list("reply_status", flat=True)) == {"sent"}
+    assert OperatorAction.objects.filter(action="resend_reply").count() == 2
+    assert 'class="reply-attention"' not in r.content.decode()
+
+
+def test_lists_are_paginated(client):
+    for n in range(30):
+        SessionLease.objects.create(session_id=f"gone-{n:02}", owner="h:1:x:", expires_at=time.time() - 100 + n)
+    viewer = personas.client_for(personas.viewer())
+    first = viewer.get(URL).content.decode()
+    assert first.count('class="expired-lease"') == 25 and "page 1 of 2" in first and "?leases_page=2" in first
+    second = viewer.get(URL, {"leases_page": "2"}).content.decode()
+    assert second.count('class="expired-lease"') == 5 and 'data-session="gone-29"' in second
