@@ -147,10 +147,10 @@ async def test_request_human_calls_the_hook_and_ends_the_turn_with_the_holding_r
     assert history[3].content == "Hold on, a colleague will answer."
 
 
-def test_request_human_tool_has_a_reason_parameter() -> None:
+def test_request_human_tool_has_an_optional_reason_parameter() -> None:
     schema = request_human_tool().json_schema
     assert request_human_tool().name == REQUEST_HUMAN
-    assert schema["required"] == ["reason"]
+    assert schema.get("required", []) == []  # a model (or the demo engine) may call it without one
     assert schema["properties"]["reason"]["type"] == "string"
 
 
