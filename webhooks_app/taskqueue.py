@@ -61,13 +61,19 @@ def _claim_sql(vendor: str, only: str) -> str:
     claimers never wait for, or take, the same row. SQLite: statements are serialised by the write lock.
     """
     if vendor == "postgresql":
-        lock = "FOR UPDATE SKIP LOCKED"
-        pick = (f"LEAST(({_EXPIRED.format(only=only, lock=lock)}), "
-                f"({_QUEUED.format(only=only, lock=lock)}))")
+        pick = _pick(only, "FOR UPDATE SKIP LOCKED")
     else:
         pick = (f"(SELECT min(x.id) FROM (SELECT id FROM ({_EXPIRED.format(only=only, lock='')}) "
                 f"UNION ALL SELECT id FROM ({_QUEUED.format(only=only, lock='')})) x)")
     return f"{_SET} WHERE id = {pick} RETURNING {_COLUMNS}, {_MARKER[vendor]} AS session_marker"
+
+
+# Checked again on the row being leased (PostgreSQL re-reads its newest version under the row lock).
+_STILL = "(status = 'queued' OR (status = 'running' AND lease_expires_at < %s))"
+
+
+def _pick(only: str, lock: str) -> str:
+    return f"LEAST(({_EXPIRED.format(only=only, lock=lock)}), ({_QUEUED.format(only=only, lock=lock)}))"
 
 
 def _probe_sql(only: str) -> str:
@@ -88,6 +94,18 @@ def _take(owner: str, visibility: float, delivery_id: int | None = None) -> Inbo
             if not cursor.fetchone()[0]:
                 return None
     params = [owner, at(now + timedelta(seconds=visibility)), *candidates]
+    if connection.vendor == "postgresql":
+        # The candidate is locked (SKIP LOCKED) and leased in one transaction, then leased by id: the
+        # one-statement form re-leased a finished delivery under concurrent claimers in the soak.
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(f"SELECT {_pick(only, 'FOR UPDATE SKIP LOCKED')}", candidates)
+            picked = cursor.fetchone()[0]
+            if picked is None:
+                return None
+            found = list(InboundDelivery.objects.raw(
+                f"{_SET} WHERE id = %s AND {_STILL} RETURNING {_COLUMNS}, {_MARKER['postgresql']} AS session_marker",
+                [*params[:2], picked, at(now)]))
+        return found[0] if found else None
     found = list(InboundDelivery.objects.raw(_claim_sql(connection.vendor, only), params))
     return found[0] if found else None
 
