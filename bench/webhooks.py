@@ -18,7 +18,10 @@ Per database, on a fresh migrated database:
    200) measures the load generator's own share of a round trip, printed under the table.
 2. **Queue throughput.** ``--turns`` deliveries are queued (daphne with the embedded worker off), then
    ``manage.py chatflow_worker --drain`` processes (1, and on PostgreSQL also 4, × 8 slots) play them:
-   turns per second from the first worker's "ready" (Django set up) to the last exit, replies included.
+   turns per second from the first worker's "ready" (Django set up) to the last exit, replies included;
+   then the cost breakdown per delivery the workers measured (``chatflow_worker --costs``: database
+   round trips and write transactions by table group, ms by stage, worker CPU) and the whole
+   machine's CPU per turn during the drain (``/proc/stat``: the database and everything else too).
 
 Prints a table and a JSON line; the README's performance section records the figures.
 """
@@ -297,14 +300,21 @@ def bench_db(kind: str, args: argparse.Namespace, graph: FakeGraph) -> dict:
             queued = count(db_url, "queued")
             replies_before = graph.count
             procs = [subprocess.Popen([sys.executable, "manage.py", "chatflow_worker", "--drain", "--slots", "8",
-                                       "--poll", "0.05"], cwd=REPO, env=env_off, stdout=subprocess.PIPE,
+                                       "--poll", "0.05", "--costs"], cwd=REPO, env=env_off, stdout=subprocess.PIPE,
                                       stderr=subprocess.DEVNULL, text=True) for _ in range(workers)]
             ready: list[float] = []
+            reports: list[dict] = []
+            cpu: list[float] = []
 
-            def wait_ready(proc: subprocess.Popen, ready: list[float] = ready) -> None:
+            def wait_ready(proc: subprocess.Popen, ready: list[float] = ready, cpu: list[float] = cpu,
+                           reports: list[dict] = reports) -> None:
                 proc.stdout.readline()  # "… ready": Django is set up, the worker polls from now on
                 ready.append(time.perf_counter())
-                proc.stdout.read()
+                if len(ready) == 1:
+                    cpu.append(machine_cpu_s())
+                for line in proc.stdout.read().splitlines():
+                    if line.startswith("costs "):
+                        reports.append(json.loads(line.removeprefix("costs ")))
 
             readers = [threading.Thread(target=wait_ready, args=(p,)) for p in procs]
             for t in readers:
@@ -315,9 +325,13 @@ def bench_db(kind: str, args: argparse.Namespace, graph: FakeGraph) -> dict:
                 t.join()
             started = min(ready)  # process start-up (imports, Django setup) is not queue time
             elapsed = time.perf_counter() - started
+            machine = machine_cpu_s() - cpu[0]
             out["throughput"].append({"workers": workers, "slots": 8, "turns": queued,
                                       "turns_per_s": round(queued / elapsed, 1),
-                                      "replies": graph.count - replies_before})
+                                      "replies": graph.count - replies_before,
+                                      "machine_cpu_ms_per_turn": round(machine * 1000 / max(queued, 1), 2),
+                                      "machine_cpu_busy": round(machine / elapsed / (os.cpu_count() or 1), 2),
+                                      "costs": merge_costs(reports)})
     finally:
         if kind == "postgres":
             import psycopg
@@ -327,6 +341,53 @@ def bench_db(kind: str, args: argparse.Namespace, graph: FakeGraph) -> dict:
     return out
 
 
+def machine_cpu_s() -> float:
+    """CPU seconds the whole machine spent busy since boot (every core: user, nice, system, irq)."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    busy = fields[0] + fields[1] + fields[2] + fields[5] + fields[6] + fields[7]
+    return busy / os.sysconf("SC_CLK_TCK")
+
+
+def merge_costs(reports: list[dict]) -> dict:
+    """The workers' ``costs`` reports as one: per-delivery figures weighted by each worker's deliveries."""
+    total = sum(r["deliveries"] for r in reports)
+    if not total:
+        return {}
+
+    def merged(path: list[str]) -> dict:
+        keys = sorted({k for r in reports for k in _dig(r["per_delivery"], path)})
+        return {k: round(sum(_dig(r["per_delivery"], path).get(k, 0) * r["deliveries"] for r in reports) / total, 3)
+                for k in keys}
+
+    return {"deliveries": total, "worker_cpu_ms": round(sum(r["cpu_s"] for r in reports) * 1000 / total, 3),
+            "round_trips": merged(["round_trips"]), "write_transactions": merged(["write_transactions"]),
+            "ms_by_stage": merged(["ms_by_stage"])}
+
+
+def _dig(d: dict, path: list[str]) -> dict:
+    for key in path:
+        d = d.get(key, {})
+    return d
+
+
+def print_costs(results: list[dict]) -> None:
+    """Per delivery, as the workers measured it (``chatflow_worker --costs``)."""
+    for r in results:
+        for t in r["throughput"]:
+            c = t.get("costs")
+            if not c:
+                continue
+            print(f"\n{r['db']} {t['workers']}×{t['slots']}, per delivery ({c['deliveries']} deliveries): "
+                  f"worker CPU {c['worker_cpu_ms']} ms, whole machine CPU {t['machine_cpu_ms_per_turn']} ms "
+                  f"(machine {t['machine_cpu_busy']:.0%} busy during the drain)")
+            for what in ("round_trips", "write_transactions"):
+                print(f"  {what.replace('_', ' '):<20}" + "  ".join(f"{k} {v}" for k, v in c[what].items()))
+            print("  ms by stage         " + "  ".join(f"{k} {v}" for k, v in c["ms_by_stage"].items()))
+    print("  (stages: claim, turn = lease + load + commit + engine, reply send, finish; wall time per delivery,"
+          " summed over concurrent slots)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--db", choices=["sqlite", "postgres", "both"], default="both")
@@ -334,8 +395,8 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=50.0, help="webhooks per second in the latency run")
     parser.add_argument("--concurrency", type=int, default=16, help="connections in the saturation run")
     parser.add_argument("--turns", type=int, default=1000)
-    parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES),
-                        help="which acknowledgement runs (default: all three)")
+    parser.add_argument("--modes", nargs="*", choices=MODES, default=list(MODES),
+                        help="which acknowledgement runs (default: all three; none: throughput only)")
     parser.add_argument("--no-throughput", action="store_true", help="skip the queue throughput runs")
     args = parser.parse_args()
     graph = FakeGraph()
@@ -358,6 +419,7 @@ def main() -> None:
         for t in r["throughput"]:
             print(f"{r['db']:<9}{str(t['workers']) + '×' + str(t['slots']):>14}{t['turns']:>7}"
                   f"{t['turns_per_s']:>9}{t['replies']:>9}")
+    print_costs(results)
     print(json.dumps({"load_generator_alone": floor_ms, "databases": results}))
 
 

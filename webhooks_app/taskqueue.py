@@ -1,13 +1,13 @@
 """The durable queue on ``InboundDelivery``: claim with a visibility timeout, renew, finish, fail, release.
 
-Blocking ORM functions (workers call them on their own threads). A claim is one short transaction:
-on PostgreSQL the candidate row is locked with ``SELECT … FOR UPDATE SKIP LOCKED``, so several
-worker processes never block on, or take, the same delivery; on SQLite the transaction is
-``BEGIN IMMEDIATE`` (settings), which serialises claims. A delivery is claimable when queued, or
-running with an expired lease (its worker died: the visibility timeout), and only when no earlier
-delivery of the same session is still queued or running, so one sender's messages are played in
-the order they arrived even with many workers. Every later write is guarded by the lease owner:
-a worker that lost its lease changes nothing.
+Blocking functions (workers call them on their own threads). A claim is one SQL statement, its own
+transaction: ``UPDATE … WHERE id = (the oldest claimable) RETURNING …``; on PostgreSQL the candidates
+are locked with ``FOR UPDATE SKIP LOCKED`` inside it, so several worker processes never block on, or
+take, the same delivery; on SQLite statements are serialised by the write lock. A delivery is
+claimable when queued, or running with an expired lease (its worker died: the visibility timeout),
+and only when no earlier delivery of the same session is still queued or running, so one sender's
+messages are played in the order they arrived even with many workers. Every later write is guarded
+by the lease owner: a worker that lost its lease changes nothing.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import Exists, F, OuterRef, Q
+from django.db.models import F
 from django.utils import timezone
 
 from chatflow_agent.jsonsafe import json_object
@@ -25,76 +25,110 @@ from webhooks_app.inbox import release_claim
 from webhooks_app.models import InboundDelivery
 
 __all__ = ["MARKER_KEY", "claim_next", "claim", "renew", "finish", "fail", "complete", "release",
-           "turn_committed", "last_answer", "pending"]
+           "turn_committed", "played_before", "last_answer", "pending"]
 
 Status = InboundDelivery.Status
 MARKER_KEY = "webhook_delivery"  # session metadata: the marker of the last delivery whose turn committed
 
 
-def _unblocked(qs: Any) -> Any:
-    """``qs`` without the deliveries that wait behind an earlier open one of the same session."""
-    earlier = InboundDelivery.objects.filter(
-        session_id=OuterRef("session_id"), id__lt=OuterRef("id"), status__in=[Status.QUEUED, Status.RUNNING]
-    )
-    return qs.filter(~Exists(earlier)).order_by("id")
+_TABLE = InboundDelivery._meta.db_table
+_SESSIONS = ChatSession._meta.db_table
+# A delivery waits while an earlier delivery of its session is open: per-session FIFO across workers.
+_UNBLOCKED = (f"NOT EXISTS (SELECT 1 FROM {_TABLE} e WHERE e.session_id = c.session_id "
+              f"AND e.status IN ('queued', 'running') AND e.id < c.id)")
+# The two ways to be claimable, each its own query in id order: one query with ``queued OR (running AND
+# expired)`` cannot walk the ``(status, id)`` index, and then tests and sorts every queued row of a
+# backlog (measured: ~60 ms per claim with 5,000 queued). Each of these stops at its first unblocked row.
+_EXPIRED = (f"SELECT c.id FROM {_TABLE} c WHERE c.status = 'running' AND c.lease_expires_at < %s "
+            f"AND {_UNBLOCKED} {{only}} ORDER BY c.id LIMIT 1 {{lock}}")
+_QUEUED = (f"SELECT c.id FROM {_TABLE} c WHERE c.status = 'queued' AND {_UNBLOCKED} {{only}} "
+           f"ORDER BY c.id LIMIT 1 {{lock}}")
+# The session's marker (of the last delivery whose turn committed), read in the claim's statement.
+_MARKER = {
+    "postgresql": f"(SELECT s.metadata_json ->> '{MARKER_KEY}' FROM {_SESSIONS} s "
+                  f"WHERE s.session_id = {_TABLE}.session_id)",
+    "sqlite": f"(SELECT CASE WHEN json_valid(s.metadata_json) THEN json_extract(s.metadata_json, '$.{MARKER_KEY}') "
+              f"END FROM {_SESSIONS} s WHERE s.session_id = {_TABLE}.session_id)",
+}
+_COLUMNS = ", ".join(f.column for f in InboundDelivery._meta.concrete_fields)
+_SET = f"UPDATE {_TABLE} SET status = 'running', attempts = attempts + 1, lease_owner = %s, lease_expires_at = %s"
 
 
-def _claimable(now: Any):
-    return _unblocked(InboundDelivery.objects.filter(
-        Q(status=Status.QUEUED) | Q(status=Status.RUNNING, lease_expires_at__lt=now)
-    ))
+def _claim_sql(vendor: str, only: str) -> str:
+    """One statement: pick the oldest claimable delivery, lease it, return it with its session's marker.
 
-
-def _candidates(now: Any) -> list[Any]:
-    """The two ways to be claimable, each as its own query in id order.
-
-    One query with ``queued OR (running AND expired)`` cannot walk an index in id order: SQLite
-    (and PostgreSQL) then test every queued row of a backlog and sort them, inside the claim's
-    write transaction (measured: ~60 ms per claim with 5,000 queued, 14 turns/s). Each of these walks
-    ``(status, id)`` and stops at its first unblocked row; the older of the two is the claim.
+    PostgreSQL: the candidates are locked with ``FOR UPDATE SKIP LOCKED`` inside the statement, so two
+    claimers never wait for, or take, the same row. SQLite: statements are serialised by the write lock.
     """
-    return [
-        _unblocked(InboundDelivery.objects.filter(status=Status.RUNNING, lease_expires_at__lt=now)),
-        _unblocked(InboundDelivery.objects.filter(status=Status.QUEUED)),
-    ]
+    if vendor == "postgresql":
+        pick = _pick(only, "FOR UPDATE SKIP LOCKED")
+    else:
+        pick = (f"(SELECT min(x.id) FROM (SELECT id FROM ({_EXPIRED.format(only=only, lock='')}) "
+                f"UNION ALL SELECT id FROM ({_QUEUED.format(only=only, lock='')})) x)")
+    return f"{_SET} WHERE id = {pick} RETURNING {_COLUMNS}, {_MARKER[vendor]} AS session_marker"
 
 
-def _take(candidates: list[Any], owner: str, visibility: float, now: Any) -> InboundDelivery | None:
-    found = []
-    for qs in candidates:
-        if connection.vendor == "postgresql":
-            qs = qs.select_for_update(skip_locked=True, of=("self",))
-        if (first := qs.first()) is not None:
-            found.append(first)
-    if not found:
-        return None
-    delivery = min(found, key=lambda d: d.pk)
-    delivery.status = Status.RUNNING
-    delivery.attempts += 1
-    delivery.lease_owner = owner
-    delivery.lease_expires_at = now + timedelta(seconds=visibility)
-    delivery.save(update_fields=["status", "attempts", "lease_owner", "lease_expires_at"])
-    return delivery
+# Checked again on the row being leased (PostgreSQL re-reads its newest version under the row lock).
+_STILL = "(status = 'queued' OR (status = 'running' AND lease_expires_at < %s))"
+
+
+def _pick(only: str, lock: str) -> str:
+    return f"LEAST(({_EXPIRED.format(only=only, lock=lock)}), ({_QUEUED.format(only=only, lock=lock)}))"
+
+
+def _probe_sql(only: str) -> str:
+    return (f"SELECT EXISTS ({_EXPIRED.format(only=only, lock='')}) "
+            f"OR EXISTS ({_QUEUED.format(only=only, lock='')})")
+
+
+def _take(owner: str, visibility: float, delivery_id: int | None = None) -> InboundDelivery | None:
+    now = timezone.now()
+    only, extra = ("AND c.id = %s", [delivery_id]) if delivery_id is not None else ("", [])
+    at = connection.ops.adapt_datetimefield_value
+    candidates = [at(now), *extra, *extra]  # expired (now, id), then queued (id)
+    if connection.vendor != "postgresql":
+        # SQLite: a read first, so an idle poll never takes the write lock the webhooks need (an UPDATE
+        # takes it even when it matches nothing).
+        with connection.cursor() as cursor:
+            cursor.execute(_probe_sql(only), candidates)
+            if not cursor.fetchone()[0]:
+                return None
+    params = [owner, at(now + timedelta(seconds=visibility)), *candidates]
+    if connection.vendor == "postgresql":
+        # The candidate is locked (SKIP LOCKED) and leased in one transaction, then leased by id: the
+        # one-statement form re-leased a finished delivery under concurrent claimers in the soak.
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(f"SELECT {_pick(only, 'FOR UPDATE SKIP LOCKED')}", candidates)
+            picked = cursor.fetchone()[0]
+            if picked is None:
+                return None
+            found = list(InboundDelivery.objects.raw(
+                f"{_SET} WHERE id = %s AND {_STILL} RETURNING {_COLUMNS}, {_MARKER['postgresql']} AS session_marker",
+                [*params[:2], picked, at(now)]))
+        return found[0] if found else None
+    found = list(InboundDelivery.objects.raw(_claim_sql(connection.vendor, only), params))
+    return found[0] if found else None
 
 
 def claim_next(owner: str, visibility: float) -> InboundDelivery | None:
     """Claim the oldest claimable delivery for ``owner`` for ``visibility`` seconds, or None.
 
-    An idle poll is reads outside any transaction: on SQLite a write transaction (BEGIN
-    IMMEDIATE) per poll would take the write lock from the webhooks many times a second.
+    One statement (its own transaction): the delivery comes back leased (``status=running``,
+    ``attempts`` counted), with ``session_marker`` — the session's marker when it was claimed (see
+    :func:`played_before`). On SQLite an idle poll is one read and takes no lock.
     """
-    now = timezone.now()
-    if not any(qs.exists() for qs in _candidates(now)):
-        return None
-    with transaction.atomic():
-        return _take(_candidates(now), owner, visibility, now)
+    return _take(owner, visibility)
 
 
 def claim(delivery_id: int, owner: str, visibility: float) -> InboundDelivery | None:
     """Claim this delivery if it is claimable now (``?wait=true`` plays it in the request)."""
-    now = timezone.now()
-    with transaction.atomic():
-        return _take([_claimable(now).filter(pk=delivery_id)], owner, visibility, now)
+    return _take(owner, visibility, delivery_id)
+
+
+def played_before(delivery: InboundDelivery) -> bool:
+    """True when the claimed ``delivery``'s turn was already in its session when it was claimed (a worker
+    died after the turn's commit): read with the claim, so it costs no query."""
+    return getattr(delivery, "session_marker", None) == delivery.marker
 
 
 def _mine(delivery: InboundDelivery, owner: str):
@@ -131,11 +165,16 @@ def fail(delivery: InboundDelivery, owner: str, error: str, fallback: str, reply
 
 
 def complete(delivery: InboundDelivery, owner: str, reply: str, reply_error: str = "") -> None:
-    """After the reply (or the fallback) was sent, or not: done, or failed with the claim released."""
+    """After the reply (or the fallback) was sent, or not: done, or failed with the claim released.
+
+    A delivery without an error (the usual case) is one UPDATE in autocommit; one with an error is
+    marked failed and its id's claim released in one transaction.
+    """
+    mine = _mine(delivery, owner)
+    common = {"reply_status": reply, "reply_error": reply_error[:4000], "finished_at": timezone.now()}
+    if mine.filter(error="").update(status=Status.DONE, **common):
+        return
     with transaction.atomic():
-        mine = _mine(delivery, owner)
-        common = {"reply_status": reply, "reply_error": reply_error[:4000], "finished_at": timezone.now()}
-        mine.filter(error="").update(status=Status.DONE, **common)
         if mine.exclude(error="").update(status=Status.FAILED, **common):
             release_claim(delivery.claim_key)
 

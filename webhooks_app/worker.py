@@ -48,6 +48,7 @@ from chatflow_agent.exceptions import SessionBusyError
 from health_app import heartbeat, tracing
 from takeover_app import service as takeover
 from webhooks_app import replies, settle, taskqueue
+from webhooks_app.costs import Costs
 from webhooks_app.models import InboundDelivery
 
 __all__ = ["Worker", "FALLBACK_REPLY", "UNSUPPORTED_REPLY", "RESET_REPLY"]
@@ -72,10 +73,15 @@ def _turn_metadata(delivery: InboundDelivery) -> dict[str, Any]:
 
 
 class Worker:
-    """``Worker(slots=4, poll=0.5, visibility=CHATFLOW_LEASE_SECONDS)``; ``await run()``."""
+    """``Worker(slots=4, poll=0.5, visibility=CHATFLOW_LEASE_SECONDS, costs=None)``; ``await run()``.
 
-    def __init__(self, slots: int = 4, poll: float = 0.5, visibility: float | None = None) -> None:
+    ``costs``: an installed ``webhooks_app.costs.Costs`` to time the stages of every delivery in.
+    """
+
+    def __init__(self, slots: int = 4, poll: float = 0.5, visibility: float | None = None,
+                 costs: Costs | None = None) -> None:
         self.slots = slots
+        self.costs = costs
         self.poll = poll
         self.visibility = float(visibility or settings.CHATFLOW_LEASE_SECONDS)
         self.owner = f"worker:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -128,7 +134,8 @@ class Worker:
                 wake.clear()
                 while idle and not self._stopping:
                     ex = idle[-1]
-                    delivery = await loop.run_in_executor(ex, taskqueue.claim_next, self.owner, self.visibility)
+                    with self._stage("claim"):
+                        delivery = await loop.run_in_executor(ex, taskqueue.claim_next, self.owner, self.visibility)
                     if delivery is None:
                         break
                     idle.pop()
@@ -184,14 +191,20 @@ class Worker:
             heartbeat.cancel()
             await asyncio.gather(heartbeat, return_exceptions=True)
             tracing.leave(traced)
+            if self.costs is not None:
+                self.costs.deliveries += 1
+
+    def _stage(self, name: str) -> contextlib.AbstractContextManager[None]:
+        return self.costs.stage(name) if self.costs is not None else contextlib.nullcontext()
 
     async def _handle(self, delivery: InboundDelivery, db: Any) -> None:
         replies_out = delivery.provider in (InboundDelivery.Provider.WHATSAPP, InboundDelivery.Provider.TELEGRAM)
         reply = Reply.SENDING if replies_out else Reply.NONE
         if delivery.reply_status == Reply.SENDING:
             # Claimed again after its worker died while sending the reply: it may have gone out; never twice.
-            await db(taskqueue.complete, delivery, self.owner, Reply.SENDING,
-                     "The worker stopped while sending the reply; it is not sent again.")
+            with self._stage("finish"):
+                await db(taskqueue.complete, delivery, self.owner, Reply.SENDING,
+                         "The worker stopped while sending the reply; it is not sent again.")
             return
         try:
             answer = await self._play(delivery, db)
@@ -201,27 +214,31 @@ class Worker:
                 error = f"{type(err).__name__}: {err}"
                 fallback = settings.CHATFLOW_HOLDING_MESSAGE if await db(
                     takeover.note_failed_turn, delivery.session_id) else FALLBACK_REPLY
-                if await db(taskqueue.fail, delivery, self.owner, error, fallback, reply) and replies_out:
+                with self._stage("finish"):
+                    failed = await db(taskqueue.fail, delivery, self.owner, error, fallback, reply)
+                if failed and replies_out:
                     await self._send(delivery, fallback, db)
                 return
             answer = await db(taskqueue.last_answer, delivery.session_id)
         if answer is None:  # held for the operator: stored, nothing to send
             answer, reply = "", Reply.HELD
         self.processed += 1
-        if await db(taskqueue.finish, delivery, self.owner, answer, reply) and reply == Reply.SENDING:
+        with self._stage("finish"):
+            finished = await db(taskqueue.finish, delivery, self.owner, answer, reply)
+        if finished and reply == Reply.SENDING:
             await self._send(delivery, answer, db)
 
     async def _play(self, delivery: InboundDelivery, db: Any) -> str | None:
         """The answer to send; None when the turn was held for an operator (nothing to send)."""
         if delivery.kind == Kind.UNSUPPORTED:
             return UNSUPPORTED_REPLY
-        if await db(taskqueue.turn_committed, delivery):
+        if taskqueue.played_before(delivery):  # its marker, read with the claim
             logger.info("Delivery %s: its turn committed before a crash; not played again", delivery.pk)
             if delivery.kind == Kind.RESET:
                 return RESET_REPLY
             return None if await db(takeover.ends_with_customer, delivery.session_id) else await db(
                 taskqueue.last_answer, delivery.session_id)
-        with settle.playing(delivery):  # its commit is refused if the session is deleted meanwhile
+        with settle.playing(delivery), self._stage("turn"):  # its commit is refused if the session is deleted
             try:
                 return await self._play_turn(delivery)
             except SessionBusyError:
@@ -261,9 +278,12 @@ class Worker:
         if self._http is None:
             self._http = replies.client()
         try:
-            await replies.send(self._http, delivery, text)
+            with self._stage("reply send"):
+                await replies.send(self._http, delivery, text)
         except Exception as err:  # noqa: BLE001 - recorded on the delivery, shown in the ledger
             logger.warning("Delivery %s: reply failed: %s", delivery.pk, err)
-            await db(taskqueue.complete, delivery, self.owner, Reply.FAILED, f"{type(err).__name__}: {err}")
+            outcome, error = Reply.FAILED, f"{type(err).__name__}: {err}"
         else:
-            await db(taskqueue.complete, delivery, self.owner, Reply.SENT)
+            outcome, error = Reply.SENT, ""
+        with self._stage("finish"):
+            await db(taskqueue.complete, delivery, self.owner, outcome, error)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import json
 import os
 import signal
 import sys
@@ -18,6 +19,7 @@ import sys
 from django.core.management.base import BaseCommand
 
 from sessions_app.live import flush_before_close
+from webhooks_app.costs import Costs
 from webhooks_app.worker import Worker
 
 PARENT_GONE_GRACE = 60.0
@@ -30,20 +32,28 @@ class Command(BaseCommand):
         parser.add_argument("--slots", type=int, default=4, help="Deliveries played at once (default 4).")
         parser.add_argument("--poll", type=float, default=0.5, help="Seconds between polls when idle (default 0.5).")
         parser.add_argument("--drain", action="store_true", help="Exit when no delivery is queued or running.")
+        parser.add_argument("--costs", action="store_true",
+                            help="At exit, print where the time went: one line 'costs {json}' (webhooks_app.costs).")
         parser.add_argument("--embedded", action="store_true",
                             help="Run as an ASGI server's embedded worker: stdin is the server's pipe (a byte "
                                  "wakes the worker; end of input stops it).")
 
-    def handle(self, *args, slots: int, poll: float, drain: bool, embedded: bool, **options) -> None:
+    def handle(self, *args, slots: int, poll: float, drain: bool, embedded: bool, costs: bool = False,
+               **options) -> None:
         if slots < 1 or poll <= 0:
             self.stderr.write("--slots must be at least 1 and --poll positive")
             raise SystemExit(2)
-        worker = Worker(slots=slots, poll=poll)
+        kept = Costs() if costs else None
+        if kept is not None:
+            kept.install()
+        worker = Worker(slots=slots, poll=poll, costs=kept)
         self.stdout.write(f"chatflow_worker {worker.owner}: {slots} slot(s), ready", ending="\n")
         self.stdout.flush()
         gc.freeze()  # Django and the apps stay for the process's life: keep full collections short (see asgi.py)
         processed = asyncio.run(self._run(worker, drain, embedded))
         self.stdout.write(f"chatflow_worker {worker.owner}: stopped after {processed} deliveries")
+        if kept is not None:
+            self.stdout.write("costs " + json.dumps(kept.report()))
 
     async def _run(self, worker: Worker, drain: bool, embedded: bool) -> int:
         loop = asyncio.get_running_loop()

@@ -1,0 +1,98 @@
+"""The queue's one-statement claim under concurrent claimers, and complete's two outcomes."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from django.db import connections
+
+from sessions_app.models import ProcessedMessage
+from webhooks_app import inbox, taskqueue
+from webhooks_app.models import InboundDelivery
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+Status, Reply = InboundDelivery.Status, InboundDelivery.Reply
+
+
+def queue(session_id: str, n: int, start: int = 0) -> list[InboundDelivery]:
+    messages = [inbox.Inbound(provider="generic", provider_message_id=f"{session_id}.{i}", session_id=session_id,
+                              text=f"message {i}") for i in range(start, start + n)]
+    return inbox.accept(messages).queued
+
+
+def test_four_concurrent_claimers_keep_each_sessions_deliveries_in_order_and_one_at_a_time():
+    sessions = [f"s{k}" for k in range(3)]
+    for round_ in range(6):  # interleaved arrival: s0.0, s1.0, s2.0, s0.1, …
+        for sid in sessions:
+            queue(sid, 1, start=round_)
+    events: list[tuple[str, str, int]] = []  # (what, session, delivery id) in the order they happened
+    mutex = threading.Lock()
+    errors: list[BaseException] = []
+
+    def claimer(owner: str) -> None:
+        try:
+            idle = 0
+            while idle < 20:
+                d = taskqueue.claim_next(owner, 30)
+                if d is None:
+                    idle += 1
+                    time.sleep(0.01)
+                    continue
+                idle = 0
+                with mutex:
+                    events.append(("claimed", d.session_id, d.pk))
+                time.sleep(0.005)  # the turn: gives the other claimers a chance to take the same session
+                with mutex:  # recorded before the write: the next claim of the session can only come after it
+                    events.append(("finished", d.session_id, d.pk))
+                assert taskqueue.finish(d, owner, "ok", Reply.NONE)
+        except BaseException as err:  # noqa: BLE001 - reported by the test thread
+            errors.append(err)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=claimer, args=(f"worker:{i}",)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert InboundDelivery.objects.filter(status=Status.DONE).count() == 18
+    for sid in sessions:
+        mine = [(what, pk) for what, s, pk in events if s == sid]
+        ids = sorted(InboundDelivery.objects.filter(session_id=sid).values_list("pk", flat=True))
+        # claimed, finished, claimed, finished … in id order: never two of a session open at once
+        assert mine == [(what, pk) for pk in ids for what in ("claimed", "finished")]
+    claims = [pk for what, _, pk in events if what == "claimed"]
+    assert len(claims) == len(set(claims)) == 18  # no delivery claimed twice
+
+
+def test_a_claim_returns_the_leased_row_with_its_sessions_marker():
+    (d,) = queue("m1", 1)
+    claimed = taskqueue.claim_next("worker:a", 30)
+    assert claimed.pk == d.pk and (claimed.status, claimed.attempts, claimed.lease_owner) == ("running", 1, "worker:a")
+    assert claimed.lease_expires_at is not None and claimed.text == "message 0"
+    assert not taskqueue.played_before(claimed)  # the session does not exist yet
+    assert taskqueue.claim_next("worker:b", 30) is None  # leased: invisible to other claimers
+    assert taskqueue.claim(d.pk, "worker:b", 30) is None
+
+
+def test_complete_marks_done_or_failed_with_the_claim_released():
+    ok, bad = queue("c1", 1) + queue("c2", 1)
+    a = taskqueue.claim_next("worker:a", 30)
+    b = taskqueue.claim_next("worker:a", 30)
+    assert {a.pk, b.pk} == {ok.pk, bad.pk}
+    a, b = (a, b) if a.pk == ok.pk else (b, a)
+    assert taskqueue.finish(a, "worker:a", "answer", Reply.SENDING)
+    assert taskqueue.fail(b, "worker:a", "RuntimeError: down", "sorry", Reply.SENDING)
+    taskqueue.complete(a, "worker:other", Reply.SENT)  # not the lease owner: changes nothing
+    assert InboundDelivery.objects.get(pk=a.pk).status == Status.RUNNING
+    taskqueue.complete(a, "worker:a", Reply.SENT)
+    taskqueue.complete(b, "worker:a", Reply.SENT)
+    a, b = InboundDelivery.objects.get(pk=a.pk), InboundDelivery.objects.get(pk=b.pk)
+    assert (a.status, a.reply_status, a.answer, a.finished_at is not None) == ("done", "sent", "answer", True)
+    assert (b.status, b.reply_status, b.error) == ("failed", "sent", "RuntimeError: down")
+    assert ProcessedMessage.objects.filter(pk=a.claim_key).exists()
+    assert not ProcessedMessage.objects.filter(pk=b.claim_key).exists()  # a failure gives its id back
