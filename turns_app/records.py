@@ -21,7 +21,7 @@ from typing import Any
 from chatflow_agent.core.reports import TURN_SOURCES, TurnReport
 from chatflow_agent.types import ModelCallUsage
 
-__all__ = ["INTERRUPTED_ERROR", "call_json", "close_turn", "mark_interrupted", "open_turn"]
+__all__ = ["INTERRUPTED_ERROR", "call_json", "close_turn", "forget_session", "mark_interrupted", "open_turn"]
 
 #: The error text of a record marked ``interrupted``.
 INTERRUPTED_ERROR = "Interrupted: the process running this turn stopped (its session lease expired)."
@@ -134,3 +134,14 @@ def mark_interrupted(cursor: Any, now: float) -> int:
             _add_totals(cursor, session_id, None, INTERRUPTED_ERROR, now)
     return len(found)
 
+
+
+def forget_session(sender: Any, session_id: str, **kwargs: Any) -> dict[str, int]:
+    """``sessions_app.actions.session_deleting`` receiver, inside the delete's transaction: the session's
+    records keep their figures (metrics count them) but lose the customer's text, and its totals row
+    goes, so a new session of the same id starts from nothing. Returns ``{"turn_records_redacted": n}``."""
+    from turns_app.models import SessionTotals, TurnRecord
+
+    redacted = TurnRecord.objects.filter(session_id=session_id).exclude(user_text="").update(user_text="")
+    SessionTotals.objects.filter(session_id=session_id).delete()
+    return {"turn_records_redacted": redacted}

@@ -343,9 +343,9 @@ class PersistentSessionStore(BaseSessionStore):
                     raise asyncio.CancelledError()
             except BaseException as err:
                 if report is not None and not committed:
-                    # Its lease was lost or taken away (an operator's cancel): stopped at a renewal, or its
-                    # commit refused. The caller gets SessionBusyError; the record says cancelled.
-                    report.end("cancelled", err) if isinstance(err, SessionBusyError) else report.ended_by(err)
+                    # e.g. its lease was lost or taken away (an operator's cancel): stopped at a renewal, or
+                    # its commit refused; the caller gets SessionBusyError (see TurnReport.ended_by).
+                    report.ended_by(err)
                 raise
             finally:
                 self._beats.pop(session_id, None)

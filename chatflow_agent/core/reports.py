@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Literal
 
+from chatflow_agent.exceptions import SessionBusyError, SessionDeletedError
 from chatflow_agent.types import ModelCallUsage, TurnUsage
 
 __all__ = ["TOOL_OUTCOMES", "TURN_SOURCES", "TURN_STATUSES", "ToolCallReport", "TurnReport", "TurnStatus"]
@@ -132,5 +133,11 @@ class TurnReport:
             self.error = error
 
     def ended_by(self, err: BaseException) -> None:
-        """The turn did not commit because of ``err``: ``cancelled`` for a cancellation, else ``failed``."""
-        self.end("cancelled" if isinstance(err, asyncio.CancelledError) else "failed", err)
+        """The turn did not commit because of ``err``: ``cancelled`` for a cancellation, a lease lost
+        or taken away (``SessionBusyError``: an operator's cancel) or a deleted session
+        (``SessionDeletedError``: its :attr:`user_text` is dropped with the session's content), else
+        ``failed``."""
+        if isinstance(err, SessionDeletedError):
+            self.user_text = ""
+        stopped = isinstance(err, asyncio.CancelledError | SessionBusyError | SessionDeletedError)
+        self.end("cancelled" if stopped else "failed", err)

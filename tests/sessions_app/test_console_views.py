@@ -277,7 +277,9 @@ def test_a_ten_thousand_message_session_opens_with_a_bounded_number_of_queries(o
     assert response.status_code == 200
     assert len(re.findall(r'id="turn-(\d+)"', response.content.decode())) == 20
     assert "<dt>Messages</dt><dd>10000</dd>" in response.content.decode()
-    assert len(ctx.captured_queries) < 20
+    # A fixed number, whatever the session's length: the page's own reads, the takeover panel's mode
+    # and the turn records' (records of the page's turns, ended turns, the session's totals).
+    assert len(ctx.captured_queries) < 24
 
 
 def test_force_handoffs_show_in_the_timeline_as_operator_events(op_client):

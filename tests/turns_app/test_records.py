@@ -155,3 +155,29 @@ def test_the_next_turn_marks_a_dead_turns_record_interrupted(store, settings):
 class Echo(BaseEngine):
     async def generate_turn_async(self, agent, history):
         return EngineTurnResult(text="echo: " + (history[-1].content or ""))
+
+
+def test_deleting_a_session_keeps_its_records_figures_but_not_the_customers_text(store, django_user_model):
+    from sessions_app.actions import delete_session
+
+    ok = Runner(Agent(name="Bot", instructions="x", engine=Boom()), session_store=store)
+    with pytest.raises(RuntimeError):
+        asyncio.run(ok.run_async("gone", "my card number is 4242"))
+    store.get_or_create("gone", ok.starting_agent)  # the session row the delete removes
+    user = django_user_model.objects.create_user("op", password="pw-unused-123")
+
+    entry = delete_session(user, "gone")
+
+    [record] = records("gone")
+    assert record.status == "failed" and record.user_text == "" and record.error == "RuntimeError: the model is down"
+    assert not SessionTotals.objects.filter(pk="gone").exists()  # a new session of this id starts from nothing
+    assert entry.after["turn_records_redacted"] == 1
+
+
+def test_a_turn_refused_because_its_session_was_deleted_keeps_no_customer_text(store):
+    from chatflow_agent.exceptions import SessionDeletedError
+
+    report = TurnReport(source="webhook", user_text="an old message")
+    report.ended_by(SessionDeletedError("s1"))
+
+    assert report.status == "cancelled" and report.user_text == "" and report.error.startswith("SessionDeletedError")
