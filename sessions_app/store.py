@@ -72,8 +72,9 @@ _NO_FLUSH_WAIT = "SET LOCAL synchronous_commit = off"  # this transaction only (
 
 
 #: Sent at the start of every commit's transaction, before any row is written, as
-#: ``session_committing.send(sender=DjangoSessionStore, session_id=str, metadata=dict, using=str)``
-#: (``metadata``: what the commit writes). A receiver that raises ``SessionDeletedError`` refuses the
+#: ``session_committing.send(sender=DjangoSessionStore, session_id=str, metadata=dict, using=str, turn=bool)``
+#: (``metadata``: what the commit writes; ``turn``: the commit ends a turn a Runner played, not an
+#: operator's or a script's ``turn``/``sync_turn`` without a turn report). A receiver that raises ``SessionDeletedError`` refuses the
 #: commit: nothing is written and the turn fails with that error. Receivers run on the store's threads.
 session_committing = Signal(use_caching=True)
 
@@ -286,7 +287,7 @@ class DjangoBackend(SQLLeasesAndClaims):
         with transaction.atomic(using=self.using):
             metadata = json_object(changes.metadata_json)
             session_committing.send(sender=DjangoSessionStore, session_id=changes.session_id, metadata=metadata,
-                                    using=self.using)
+                                    using=self.using, turn=changes.report is not None)
             conn = connections[self.using]
             result = self._on_driver(conn, lambda c: write_commit(c, self._rules, changes))
             if changes.report is not None:

@@ -100,8 +100,14 @@ def on_human_request(session: Any, reason: str) -> None:
 
 
 def on_commit(sender: Any = None, session_id: str = "", metadata: Any = None, using: str = "default",
-              **kwargs: Any) -> None:
-    """``session_committing`` receiver (inside the commit's transaction): apply what the turn decided."""
+              turn: bool = False, **kwargs: Any) -> None:
+    """``session_committing`` receiver (inside the commit's transaction): apply what the turn decided.
+
+    Only a Runner turn's commit (``turn``) applies it: an operator action's commit on the session never
+    applies what a turn that failed had decided (its entry waits for the session's next turn, whose gate
+    call replaces it)."""
+    if not turn:
+        return
     pending = _pending.pop(session_id, None)
     if pending is None:
         return

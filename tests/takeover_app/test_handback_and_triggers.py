@@ -190,3 +190,23 @@ def test_the_sweep_command_says_when_it_is_off_and_counts_when_on(client, env, r
     call_command("chatflow_takeover_sweep", stdout=out)
     assert "Returned 1 idle session" in out.getvalue()
     assert SessionMode.objects.get(pk=SID).mode == "bot"
+
+
+def test_a_failed_turn_does_not_use_up_the_hand_back_note(client, env, recording, settings):
+    # The failed turn counts towards CHATFLOW_HUMAN_AFTER_FAILED_TURNS: that count's own commit (an operator-
+    # side write on the session) must not apply what the rolled-back turn had decided.
+    settings.CHATFLOW_HUMAN_AFTER_FAILED_TURNS = 3
+    wa_message(client, "wamid.1", "hello")
+    drain()
+    olga = personas.operator()
+    service.take_over(olga, SID)
+    service.hand_back(olga, SID, note=NOTE)
+    wa_message(client, "wamid.2", "[fail] please")  # this turn is given the note, then fails (rolled back)
+    drain()
+
+    row = SessionMode.objects.get(pk=SID)
+    assert row.pending_note == NOTE and row.failed_turns == 1  # the note waits for a turn that commits
+    wa_message(client, "wamid.3", "and now?")
+    drain()
+    assert SessionMode.objects.get(pk=SID).pending_note == ""
+    assert NOTE in str(recording[-1])
