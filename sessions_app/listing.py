@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from datetime import time as dtime
+from decimal import Decimal
 from typing import Any
 
 from django.db.models import Count, Exists, IntegerField, OuterRef, Q, Subquery, TextField, Value
@@ -162,15 +163,22 @@ def encode_cursor(value: datetime | str, session_id: str) -> str:
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
-def decode_cursor(cursor: str, column: str = "updated_at") -> tuple[datetime | str, str] | None:
+def decode_cursor(cursor: str, column: str = "updated_at") -> tuple[datetime | Decimal | str, str] | None:
     """The (sort value, session_id) of a cursor for ``column``, or None when it is malformed (then page 1
-    is shown). The value is an aware datetime for the time columns, a text otherwise."""
+    is shown). The value is an aware datetime for the time columns, a finite Decimal for the usage sorts
+    (tokens, cost), a text otherwise."""
     try:
         value, session_id = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
     except (ValueError, TypeError, RecursionError):  # RecursionError: nested too deep for the parser
         return None
     if not isinstance(value, str) or not isinstance(session_id, str) or "\x00" in session_id + value:
         return None
+    if column in _USAGE_SORTS:  # a number (tokens, cost): anything else is a forged cursor
+        try:
+            number = Decimal(value)
+        except ArithmeticError:
+            return None
+        return (number, session_id) if number.is_finite() and abs(number) < 10**18 else None
     if column not in _TIME_COLUMNS:
         return value, session_id
     try:

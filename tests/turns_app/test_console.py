@@ -199,3 +199,26 @@ def test_the_transcript_export_and_the_api_carry_each_turns_usage(server, operat
     for session in (listed[0], one):
         assert session["usage"]["total_tokens"] == 587 and session["usage"]["turns"] == 2
         assert Decimal(session["usage"]["cost"]) == first.cost + second.cost and session["usage"]["cost_known"]
+
+
+def _forged_cursor(value: object, session_id: str = "a") -> str:
+    import base64
+
+    return base64.urlsafe_b64encode(json.dumps([value, session_id]).encode()).decode().rstrip("=")
+
+
+@pytest.mark.parametrize("sort", ["tokens", "-cost"])
+@pytest.mark.parametrize("value", ["abc", "1e999", "NaN"])
+def test_a_forged_cursor_on_a_usage_sort_shows_the_first_page_not_an_error(client, sort, value):
+    from sessions_app.models import ChatSession
+    from tests.sessions_app import personas
+
+    ChatSession.objects.create(session_id="a", active_agent_name="Support", metadata={})
+    client.force_login(personas.operator())
+
+    page = client.get("/sessions/", {"sort": sort, "after": _forged_cursor(value)})
+    api = client.get("/api/v1/sessions", {"sort": sort.lstrip("-"), "cursor": _forged_cursor(value)})
+
+    assert page.status_code == 200 and "data-mode=" in page.content.decode()  # the first page, with its row
+    assert api.status_code == 400, api.content
+    assert "cursor" in json.dumps(api.json()).lower()
