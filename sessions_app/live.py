@@ -242,16 +242,8 @@ async def _send_all(messages: list[tuple[str, dict[str, Any]]]) -> None:
 def publish_action(entry: Any) -> None:
     """Broadcast an operator action (an ``OperatorAction`` row) to its session's group and the list, now."""
     message = _action_message(entry)
-    messages = [(group_for_session(entry.session_id), message), (LIST_GROUP, message)]
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        try:
-            async_to_sync(_send_all)(messages)
-        except Exception:
-            logger.exception("Broadcasting operator action %s on %r failed", entry.action, entry.session_id)
-        return
-    publisher.send_soon(messages)
+    _broadcast([(group_for_session(entry.session_id), message), (LIST_GROUP, message)],
+               f"operator action {entry.action} on {entry.session_id!r}")
 
 
 def publish_reply(reply: Any) -> None:
@@ -259,14 +251,19 @@ def publish_reply(reply: Any) -> None:
     session's group, now (after the transaction that recorded it: call it once committed)."""
     message = {"type": "live.reply", "reply": {"id": reply.pk, "session_id": reply.session_id,
                                                "status": reply.status}}
-    messages = [(group_for_session(reply.session_id), message)]
+    _broadcast([(group_for_session(reply.session_id), message)], f"the delivery of operator reply {reply.pk}")
+
+
+def _broadcast(messages: list[tuple[str, dict[str, Any]]], what: str) -> None:
+    """Send ``messages`` now: from sync code, waiting for the layer (a failure is logged, never raised);
+    from an event loop, through the publisher (in order, without blocking the loop)."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
         try:
             async_to_sync(_send_all)(messages)
         except Exception:
-            logger.exception("Broadcasting the delivery of operator reply %s failed", reply.pk)
+            logger.exception("Broadcasting %s failed", what)
         return
     publisher.send_soon(messages)
 

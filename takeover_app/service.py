@@ -18,6 +18,7 @@ names the operator who owns the session); an unknown session is ``Http404``.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -354,8 +355,8 @@ def send_reply(user: Any, session_id: str, text: str) -> OperatorReply:
         raise InvalidAction("The reply is empty.")
     _session(session_id)
     channel = channel_of(session_id)
-    reply, entry = _retrying(lambda: _store_reply(user, session_id, text, channel))
-    return _deliver(reply, entry)
+    reply, _entry = _retrying(lambda: _store_reply(user, session_id, text, channel))
+    return _deliver(reply)
 
 
 def _store_reply(user: Any, session_id: str, text: str, channel: str) -> tuple[OperatorReply, Any]:
@@ -393,19 +394,21 @@ def resend(user: Any, reply_id: int) -> OperatorReply:
         reply.status, reply.error, reply.attempts = Status.SENDING, "", reply.attempts + 1
         reply.attempted_at = timezone.now()
         reply.save(update_fields=["status", "error", "attempts", "attempted_at"])
-        entry = audit(user, "operator_reply", reply.session_id, before, {"reply": reply.pk, "resend": True,
-                                                                         "provider": reply.provider})
-    return _deliver(reply, entry)
+        audit(user, "operator_reply", reply.session_id, before,
+              {"reply": reply.pk, "resend": True, "provider": reply.provider})
+    return _deliver(reply)
 
 
-def _deliver(reply: OperatorReply, entry: Any) -> OperatorReply:
+def _deliver(reply: OperatorReply) -> OperatorReply:
     """Send a committed ``sending`` reply, then record sent/failed and broadcast the new status."""
     from webhooks_app import replies
 
     meta = ChatSession.objects.filter(pk=reply.session_id).values_list("metadata", flat=True).first() or {}
 
     async def send() -> None:
-        async with replies.client() as client:
+        # Never longer than half the time after which a reply still ``sending`` counts as its sender's
+        # crash (unknown, resendable): a slow send must not overlap a resend of itself.
+        async with asyncio.timeout(OperatorReply.SEND_DEADLINE / 2), replies.client() as client:
             await replies.send_to(client, reply.provider, meta, reply.text)
 
     try:
@@ -417,7 +420,8 @@ def _deliver(reply: OperatorReply, entry: Any) -> OperatorReply:
     else:
         # A web chat session has no provider API: the reply reaches it over the session's group (below).
         fields = {"status": Status.SENT, "sent_at": timezone.now()}
-    OperatorReply.objects.filter(pk=reply.pk, status=Status.SENDING).update(**fields)
+    # Only this attempt's outcome (a resend counts an attempt more and records its own).
+    OperatorReply.objects.filter(pk=reply.pk, status=Status.SENDING, attempts=reply.attempts).update(**fields)
     reply.refresh_from_db()
-    live.publish_action(entry)  # open pages render the reply's new status
+    live.publish_reply(reply)  # open pages render the reply's new status
     return reply

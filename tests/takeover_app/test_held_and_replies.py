@@ -165,3 +165,19 @@ def test_a_sender_killed_during_the_send_never_sends_twice(env, owned, tmp_path)
     env.wa.hold = None
     assert service.resend(owned, reply.pk).status == "sent"  # only an operator's resend sends it again
     assert [b["text"]["body"] for b in env.wa.bodies()] == ["Sent once", "Sent once"]
+
+
+def test_a_send_never_outlasts_the_time_after_which_it_could_be_resent(env, owned, monkeypatch):
+    # A reply still ``sending`` after SEND_DEADLINE counts as its sender's crash and may be resent: a live
+    # sender stops at half of it, so a resend can never overlap the first send.
+    monkeypatch.setattr(OperatorReply, "SEND_DEADLINE", 2.0)
+    env.wa.hold = threading.Event()  # the fake API records the POST, then does not answer
+    try:
+        reply = service.send_reply(owned, SID, "Are you still there?")
+    finally:
+        env.wa.hold.set()
+    assert reply.status == "failed" and "TimeoutError" in reply.error and reply.resendable
+    env.wa.hold = None
+    assert service.resend(owned, reply.pk).status == "sent"
+    reply.refresh_from_db()
+    assert (reply.status, reply.attempts, reply.error) == ("sent", 2, "")
