@@ -18,6 +18,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 from django_htmx.http import reswap, retarget
 
+from chatflow_site.errors import not_found
 from sessions_app.access import console_required
 from sessions_app.actions import ActionError, InvalidAction
 from takeover_app import service
@@ -110,9 +111,14 @@ def reply(request: HttpRequest, session_id: str) -> HttpResponse:
 @require_POST
 @console_required(REPLY)
 def resend(request: HttpRequest, reply_id: int) -> HttpResponse:
-    found = OperatorReply.objects.filter(pk=reply_id).values_list("session_id", flat=True).first()
+    found = None
+    if reply_id < 2**63:  # a bigger id is no row (and no query: PostgreSQL's bigint ends there)
+        found = OperatorReply.objects.filter(pk=reply_id).values_list("session_id", flat=True).first()
     if found is None:
-        return _refused(request, "", _NotFound("No such reply."))
+        if getattr(request, "htmx", False):
+            return _refused(request, "", _NotFound("No such reply."))
+        logger.info("Refused %s: no such reply", request.path)
+        return not_found(request, Http404("No such reply."))
     try:
         sent = service.resend(request.user, reply_id)
     except ActionError as err:

@@ -126,6 +126,9 @@ def test_unknown_session_and_bad_input_are_clear_4xx(session):
     assert r.status_code == 400 and b"Unknown agent" in r.content
     assert c.post(url("reply"), {"text": "   "}, HTTP_HX_REQUEST="true").status_code == 400
     assert c.post("/actions/reply-resend/999/", HTTP_HX_REQUEST="true").status_code == 404
+    for missing in ("999", "99999999999999999999999"):  # a plain form post gets the site's 404 page
+        r = c.post(f"/actions/reply-resend/{missing}/")
+        assert r.status_code == 404 and b"No such reply." in r.content
     assert not ChatSession.objects.filter(pk="nope").exists()
 
 
