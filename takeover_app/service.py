@@ -155,24 +155,37 @@ def take_over(user: Any, session_id: str, *, when: Literal["after_turn", "now"] 
         raise _taken(current)  # before stopping anything
     if when == "now":
         cancel_turn(user, session_id, "Stopped to take the session over.")
-    with _turn(session_id, wait=True) as session, transaction.atomic():
-        row = _locked_mode(session_id)
-        if row.mode == Mode.HUMAN:
-            if row.owner_username == _name(user):
-                return row
-            raise _taken(row)
-        before = _state(row)
-        if row.mode == Mode.BOT or not row.previous_agent:
-            row.previous_agent = session.active_agent.name
-        row.mode, row.since, row.updated_at = Mode.HUMAN, timezone.now(), timezone.now()
-        row.owner, row.owner_username = (user if getattr(user, "pk", None) else None), _name(user)
-        if before["mode"] == Mode.BOT:
-            row.trigger, row.reason = Trigger.OPERATOR, ""
-        row.unread = 0
-        row.customer_last_at = _customer_last_at(session_id)
-        row.save()
-        audit(user, "take_over", session_id, before, {**_state(row), "when": when,
-                                                      "active_agent": session.active_agent.name})
+    taken: SessionMode | None = None
+    try:
+        with _turn(session_id, wait=True) as session, transaction.atomic():
+            taken = _take(user, session_id, session, when)
+    except SessionBusy:
+        # Our own lease was taken away after the takeover committed (a second operator's "now" racing
+        # this one cancels whatever holds the session): the session is ours all the same.
+        if taken is None:
+            raise
+    return taken
+
+
+def _take(user: Any, session_id: str, session: Any, when: str) -> SessionMode:
+    """The takeover's writes (in the caller's transaction, under the session's turn lock)."""
+    row = _locked_mode(session_id)
+    if row.mode == Mode.HUMAN:
+        if row.owner_username == _name(user):
+            return row
+        raise _taken(row)
+    before = _state(row)
+    if row.mode == Mode.BOT or not row.previous_agent:
+        row.previous_agent = session.active_agent.name
+    row.mode, row.since, row.updated_at = Mode.HUMAN, timezone.now(), timezone.now()
+    row.owner, row.owner_username = (user if getattr(user, "pk", None) else None), _name(user)
+    if before["mode"] == Mode.BOT:
+        row.trigger, row.reason = Trigger.OPERATOR, ""
+    row.unread = 0
+    row.customer_last_at = _customer_last_at(session_id)
+    row.save()
+    audit(user, "take_over", session_id, before, {**_state(row), "when": when,
+                                                  "active_agent": session.active_agent.name})
     return row
 
 

@@ -69,7 +69,8 @@ def test_a_second_operator_gets_409_naming_the_owner(session):
     assert OperatorAction.objects.filter(action="take_over").count() == 1
 
 
-def test_two_operators_racing_one_wins_the_other_is_refused(session):
+@pytest.mark.parametrize("when", ["after_turn", "now"])
+def test_two_operators_racing_one_wins_the_other_is_refused(session, when):
     olga, otto = personas.operator(), personas.operator("otto.operator")
     results: dict[str, object] = {}
     barrier = threading.Barrier(2)
@@ -79,7 +80,7 @@ def test_two_operators_racing_one_wins_the_other_is_refused(session):
 
         barrier.wait()
         try:
-            results[user.username] = service.take_over(user, SID).owner_username
+            results[user.username] = service.take_over(user, SID, when=when).owner_username
         except service.TakenOver as err:
             results[user.username] = err
         finally:
