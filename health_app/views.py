@@ -95,15 +95,16 @@ def resend_replies(request: HttpRequest) -> HttpResponse:
     return _done(request, note, bool(problems), 409 if problems and not sent else 200)
 
 
-def _cancel_turn(user: Any, session_id: str, reason: str) -> bool:
+def _cancel_turn(user: Any, session_id: str, reason: str, only_expired: bool) -> bool:
     from takeover_app.service import cancel_turn  # the one place that takes a session's lease away
 
-    return cancel_turn(user, session_id, reason)
+    return cancel_turn(user, session_id, reason, only_expired=only_expired)
 
 
-def _take_lease(request: HttpRequest, session_id: str, reason: str, done: str, nothing: str) -> HttpResponse:
+def _take_lease(request: HttpRequest, session_id: str, reason: str, done: str, nothing: str,
+                only_expired: bool = False) -> HttpResponse:
     try:
-        taken = _cancel_turn(request.user, session_id, reason)
+        taken = _cancel_turn(request.user, session_id, reason, only_expired)
     except ActionError as err:
         return _done(request, str(err), True, err.status)
     except Http404:
@@ -125,4 +126,6 @@ def cancel_turn(request: HttpRequest, session_id: str) -> HttpResponse:
 def release_lease(request: HttpRequest, session_id: str) -> HttpResponse:
     """Release the session's expired lease (its holder stopped renewing it), audited."""
     return _take_lease(request, session_id, "Stale lease released from the health page",
-                       f"The lease on {session_id} was released.", f"{session_id} holds no lease any more.")
+                       f"The lease on {session_id} was released.",
+                       f"{session_id} holds no expired lease (any more): a live turn is cancelled with Cancel turn.",
+                       only_expired=True)

@@ -303,14 +303,18 @@ def idle_sweep(now: Any = None) -> int:
 
 
 # ---- cancel a running turn ----------------------------------------------------------------------
-def cancel_turn(user: Any, session_id: str, reason: str) -> bool:
+def cancel_turn(user: Any, session_id: str, reason: str, *, only_expired: bool = False) -> bool:
     """Stop the turn running on ``session_id``, in this process or another: its lease is taken away, so
     its commit is refused (nothing half-written) and the turn is rolled back at its next lease renewal
     (at once when it runs in this process). A stale lease (its holder died) is released. Audited.
-    Returns True when a lease was taken away, False when no turn held the session.
+    ``only_expired``: only an expired lease is released (a live turn is left alone). Returns True when
+    a lease was taken away, False when no (expired, with ``only_expired``) lease held the session.
     """
     with transaction.atomic():
-        lease = SessionLease.objects.select_for_update().filter(session_id=session_id).first()
+        leases = SessionLease.objects.select_for_update().filter(session_id=session_id)
+        if only_expired:
+            leases = leases.filter(expires_at__lt=time.time())
+        lease = leases.first()
         if lease is None:
             return False
         before = {"lease_owner": lease.owner, "expired": lease.expired,

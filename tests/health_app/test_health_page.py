@@ -195,3 +195,18 @@ def test_lists_are_paginated(client):
     assert first.count('class="expired-lease"') == 25 and "page 1 of 2" in first and "?leases_page=2" in first
     second = viewer.get(URL, {"leases_page": "2"}).content.decode()
     assert second.count('class="expired-lease"') == 5 and 'data-session="gone-29"' in second
+
+
+def test_release_lease_releases_only_an_expired_lease_never_a_live_turns(client):
+    ChatSession.objects.create(session_id="live", active_agent_name="Support")
+    ChatSession.objects.create(session_id="dead", active_agent_name="Support")
+    SessionLease.objects.create(session_id="live", owner="h:1:live:", expires_at=time.time() + 60)
+    SessionLease.objects.create(session_id="dead", owner="h:2:dead:", expires_at=time.time() - 5)
+    operator = personas.client_for(personas.operator())
+
+    refused = operator.post("/health/sessions/live/release/", HTTP_HX_REQUEST="true")
+    released = operator.post("/health/sessions/dead/release/", HTTP_HX_REQUEST="true")
+
+    assert refused.status_code == 409 and SessionLease.objects.filter(session_id="live").exists()
+    assert released.status_code == 200 and not SessionLease.objects.filter(session_id="dead").exists()
+    assert list(OperatorAction.objects.values_list("session_id", flat=True)) == ["dead"]
