@@ -1,9 +1,10 @@
 """Demo conversations for `manage.py chatflow_demo`: who writes, on which channel, and what they say.
 
 Each demo session is a customer on WhatsApp, Telegram or the web widget with a realistic session
-id (``+1555…``, ``tg:…``, ``web-…``) and channel metadata, and a script of user messages written
-for the demo team on the demo engine: order tracking, handoffs to Billing (refunds, invoices) and
-Tech (device diagnosis), handoffs back to Support, a refused refund. The agents' answers, tool
+id (``1555…``, the customer's wa_id, as the WhatsApp webhook names its sessions; ``tg:…``;
+``web-…``) and channel metadata, and a script of user messages written for the demo team on the
+demo engine: order tracking, handoffs to Billing (refunds, invoices) and Tech (device diagnosis),
+handoffs back to Support, a refused refund. The agents' answers, tool
 calls and handoffs are not scripted: :func:`play` runs each message as a real turn.
 """
 
@@ -71,8 +72,8 @@ class DemoSession:
 
 def _whatsapp(rng: random.Random, name: str) -> tuple[str, dict[str, Any]]:
     number = f"1555{rng.randrange(10**7):07d}"
-    return f"+{number}", {"channel": "whatsapp", "wa_id": number, "phone_number_id": "109876543210987",
-                          "profile_name": name}
+    return number, {"channel": "whatsapp", "wa_id": number, "phone_number_id": "109876543210987",
+                    "profile_name": name}
 
 
 def _telegram(rng: random.Random, name: str) -> tuple[str, dict[str, Any]]:
