@@ -1,9 +1,12 @@
 """The durable queue on ``InboundDelivery``: claim with a visibility timeout, renew, finish, fail, release.
 
-Blocking functions (workers call them on their own threads). A claim is one SQL statement, its own
-transaction: ``UPDATE … WHERE id = (the oldest claimable) RETURNING …``; on PostgreSQL the candidates
-are locked with ``FOR UPDATE SKIP LOCKED`` inside it, so several worker processes never block on, or
-take, the same delivery; on SQLite statements are serialised by the write lock. A delivery is
+Blocking functions (workers call them on their own threads). A claim is one short transaction. On
+SQLite it is one statement, ``UPDATE … WHERE id = (the oldest claimable) RETURNING …``, serialised by
+the write lock. On PostgreSQL the candidate is locked by a ``SELECT … FOR UPDATE SKIP LOCKED``, then
+leased by an ``UPDATE … WHERE id = … AND`` (still claimable) ``RETURNING …``, which tests the row
+again under its lock (a subquery inside the UPDATE is not re-tested when a concurrent claim changed
+the row first, so the one-statement form can lease a finished delivery again); several worker
+processes never block on, or take, the same delivery. A delivery is
 claimable when queued, or running with an expired lease (its worker died: the visibility timeout),
 and only when no earlier delivery of the same session is still queued or running, so one sender's
 messages are played in the order they arrived even with many workers. Every later write is guarded
@@ -38,7 +41,7 @@ _UNBLOCKED = (f"NOT EXISTS (SELECT 1 FROM {_TABLE} e WHERE e.session_id = c.sess
               f"AND e.status IN ('queued', 'running') AND e.id < c.id)")
 # The two ways to be claimable, each its own query in id order: one query with ``queued OR (running AND
 # expired)`` cannot walk the ``(status, id)`` index, and then tests and sorts every queued row of a
-# backlog (measured: ~60 ms per claim with 5,000 queued). Each of these stops at its first unblocked row.
+# backlog (the README's performance section has the figures). Each of these stops at its first unblocked row.
 _EXPIRED = (f"SELECT c.id FROM {_TABLE} c WHERE c.status = 'running' AND c.lease_expires_at < %s "
             f"AND {_UNBLOCKED} {{only}} ORDER BY c.id LIMIT 1 {{lock}}")
 _QUEUED = (f"SELECT c.id FROM {_TABLE} c WHERE c.status = 'queued' AND {_UNBLOCKED} {{only}} "
@@ -113,7 +116,7 @@ def _take(owner: str, visibility: float, delivery_id: int | None = None) -> Inbo
 def claim_next(owner: str, visibility: float) -> InboundDelivery | None:
     """Claim the oldest claimable delivery for ``owner`` for ``visibility`` seconds, or None.
 
-    One statement (its own transaction): the delivery comes back leased (``status=running``,
+    One short transaction (see the module docstring): the delivery comes back leased (``status=running``,
     ``attempts`` counted), with ``session_marker`` — the session's marker when it was claimed (see
     :func:`played_before`). On SQLite an idle poll is one read and takes no lock.
     """
