@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
-from collections.abc import Iterator
 from decimal import Decimal
 
 import pytest
@@ -20,7 +18,6 @@ from django.urls import reverse
 from agents_app import runtime
 from chatflow_agent import Agent, PriceBook, Runner
 from chatflow_agent.core.engines.base import BaseEngine, EngineTurnResult
-from chatflow_agent.pricing import PRICES_ENV
 from sessions_app import actions, listing
 from tests.chatflow_agent.provider_server import FakeProvider
 from tests.chatflow_agent.test_usage import TOOL_CALL, answer, library_cost, order_agent
@@ -29,20 +26,6 @@ from turns_app.models import TurnRecord
 from turns_app.templatetags.turns import usd
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture(autouse=True)
-def no_price_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(PRICES_ENV, raising=False)
-    for name in list(os.environ):
-        if name.endswith(("_API_KEY", "_BASE_URL")):
-            monkeypatch.delenv(name)
-
-
-@pytest.fixture
-def server() -> Iterator[FakeProvider]:
-    with FakeProvider() as fake:
-        yield fake
 
 
 @pytest.fixture

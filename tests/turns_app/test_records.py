@@ -7,7 +7,6 @@ costs are checked against genai-prices' own calculation, never a hard-coded figu
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections.abc import Iterator
 
@@ -16,28 +15,12 @@ import pytest
 from chatflow_agent import Agent, PriceBook, Runner
 from chatflow_agent.core.engines.base import BaseEngine, EngineTurnResult
 from chatflow_agent.core.reports import TurnReport
-from chatflow_agent.pricing import PRICES_ENV
 from sessions_app.models import ChatMessage
 from sessions_app.store import DjangoSessionStore
-from tests.chatflow_agent.provider_server import FakeProvider
 from tests.chatflow_agent.test_usage import TOOL_CALL, answer, library_cost, order_agent
 from turns_app.models import SessionTotals, TurnRecord
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture(autouse=True)
-def no_price_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(PRICES_ENV, raising=False)
-    for name in list(os.environ):
-        if name.endswith(("_API_KEY", "_BASE_URL")):
-            monkeypatch.delenv(name)
-
-
-@pytest.fixture
-def server() -> Iterator[FakeProvider]:
-    with FakeProvider() as fake:
-        yield fake
 
 
 @pytest.fixture
