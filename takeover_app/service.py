@@ -321,7 +321,7 @@ def cancel_turn(user: Any, session_id: str, reason: str, *, only_expired: bool =
                   "acquired_at": lease.acquired.isoformat() if lease.acquired else None}
         lease.delete()
         audit(user, "cancel_turn", session_id, before, {"reason": clean_text(reason or "")[:2000]})
-    site_store().stop_turn(session_id)
+    site_store().stop_turn(session_id, owner=before["lease_owner"])  # that turn, not one that began since
     return True
 
 

@@ -80,7 +80,7 @@ class PersistentSessionStore(BaseSessionStore):
         self._sessions = IdentityMap(self._CACHE_SIZE)
         self._leases = LeaseCore(backend, self._bridge, _positive_number("lease_ttl_seconds", lease_ttl_seconds))
         self._warned_agents: set[str] = set()
-        self._beats: dict[str, Any] = {}  # session id → the heartbeat of its async turn running here
+        self._beats: dict[str, tuple[str, Any]] = {}  # session id → (lease owner, heartbeat) of its async turn here
 
     @property
     def lease_ttl_seconds(self) -> float:
@@ -321,7 +321,7 @@ class PersistentSessionStore(BaseSessionStore):
             owner = new_lease_owner()
             stored = await self._leases.acquire(session_id, owner, wait, self._begin_for(report), report)
             beat = self._leases.heartbeat(session_id, owner)
-            self._beats[session_id] = beat
+            self._beats[session_id] = (owner, beat)
             committed = False
             try:
                 session = self._materialise(session_id, stored, default_agent, metadata)
@@ -356,15 +356,16 @@ class PersistentSessionStore(BaseSessionStore):
         finally:
             self._locks.release(session_id)
 
-    def stop_turn(self, session_id: str) -> bool:
+    def stop_turn(self, session_id: str, owner: str | None = None) -> bool:
         """Thread-safe: stop the async turn of this store running on ``session_id`` in this process, if
         any (True): it fails with ``SessionBusyError`` and is rolled back, as when its lease is lost.
-        Call it after the lease was taken away; otherwise a turn whose commit was being written when it
-        was stopped completes normally. A turn in another process stops at its next lease renewal."""
-        beat = self._beats.get(session_id)
-        if beat is None:
+        ``owner``: only the turn holding (or that held) the lease of that owner, not a later turn of the
+        session. Call it after the lease was taken away; otherwise a turn whose commit was being written
+        when it was stopped completes normally. A turn in another process stops at its next lease renewal."""
+        entry = self._beats.get(session_id)
+        if entry is None or (owner is not None and entry[0] != owner):
             return False
-        beat.lose()
+        entry[1].lose()
         return True
 
     @contextmanager

@@ -201,6 +201,8 @@ async def test_stop_turn_stops_a_turn_of_this_process_at_once(tmp_path: Path) ->
     try:
         assert store.stop_turn("other") is False
         _take_lease_away(tmp_path / "s.db", "s1")
+        assert store.stop_turn("s1", owner="host:1:a-turn-that-ended:") is False  # only the turn of that lease
+        assert not task.done()
         assert store.stop_turn("s1") is True
         with pytest.raises(SessionBusyError):
             await asyncio.wait_for(task, 60)
