@@ -69,6 +69,7 @@ def test_another_operator_sees_who_answers_and_no_composer():
     html = page(personas.client_for(personas.operator("otto.operator")), "+15550100")
     assert "olga.operator answers</strong>" in html and "only they can reply" in html
     assert "data-composer" not in html
+    assert "Hand back to an agent" not in html  # only the owner may (anyone else would get a 409)
 
 
 def test_a_viewer_sees_the_mode_but_no_takeover_form():
