@@ -62,8 +62,8 @@ def home(request: HttpRequest) -> HttpResponse:
 #: The list's columns: (label, sort key or None, CSS class).
 COLUMNS = [("Session", "session", "sid"), ("Channel", None, "chan"), ("Active agent", "agent", "agent"),
            ("Turns", None, "num"), ("Last message", None, "last-msg"), ("Created", "created", "ts"),
-           ("Updated", "updated", "ts"), ("Waiting", "waiting", "ts waiting"), ("Tokens", "tokens", "num"),
-           ("Cost", "cost", "num"), ("Status", None, "status")]
+           ("Updated", "updated", "ts"), ("Waiting", "waiting", "ts waiting"), ("Tokens", "tokens", "num tokens"),
+           ("Cost", "cost", "num cost"), ("Status", None, "status")]
 
 
 def _headers(query: listing.ListQuery) -> list[dict]:
