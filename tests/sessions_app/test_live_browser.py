@@ -93,7 +93,7 @@ def test_a_message_sent_from_the_live_chat_shows_up_in_an_open_session_page(brow
     expect(new_turns.last).to_contain_text("And can I get a refund?")  # chronological: the newest at the bottom
     expect(new_turns.nth(3)).to_contain_text("Where is my order 4711?")
     expect(console.locator("#live-turn")).to_be_empty()
-    expect(console.locator("#session-facts dd").nth(3)).to_have_text("5")  # the header's turn count too
+    expect(console.locator("#session-facts dt:text-is('Turns') + dd")).to_have_text("5")  # the header's turn count too
     assert console.evaluate("window.__notReloaded") is True
     expect(listing.locator("#session-rows tr").first).to_contain_text("web-998877")  # moved to the top
     expect(listing.locator("#session-rows tr")).to_have_count(5)
