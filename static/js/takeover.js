@@ -118,4 +118,23 @@
 
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", setupList);
   else setupList();
+
+  // The page re-reads its workspace after a takeover action (#session-panel, above): a reply being typed
+  // meanwhile stays in the new box, with its focus and selection.
+  var panelDraft = null;
+  document.addEventListener("htmx:beforeSwap", function (e) {
+    var t = e.detail.target;
+    var box = document.getElementById("reply-text");
+    if (e.detail.shouldSwap === false || !t || !box || !(t === box || t.contains(box))) return;
+    panelDraft = box.value ? {value: box.value, focused: document.activeElement === box,
+                              start: box.selectionStart, end: box.selectionEnd} : null;
+  });
+  document.addEventListener("htmx:afterSettle", function () {
+    if (!panelDraft) return;
+    var d = panelDraft, box = document.getElementById("reply-text");
+    panelDraft = null;
+    if (!box || box.value) return;
+    box.value = d.value;
+    if (d.focused) { box.focus(); box.setSelectionRange(d.start, d.end); }
+  });
 })();
