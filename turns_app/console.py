@@ -103,8 +103,10 @@ def mark_rolled_back(session_id: str, first_message_ids: list[int]) -> int:
                                      status="completed").update(status="rolled_back")
 
 
-def _total(column: str) -> Subquery:
-    return Subquery(SessionTotals.objects.filter(session_id=OuterRef("pk")).values(column)[:1])
+def _total(column: str, output_field: Any = None) -> Subquery:
+    """The session's ``SessionTotals`` column (a primary-key lookup), for a ``ChatSession`` queryset."""
+    return Subquery(SessionTotals.objects.filter(session_id=OuterRef("pk")).values(column)[:1],
+                    output_field=output_field)
 
 
 def usage_columns() -> dict[str, Any]:
@@ -113,10 +115,8 @@ def usage_columns() -> dict[str, Any]:
     '' when it completed); each a primary-key lookup in ``chatflow_session_totals``."""
     return {
         "usage_tokens": _total("total_tokens"),
-        "usage_cost": Subquery(SessionTotals.objects.filter(session_id=OuterRef("pk")).values("cost")[:1],
-                               output_field=DecimalField(max_digits=20, decimal_places=10)),
-        "usage_cost_known": Subquery(SessionTotals.objects.filter(session_id=OuterRef("pk")).values("cost_known")[:1],
-                                     output_field=BooleanField()),
+        "usage_cost": _total("cost", DecimalField(max_digits=20, decimal_places=10)),
+        "usage_cost_known": _total("cost_known", BooleanField()),
         "usage_error": Coalesce(_total("last_error"), Value(""), output_field=TextField()),
     }
 
