@@ -144,3 +144,28 @@ async def test_an_api_error_becomes_provider_error(server: FakeProvider) -> None
     a = agent(server)
     with pytest.raises(ProviderError, match="HTTP 400"):
         await a.engine.generate_turn_async(a, USER_ONLY)  # type: ignore[union-attr]
+
+
+@pytest.mark.asyncio
+async def test_an_explicit_empty_key_sends_no_credential_header(server: FakeProvider) -> None:
+    server.reply(message("Hello.", input_tokens=5, output_tokens=1))
+    a = Agent(name="Support", instructions="x", model=MODEL,
+              engine=AnthropicEngine(base_url=server.url, api_key="", max_retries=0))
+
+    result = await a.engine.generate_turn_async(a, USER_ONLY)  # type: ignore[union-attr]
+
+    assert result.text == "Hello."
+    headers = {k.lower() for k in server.received[0].headers}
+    assert "x-api-key" not in headers and "authorization" not in headers
+
+
+@pytest.mark.asyncio
+async def test_a_redirect_is_not_followed_and_says_so(server: FakeProvider) -> None:
+    server.reply({}, status=307, Location=f"{server.root}/elsewhere/v1/messages")
+
+    a = agent(server)
+    with pytest.raises(ProviderError, match=r"redirected the request \(HTTP 307\)") as caught:
+        await a.engine.generate_turn_async(a, USER_ONLY)  # type: ignore[union-attr]
+
+    assert [r.path for r in server.received] == ["/v1/messages"]
+    assert "sk-ant-FAKE" not in str(caught.value)

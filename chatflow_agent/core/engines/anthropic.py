@@ -7,6 +7,7 @@ Anthropic Messages API (https://docs.anthropic.com/en/api/messages): ``system`` 
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -94,16 +95,17 @@ class AnthropicEngine(BaseEngine):
         """True when ``base_url`` is not Anthropic's official endpoint."""
         return not is_official_endpoint(self.base_url, ANTHROPIC_BASE_URL)
 
-    def _client(self) -> tuple[Any, Any]:
-        """(SDK client, SDK module); the key is resolved here, at the call."""
+    def _client(self) -> tuple[Any, Any, dict[str, Any]]:
+        """(SDK client, SDK module, headers for each request); the key is resolved here, at the call."""
         try:
             import anthropic
         except ImportError as err:
             raise DependencyError("AnthropicEngine", "anthropic", "pip install anthropic") from err
         key = resolve_api_key(self.api_key, self.base_url, official_base_url=ANTHROPIC_BASE_URL, env_key=_ENV_KEY)
         headers: dict[str, Any] = {"anthropic-version": self.anthropic_version}
-        if not key:  # api_key="": send no credential at all
-            headers.update({"X-Api-Key": anthropic.Omit(), "Authorization": anthropic.Omit()})
+        # api_key="": send no credential at all. The SDK accepts a missing key only when a request's own
+        # headers omit both credential headers (its default headers do not count).
+        per_request = {} if key else {"X-Api-Key": anthropic.Omit(), "Authorization": anthropic.Omit()}
         # The SDK appends /v1/messages itself.
         sdk_base = self.base_url[: -len("/v1")] if self.base_url.endswith("/v1") else self.base_url
         if self._external_client is not None:
@@ -118,7 +120,7 @@ class AnthropicEngine(BaseEngine):
             or anthropic.DefaultAsyncHttpxClient(timeout=self.timeout, follow_redirects=False),
         )
         client.auth_token = None  # the SDK reads ANTHROPIC_AUTH_TOKEN too; it is never sent
-        return client, anthropic
+        return client, anthropic, per_request
 
     def _request(self, agent: Agent, history: list[Message]) -> dict[str, Any]:
         system, messages = _to_messages(history)
@@ -136,11 +138,15 @@ class AnthropicEngine(BaseEngine):
     @asynccontextmanager
     async def _create(self) -> AsyncIterator[Callable[..., Awaitable[Any]]]:
         """``messages.with_raw_response.create`` for one call; SDK errors leave as ``ProviderError``."""
-        client, anthropic = self._client()
+        client, anthropic, per_request = self._client()
         label = f"Anthropic ({redact_url(self.base_url)})"
+        create = client.messages.with_raw_response.create
         try:
-            yield client.messages.with_raw_response.create
+            yield functools.partial(create, extra_headers=per_request) if per_request else create
         except anthropic.APIStatusError as err:
+            if 300 <= err.status_code < 400:  # the client follows no redirect: the key never goes elsewhere
+                raise ProviderError(f"{label} redirected the request (HTTP {err.status_code}); "
+                                    "redirects are not followed") from err
             raise ProviderError(f"{label} API error (HTTP {err.status_code}): {str(err.message)[:500]}") from err
         except anthropic.AnthropicError as err:
             raise ProviderError(f"{label} request failed: {type(err).__name__}: {err}") from err
