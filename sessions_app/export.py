@@ -26,7 +26,10 @@ JSON shape (``FORMAT_VERSION`` 1; ``manage.py chatflow_import_transcript`` reads
      "usage": {turns, input_tokens, output_tokens, total_tokens, cost, cost_known, …} | null}
 
 ``usage`` (per turn: ``turns_app.console.usage_block``; per session: ``session_usage``) is what the turn
-records say; null for turns played before records were kept.
+records say; null for turns played before records were kept. The other formats carry it too: JSONL as
+``usage`` on the first line of each turn (its USER message; the other lines unchanged), CSV as ``turn_*``
+columns on each of the turn's rows, Markdown as a usage line under each turn's heading and the session's
+totals in its facts.
 
 A message is ``chatflow_agent.types.Message`` as JSON (role, content, tool_calls, tool_results,
 timestamp, and ``author`` on a MODEL message an operator wrote during a takeover); a row that cannot be
@@ -54,7 +57,15 @@ from chatflow_agent.types import Message, Role
 from sessions_app import listing
 from sessions_app.models import ChatMessage, ChatSession
 from sessions_app.timeline import agent_actions, agent_changes, agents_by_turn, handoff_of, turn_bounds, turn_items
-from turns_app.console import session_usage, totals_of, usage_by_first_message
+from turns_app.console import (
+    session_usage,
+    totals_for,
+    totals_of,
+    usage_by_first_message,
+    usage_by_first_message_for,
+)
+from turns_app.models import SessionTotals
+from turns_app.templatetags.turns import duration, tokens, usd
 
 __all__ = [
     "BATCH", "FORMATS", "FORMAT_VERSION", "bulk_jsonl", "content_disposition", "md_text", "operator_view", "redact",
@@ -248,10 +259,13 @@ def _agents(session: ChatSession, handoffs: list[list[dict]], bounds: list[tuple
 
 def transcript(session: ChatSession, rows: Iterable[Row] | None = None, *, redacted: bool = False,
                starting_agent: str | None = None, bounds: list[tuple[int, datetime]] | None = None,
-               entries: list | None = None) -> dict[str, Any]:
+               entries: list | None = None,
+               records: tuple[dict[int, dict[str, Any]], SessionTotals | None] | None = None) -> dict[str, Any]:
     """The whole turn-grouped transcript (the JSON format) of ``session``, built in memory.
 
-    ``rows``, ``bounds`` (``turn_bounds``) and ``entries`` (``agent_actions``) are read when not given.
+    ``rows``, ``bounds`` (``turn_bounds``), ``entries`` (``agent_actions``) and ``records`` (the turns'
+    ``usage`` blocks by first message id, as ``usage_by_first_message``, and the session's totals row)
+    are read when not given.
     """
     segs = list(segments(iter_rows(session.session_id) if rows is None else rows))
     preamble = segs[0] if segs and segs[0].number == 0 else Segment(0)
@@ -260,14 +274,14 @@ def transcript(session: ChatSession, rows: Iterable[Row] | None = None, *, redac
     handoffs = [[i.handoff for i in its if i.handoff] for its in items]
     bounds = turn_bounds(session.session_id) if bounds is None else bounds
     agents = _agents(session, handoffs, bounds, entries, starting_agent)
-    usage = usage_by_first_message(session.session_id)
+    usage, totals = records or (usage_by_first_message(session.session_id), totals_of(session.session_id))
     out = {
         "format": "chatflow-transcript",
         "version": FORMAT_VERSION,
         "session": session_record(session, sum(len(s.parsed) for s in segs), len(turns)),
         "preamble": [message_record(row, msg) for row, msg in preamble.parsed],
         "turns": [_turn_record(t, its, a, usage) for t, its, a in zip(turns, items, agents, strict=True)],
-        "usage": session_usage(totals_of(session.session_id)),
+        "usage": session_usage(totals),
     }
     # A redacted transcript says so: it is a report, not a backup (its contacts, perhaps its id, are masked).
     return {**redact(out), "redacted": True} if redacted else out
@@ -336,8 +350,11 @@ def _chunked(parts: Iterable[str]) -> Iterator[bytes]:
 
 # ---- writers --------------------------------------------------------------------------------
 def transcript_jsonl(session: ChatSession, *, redacted: bool = False) -> Iterator[bytes]:
-    """One JSON object per message: session_id, turn (0 before the first), seq, agent, then the message."""
+    """One JSON object per message: session_id, turn (0 before the first), seq, agent, then the message;
+    the first line of each turn (its USER message) also has ``usage``: the turn's usage block
+    (``turns_app.console.usage_block``), null for a turn played before records were kept."""
     agents = turn_agents(session)
+    usage = usage_by_first_message(session.session_id)
 
     def lines() -> Iterator[str]:
         seq = 0
@@ -347,14 +364,26 @@ def transcript_jsonl(session: ChatSession, *, redacted: bool = False) -> Iterato
                 seq += 1
                 record = {"session_id": session.session_id, "turn": seg.number, "seq": seq, "agent": agent,
                           **message_record(row, msg)}
+                if seg.number and row is seg.parsed[0][0]:
+                    record["usage"] = usage.get(row[0])
                 yield dumps(redact(record) if redacted else record) + "\n"
 
     return _chunked(lines())
 
 
 #: ``author``: the operator who wrote a MODEL message instead of the model (human takeover), else empty.
+#: ``turn_*``: the turn's record (status, tokens, cost in US dollars: empty when unknown or before records were
+#: kept), repeated on each of its rows.
 CSV_COLUMNS = ["session_id", "turn", "seq", "role", "agent", "timestamp", "content", "tool_calls", "tool_results",
-               "author"]
+               "author", "turn_status", "turn_input_tokens", "turn_output_tokens", "turn_total_tokens", "turn_cost"]
+
+
+def _csv_usage(block: dict[str, Any] | None) -> list[Any]:
+    """The ``turn_*`` cells of a turn with usage block ``block`` (all empty for None)."""
+    if block is None:
+        return [""] * 5
+    fields = ("status", "input_tokens", "output_tokens", "total_tokens", "cost")
+    return ["" if block[f] is None else block[f] for f in fields]
 
 
 def _cell(value: Any) -> Any:
@@ -365,8 +394,10 @@ def _cell(value: Any) -> Any:
 
 
 def transcript_csv(session: ChatSession, *, redacted: bool = False) -> Iterator[bytes]:
-    """One row per message (UTF-8 with a BOM, for spreadsheets); tool calls and results as JSON cells."""
+    """One row per message (UTF-8 with a BOM, for spreadsheets); tool calls and results as JSON cells; the
+    turn's record in the ``turn_*`` columns of each of its rows."""
     agents = turn_agents(session)
+    usage = usage_by_first_message(session.session_id)
     sid = shown_id(session.session_id, redacted)
 
     def lines() -> Iterator[str]:
@@ -377,6 +408,7 @@ def transcript_csv(session: ChatSession, *, redacted: bool = False) -> Iterator[
         seq = 0
         for seg in segments(iter_rows(session.session_id)):
             agent = agents[seg.number - 1][-1] if seg.number else ""
+            turn_cells = _csv_usage(usage.get(seg.parsed[0][0][0]) if seg.number else None)
             buf.seek(0)
             buf.truncate()
             for row, msg in seg.parsed:
@@ -389,7 +421,7 @@ def transcript_csv(session: ChatSession, *, redacted: bool = False) -> Iterator[
                     rec.get("content") or "",
                     dumps(rec["tool_calls"]) if rec.get("tool_calls") else "",
                     dumps(rec["tool_results"]) if rec.get("tool_results") else "",
-                    rec.get("author") or "",
+                    rec.get("author") or "", *turn_cells,
                 )])
             yield buf.getvalue()
 
@@ -399,8 +431,8 @@ def transcript_csv(session: ChatSession, *, redacted: bool = False) -> Iterator[
 def bulk_jsonl(query: listing.ListQuery, *, redacted: bool = False, batch: int = SESSION_BATCH) -> Iterator[bytes]:
     """Every session matching ``query`` (the console's filters and sort) as one JSON transcript per line.
 
-    Sessions come in keyset batches of ``batch`` and their rows in one query per batch, so memory
-    holds one batch, whatever the number of sessions.
+    Sessions come in keyset batches of ``batch`` and their rows, audit entries, turn records and totals
+    in one query each per batch, so memory holds one batch, whatever the number of sessions.
     """
     column = listing.SORTS[query.sort][0]
 
@@ -413,6 +445,7 @@ def bulk_jsonl(query: listing.ListQuery, *, redacted: bool = False, batch: int =
             rows: dict[str, list[Row]] = {s.session_id: [] for s in page}
             bounds: dict[str, list[tuple[int, datetime]]] = {sid: [] for sid in rows}
             entries = agent_actions(list(rows))
+            usage, totals = usage_by_first_message_for(list(rows)), totals_for(list(rows))
             for sid, *row, created in (ChatMessage.objects.filter(session_id__in=list(rows))
                                        .order_by("session_id", "id")
                                        .values_list("session_id", *_ROW, "created_at").iterator(chunk_size=BATCH)):
@@ -424,8 +457,9 @@ def bulk_jsonl(query: listing.ListQuery, *, redacted: bool = False, batch: int =
                 if start is None and (entries[s.session_id] or any(
                         r[1] == Role.TOOL.value and "HANDOFF_SUCCESS" in r[3] for r in mine)):
                     start = _starting_agent()
-                yield dumps(transcript(s, mine, redacted=redacted, starting_agent=start,
-                                       bounds=bounds[s.session_id], entries=entries[s.session_id])) + "\n"
+                records = (usage.get(s.session_id, {}), totals.get(s.session_id))
+                yield dumps(transcript(s, mine, redacted=redacted, starting_agent=start, bounds=bounds[s.session_id],
+                                       entries=entries[s.session_id], records=records)) + "\n"
             cursor = (getattr(page[-1], column), page[-1].session_id)
 
     return _chunked(lines())
@@ -510,16 +544,38 @@ def _md_items(seg: Segment, trail: list[str]) -> Iterator[str]:
             yield _fence(dumps(item.text or ""), "json") + "\n"
 
 
+def _md_usage(block: dict[str, Any]) -> str:
+    """A turn's usage line: status, duration, tokens (in, out, cached), cost, model calls."""
+    cached = f", {tokens(block['cached_tokens'])} cached" if block["cached_tokens"] else ""
+    calls = len(block["model_calls"] or [])
+    return (f"Usage: {block['status']} · {duration(block['duration_ms'])} · {tokens(block['total_tokens'])} tokens "
+            f"({tokens(block['input_tokens'])} in, {tokens(block['output_tokens'])} out{cached}) · "
+            f"{usd(block['cost'])}" + (f" · {calls} model call{'s' if calls != 1 else ''}" if calls else "") + "\n\n")
+
+
+def _md_totals(totals: dict[str, Any] | None) -> str:
+    """The facts list's usage item (empty before the session's first recorded turn)."""
+    if totals is None:
+        return ""
+    cost = usd(totals["cost"]) if totals["cost_known"] else f"at least {usd(totals['cost'])} (some prices unknown)"
+    return (f"- Usage: {tokens(totals['total_tokens'])} tokens ({tokens(totals['input_tokens'])} in, "
+            f"{tokens(totals['output_tokens'])} out) · {cost} · {totals['turns']} recorded "
+            f"turn{'s' if totals['turns'] != 1 else ''}\n")
+
+
 def transcript_md(session: ChatSession, *, redacted: bool = False) -> Iterator[bytes]:
-    """A transcript for people: the session's facts, then a heading per turn; tool calls as fenced JSON."""
+    """A transcript for people: the session's facts (usage totals included), then a heading per turn with
+    its usage line; tool calls as fenced JSON."""
     agents = turn_agents(session)
+    usage = usage_by_first_message(session.session_id)
+    totals = session_usage(totals_of(session.session_id))
     metadata = session.metadata if isinstance(session.metadata, dict) else {}
 
     def parts() -> Iterator[str]:
         yield f"# Transcript: {md_text(_line(shown_id(session.session_id, redacted)))}\n\n"
         yield f"- Active agent: {md_text(_line(session.active_agent_name))}\n"
         yield f"- Created: {session.created_at.isoformat()}\n- Updated: {session.updated_at.isoformat()}\n"
-        yield f"- Turns: {len(agents)}\n\n"
+        yield f"- Turns: {len(agents)}\n" + _md_totals(totals) + "\n"
         if metadata:
             yield "Metadata:\n\n" + _fence(dumps(redact(metadata) if redacted else metadata, indent=2), "json") + "\n"
         for seg in segments(iter_rows(session.session_id)):
@@ -534,6 +590,8 @@ def transcript_md(session: ChatSession, *, redacted: bool = False) -> Iterator[b
                 first = next((m.timestamp.isoformat() for _r, m in seg.parsed if m is not None), "")
                 via = f" (from {' → '.join(md_text(_line(a)) for a in trail[:-1])})" if len(trail) > 1 else ""
                 yield f"## Turn {seg.number} · {md_text(_line(trail[-1]))}{via} · {first}\n\n"
+                if (block := usage.get(seg.parsed[0][0][0])) is not None:
+                    yield _md_usage(block)
             yield from _md_items(seg, trail)
 
     return _chunked(parts())

@@ -21,7 +21,8 @@ from django.db.models.functions import Coalesce
 from turns_app.models import SessionTotals, TurnRecord
 
 __all__ = ["ENDED_WITHOUT_MESSAGES", "Usage", "attach_records", "discarded_usage", "mark_rolled_back", "totals_of",
-           "totals_for", "usage_block", "usage_by_first_message", "session_usage", "usage_columns", "usage_sort_key"]
+           "totals_for", "usage_block", "usage_by_first_message", "usage_by_first_message_for", "session_usage",
+           "usage_columns", "usage_sort_key"]
 
 #: Statuses whose turn shows as its own entry in the history (its messages are not in the conversation).
 ENDED_WITHOUT_MESSAGES = ("failed", "cancelled", "interrupted", "rolled_back")
@@ -156,9 +157,18 @@ def usage_block(record: TurnRecord | None) -> dict[str, Any] | None:
 def usage_by_first_message(session_id: str) -> dict[int, dict[str, Any]]:
     """The ``usage`` block (:func:`usage_block`) of each committed turn of the session, by the row id of its
     first (USER) message (one query)."""
-    return {r.first_message_id: block for r in TurnRecord.objects.filter(
-        session_id=session_id, first_message_id__isnull=False, status__in=("completed", "rolled_back"))
-        if (block := usage_block(r)) is not None}
+    return usage_by_first_message_for([session_id]).get(session_id, {})
+
+
+def usage_by_first_message_for(session_ids: list[str]) -> dict[str, dict[int, dict[str, Any]]]:
+    """:func:`usage_by_first_message` of each of ``session_ids`` by session id, in one query (a session
+    without a committed turn record is missing)."""
+    out: dict[str, dict[int, dict[str, Any]]] = {}
+    for r in TurnRecord.objects.filter(session_id__in=session_ids, first_message_id__isnull=False,
+                                       status__in=("completed", "rolled_back")):
+        if (block := usage_block(r)) is not None:
+            out.setdefault(r.session_id, {})[r.first_message_id] = block
+    return out
 
 
 def session_usage(totals: SessionTotals | None) -> dict[str, Any] | None:
