@@ -3,8 +3,9 @@
 Sections: the queue per provider (depth and oldest queued age), turns running longer than
 ``CHATFLOW_HEALTH_LONG_TURN_SECONDS`` (their turn record and their session's lease: the owning process
 and until when it holds the session), expired session leases and the turns waiting for a lease, failed
-deliveries and replies that failed or whose fate is unknown (``webhooks_app.ledger``'s rule), and the
-worker heartbeats. Long lists are paginated (``PAGE_SIZE`` rows, ``?<section>_page=N``).
+deliveries and replies that failed or whose fate is unknown (``webhooks_app.ledger``'s rule), operator
+replies that failed or whose fate is unknown (``OperatorReply.needing_resend``), and the worker
+heartbeats. Long lists are paginated (``PAGE_SIZE`` rows, ``?<section>_page=N``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from django.utils import timezone
 from health_app.models import WorkerHeartbeat
 from sessions_app.access import may
 from sessions_app.models import SessionLease, SessionWaiter
+from takeover_app.models import OperatorReply
+from takeover_app.views import REPLY  # the session page's Resend of an operator reply needs the same
 from turns_app.models import TurnRecord
 from webhooks_app import ledger
 from webhooks_app.models import InboundDelivery
@@ -105,14 +108,17 @@ def context(request: Any, note: str = "", refused: bool = False) -> dict[str, An
     waiters = _page(request, "waiters", SessionWaiter.objects.order_by("ticket"))
     failed = _page(request, "failed", InboundDelivery.objects.filter(status=Status.FAILED).order_by("-id"))
     replies = _page(request, "replies", ledger.with_reply_state().filter(resendable=True).order_by("-id"))
+    operator_replies = _page(request, "operator_replies", OperatorReply.needing_resend().order_by("-id"))
     workers = _page(request, "workers", WorkerHeartbeat.objects.all())
     return {
         "queue": queue(), "turns": turns, "turn_rows": _with_leases(turns), "expired": expired,
-        "waiters": waiters, "failed": failed, "replies": replies, "workers": workers, "now": now,
+        "waiters": waiters, "failed": failed, "replies": replies, "operator_replies": operator_replies,
+        "workers": workers, "now": now,
         "long_turn_seconds": settings.CHATFLOW_HEALTH_LONG_TURN_SECONDS,
         "stale_before": WorkerHeartbeat.stale_before(),
         "can_cancel": may(user, CANCEL),
         "can_retry": may(user, "webhooks_app.retry_delivery"),
         "can_resend": may(user, "webhooks_app.resend_reply"),
+        "can_resend_operator": may(user, REPLY),
         "health_note": note, "health_refused": refused,
     }

@@ -9,6 +9,7 @@ urlpatterns = [
     path("health/", views.health_page, name="health-show-health"),
     path("health/deliveries/retry/", views.retry_deliveries, name="health-retry-deliveries"),
     path("health/replies/resend/", views.resend_replies, name="health-resend-replies"),
+    path("health/operator-replies/resend/", views.resend_operator_replies, name="health-resend-operator-replies"),
     path("health/sessions/<session:session_id>/cancel/", views.cancel_turn, name="health-cancel-turn"),
     path("health/sessions/<session:session_id>/release/", views.release_lease, name="health-release-lease"),
     path("metrics", metrics.metrics_view, name="health-show-metrics"),

@@ -1,7 +1,8 @@
 """The health page and its operator actions, and ``/metrics``.
 
 Actions (POST, CSRF, audited by the functions they call, which run in one transaction with their audit
-entry): bulk Retry of failed deliveries and bulk Resend of replies (``webhooks_app.ledger``), Cancel a
+entry): bulk Retry of failed deliveries and bulk Resend of replies (``webhooks_app.ledger``), bulk Resend
+of operator replies (``takeover_app.service.resend``, as on the session page), Cancel a
 running turn and Release a stale lease (``takeover_app.service.cancel_turn``, the one place that takes a
 session's lease away). htmx gets the page's ``health`` partial with a note; a plain POST is redirected to
 the page with a message. The page polls its partial, so every open health page shows the change.
@@ -20,6 +21,7 @@ from django.views.decorators.http import require_GET, require_POST
 from health_app import report
 from sessions_app.access import console_required
 from sessions_app.actions import ActionError
+from takeover_app.views import REPLY
 from webhooks_app import inbox, ledger
 from webhooks_app.models import InboundDelivery
 from webhooks_app.views import RESEND, RETRY
@@ -47,10 +49,10 @@ def _done(request: HttpRequest, note: str, refused: bool, status: int = 200) -> 
     return redirect("health-show-health")
 
 
-def _selected(request: HttpRequest) -> list[int] | None:
-    """The ``delivery`` ids posted (at most MAX_BULK), or None when one is not a number."""
-    raw = request.POST.getlist("delivery")
-    if not all(v.isascii() and v.isdigit() for v in raw):
+def _selected(request: HttpRequest, field: str = "delivery") -> list[int] | None:
+    """The ids posted as ``field`` (at most MAX_BULK), or None when one is not a number (or is past bigint)."""
+    raw = request.POST.getlist(field)
+    if not all(v.isascii() and v.isdigit() and int(v) < 2**63 for v in raw):
         return None
     return sorted({int(v) for v in raw})[:MAX_BULK]
 
@@ -92,6 +94,36 @@ def resend_replies(request: HttpRequest) -> HttpResponse:
         else:
             problems.append(f"{delivery.provider_message_id}: the send failed: {result.reply_error}")
     note = f"{sent} repl{'y' if sent == 1 else 'ies'} sent again." + "".join(f" {p}" for p in problems)
+    return _done(request, note, bool(problems), 409 if problems and not sent else 200)
+
+
+@require_POST
+@console_required(REPLY)
+def resend_operator_replies(request: HttpRequest) -> HttpResponse:
+    """Send the selected failed or unknown operator replies again, each through the session page's audited
+    ``takeover_app.service.resend`` (the sender must own the session; refusals are named)."""
+    from takeover_app import service
+    from takeover_app.models import OperatorReply
+
+    ids = _selected(request, "reply")
+    if not ids:
+        return _done(request, "Select at least one operator reply to resend.", True, 400)
+    found = dict(OperatorReply.objects.filter(pk__in=ids).values_list("pk", "session_id"))
+    sent, problems = 0, [f"Reply {i}: no such reply." for i in ids if i not in found]
+    for reply_id, session_id in found.items():
+        try:
+            reply = service.resend(request.user, reply_id)
+        except ActionError as err:
+            problems.append(f"Reply {reply_id} on {session_id}: {err}")
+            continue
+        except Http404:
+            problems.append(f"Reply {reply_id} on {session_id}: the session no longer exists.")
+            continue
+        if reply.status == OperatorReply.Status.SENT:
+            sent += 1
+        else:
+            problems.append(f"Reply {reply_id} on {session_id}: the send failed: {reply.error}")
+    note = f"{sent} operator repl{'y' if sent == 1 else 'ies'} sent again." + "".join(f" {p}" for p in problems)
     return _done(request, note, bool(problems), 409 if problems and not sent else 200)
 
 

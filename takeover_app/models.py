@@ -7,8 +7,11 @@ deleted session only as far as the delete settles it (``service.on_session_delet
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from django.conf import settings
 from django.db import models
+from django.db.models import Q
 from django.utils import timezone
 
 
@@ -117,3 +120,11 @@ class OperatorReply(models.Model):
     @property
     def resendable(self) -> bool:
         return self.status == self.Status.FAILED or self.unknown
+
+    @classmethod
+    def needing_resend(cls) -> models.QuerySet[OperatorReply]:
+        """Every session's replies that :attr:`resendable` holds for, as a queryset: ``failed``, or ``sending``
+        with its last send begun more than ``SEND_DEADLINE`` seconds ago (unknown)."""
+        before = timezone.now() - timedelta(seconds=cls.SEND_DEADLINE)
+        began_long_ago = Q(attempted_at__lt=before) | Q(attempted_at__isnull=True, created_at__lt=before)
+        return cls.objects.filter(Q(status=cls.Status.FAILED) | Q(began_long_ago, status=cls.Status.SENDING))

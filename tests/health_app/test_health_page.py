@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -210,3 +211,80 @@ def test_release_lease_releases_only_an_expired_lease_never_a_live_turns(client)
     assert refused.status_code == 409 and SessionLease.objects.filter(session_id="live").exists()
     assert released.status_code == 200 and not SessionLease.objects.filter(session_id="dead").exists()
     assert list(OperatorAction.objects.values_list("session_id", flat=True)) == ["dead"]
+
+
+def operator_replies() -> dict[str, object]:
+    """Olga owns web session s-a (a failed, an unknown, a sent and a just-begun reply); Otto owns s-b (a
+    failed reply). Only the failed and unknown ones need a resend."""
+    from takeover_app.models import OperatorReply
+    from tests.takeover_app import page_states
+
+    olga, otto = personas.operator(), personas.operator("otto.operator")
+    page_states.human("s-a", olga, channel="web")
+    page_states.human("s-b", otto, channel="web")
+    made = {
+        "failed": page_states.operator_reply("s-a", olga, "Your refund is on its way", "failed", "ProviderError: 503"),
+        "unknown": page_states.operator_reply("s-a", olga, "Anything else?", "sending"),
+        "sent": page_states.operator_reply("s-a", olga, "Hello", "sent"),
+        "sending": page_states.operator_reply("s-a", olga, "One moment", "sending"),
+        "otto": page_states.operator_reply("s-b", otto, "Otto here", "failed", "ProviderError: 500"),
+    }
+    OperatorReply.objects.update(provider="web")
+    long_ago = timezone.now() - timedelta(seconds=OperatorReply.SEND_DEADLINE + 60)
+    OperatorReply.objects.filter(pk=made["unknown"].pk).update(attempted_at=long_ago)
+    OperatorReply.objects.filter(pk=made["sending"].pk).update(attempted_at=timezone.now(), created_at=timezone.now())
+    return {"olga": olga, "otto": otto, **made}
+
+
+def test_failed_and_unknown_operator_replies_of_every_session_are_listed():
+    made = operator_replies()
+    viewer = personas.client_for(personas.viewer())
+
+    for page in (viewer.get(URL), personas.client_for(made["olga"]).get(URL, HTTP_HX_REQUEST="true")):
+        html = page.content.decode()
+        listed = [int(i) for i in re.findall(r'<tr class="operator-reply-attention" id="operator-reply-(\d+)"', html)]
+        assert sorted(listed) == sorted(made[k].pk for k in ("failed", "unknown", "otto"))
+        assert "Reply unknown" in html and "ProviderError: 503" in html and "otto.operator" in html
+    assert 'name="reply"' not in viewer.get(URL).content.decode()  # Viewers only look
+
+
+@pytest.mark.parametrize("htmx", [True, False])
+def test_bulk_resend_of_operator_replies_goes_through_the_session_pages_audited_resend(htmx):
+    from takeover_app.models import OperatorReply
+
+    made = operator_replies()
+    ids = [made[k].pk for k in ("failed", "unknown", "otto")] + [999_999]
+    olga = personas.client_for(made["olga"])
+
+    r = olga.post("/health/operator-replies/resend/", {"reply": ids}, **({"HTTP_HX_REQUEST": "true"} if htmx else {}))
+
+    status = dict(OperatorReply.objects.values_list("pk", "status"))
+    assert status[made["failed"].pk] == status[made["unknown"].pk] == "sent"
+    assert status[made["otto"].pk] == "failed"  # not Olga's session: refused, named
+    resends = OperatorAction.objects.filter(action="operator_reply")
+    assert sorted(a.after["reply"] for a in resends if a.after.get("resend")) == sorted(
+        [made["failed"].pk, made["unknown"].pk])
+    note = r.content.decode() if htmx else olga.get(URL).content.decode()
+    if not htmx:
+        assert r.status_code == 302
+    assert "2 operator replies sent again." in note
+    assert f"Reply {made['otto'].pk} on s-b:" in note and "otto.operator" in note
+    assert "Reply 999999: no such reply." in note
+
+
+def test_bulk_resend_of_operator_replies_needs_the_reply_permission_csrf_and_ids():
+    from takeover_app.models import OperatorReply
+
+    made = operator_replies()
+    url = "/health/operator-replies/resend/"
+    for who in (personas.viewer(), personas.outsider()):
+        assert personas.client_for(who).post(url, {"reply": [made["failed"].pk]}).status_code == 403
+    strict = personas.client_for(made["olga"], csrf=True)
+    assert strict.post(url, {"reply": [made["failed"].pk]}).status_code == 403
+    olga = personas.client_for(made["olga"])
+    for bad in ({}, {"reply": ["x"]}, {"reply": [str(2**63)]}):
+        r = olga.post(url, bad, HTTP_HX_REQUEST="true")
+        assert r.status_code == 400 and "Select at least one operator reply" in r.content.decode()
+    assert olga.post(url, {"reply": [made["otto"].pk]}, HTTP_HX_REQUEST="true").status_code == 409
+    assert OperatorReply.objects.get(pk=made["failed"].pk).status == "failed"
+    assert not OperatorAction.objects.filter(action="operator_reply").exists()
