@@ -48,6 +48,7 @@ from bisect import bisect_right
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from itertools import islice
 from typing import Any
 from urllib.parse import quote
 
@@ -76,6 +77,7 @@ __all__ = [
 FORMAT_VERSION = 1
 BATCH = 2000  # message rows per query
 SESSION_BATCH = 200  # sessions per query in the bulk export
+TURN_BATCH = 500  # turns whose records are read per query by the streamed formats
 CHUNK = 64 * 1024  # bytes per streamed chunk
 #: format → (content type, file extension)
 FORMATS = {
@@ -195,6 +197,17 @@ def segments(rows: Iterable[Row]) -> Iterator[Segment]:
         current.parsed.append((row, parse(row, started)))
     if current.number or current.parsed:
         yield current
+
+
+def with_usage(session_id: str, segs: Iterable[Segment]) -> Iterator[tuple[Segment, dict[str, Any] | None]]:
+    """Each segment with its turn's ``usage`` block (None for turn 0 and turns without a record); the records
+    are read ``TURN_BATCH`` turns at a time, so a streamed export holds at most that many turns."""
+    it = iter(segs)
+    while chunk := list(islice(it, TURN_BATCH)):
+        firsts = [seg.parsed[0][0][0] for seg in chunk if seg.number and seg.parsed]
+        usage = usage_by_first_message(session_id, firsts) if firsts else {}
+        for seg in chunk:
+            yield seg, usage.get(seg.parsed[0][0][0]) if seg.number and seg.parsed else None
 
 
 def message_record(row: Row, msg: Message | None) -> dict[str, Any]:
@@ -354,18 +367,17 @@ def transcript_jsonl(session: ChatSession, *, redacted: bool = False) -> Iterato
     the first line of each turn (its USER message) also has ``usage``: the turn's usage block
     (``turns_app.console.usage_block``), null for a turn played before records were kept."""
     agents = turn_agents(session)
-    usage = usage_by_first_message(session.session_id)
 
     def lines() -> Iterator[str]:
         seq = 0
-        for seg in segments(iter_rows(session.session_id)):
+        for seg, usage in with_usage(session.session_id, segments(iter_rows(session.session_id))):
             agent = agents[seg.number - 1][-1] if seg.number else None
             for row, msg in seg.parsed:
                 seq += 1
                 record = {"session_id": session.session_id, "turn": seg.number, "seq": seq, "agent": agent,
                           **message_record(row, msg)}
                 if seg.number and row is seg.parsed[0][0]:
-                    record["usage"] = usage.get(row[0])
+                    record["usage"] = usage
                 yield dumps(redact(record) if redacted else record) + "\n"
 
     return _chunked(lines())
@@ -397,7 +409,6 @@ def transcript_csv(session: ChatSession, *, redacted: bool = False) -> Iterator[
     """One row per message (UTF-8 with a BOM, for spreadsheets); tool calls and results as JSON cells; the
     turn's record in the ``turn_*`` columns of each of its rows."""
     agents = turn_agents(session)
-    usage = usage_by_first_message(session.session_id)
     sid = shown_id(session.session_id, redacted)
 
     def lines() -> Iterator[str]:
@@ -406,9 +417,9 @@ def transcript_csv(session: ChatSession, *, redacted: bool = False) -> Iterator[
         writer.writerow(CSV_COLUMNS)
         yield "\ufeff" + buf.getvalue()
         seq = 0
-        for seg in segments(iter_rows(session.session_id)):
+        for seg, usage in with_usage(session.session_id, segments(iter_rows(session.session_id))):
             agent = agents[seg.number - 1][-1] if seg.number else ""
-            turn_cells = _csv_usage(usage.get(seg.parsed[0][0][0]) if seg.number else None)
+            turn_cells = _csv_usage(usage)
             buf.seek(0)
             buf.truncate()
             for row, msg in seg.parsed:
@@ -567,7 +578,6 @@ def transcript_md(session: ChatSession, *, redacted: bool = False) -> Iterator[b
     """A transcript for people: the session's facts (usage totals included), then a heading per turn with
     its usage line; tool calls as fenced JSON."""
     agents = turn_agents(session)
-    usage = usage_by_first_message(session.session_id)
     totals = session_usage(totals_of(session.session_id))
     metadata = session.metadata if isinstance(session.metadata, dict) else {}
 
@@ -578,7 +588,7 @@ def transcript_md(session: ChatSession, *, redacted: bool = False) -> Iterator[b
         yield f"- Turns: {len(agents)}\n" + _md_totals(totals) + "\n"
         if metadata:
             yield "Metadata:\n\n" + _fence(dumps(redact(metadata) if redacted else metadata, indent=2), "json") + "\n"
-        for seg in segments(iter_rows(session.session_id)):
+        for seg, usage in with_usage(session.session_id, segments(iter_rows(session.session_id))):
             if redacted:
                 seg = Segment(seg.number, [(row[:2] + (redact(row[2]),) + row[3:], _redact_message(msg))
                                            for row, msg in seg.parsed])
@@ -590,8 +600,8 @@ def transcript_md(session: ChatSession, *, redacted: bool = False) -> Iterator[b
                 first = next((m.timestamp.isoformat() for _r, m in seg.parsed if m is not None), "")
                 via = f" (from {' → '.join(md_text(_line(a)) for a in trail[:-1])})" if len(trail) > 1 else ""
                 yield f"## Turn {seg.number} · {md_text(_line(trail[-1]))}{via} · {first}\n\n"
-                if (block := usage.get(seg.parsed[0][0][0])) is not None:
-                    yield _md_usage(block)
+                if usage is not None:
+                    yield _md_usage(usage)
             yield from _md_items(seg, trail)
 
     return _chunked(parts())

@@ -27,6 +27,7 @@ __all__ = ["ENDED_WITHOUT_MESSAGES", "Usage", "attach_records", "discarded_usage
 #: Statuses whose turn shows as its own entry in the history (its messages are not in the conversation).
 ENDED_WITHOUT_MESSAGES = ("failed", "cancelled", "interrupted", "rolled_back")
 _MAX_ENDED = 500  # ended-turn entries read per page (newest first)
+_COMMITTED = ("completed", "rolled_back")  # statuses of records whose turn's messages were committed
 
 
 def attach_records(session_id: str, turns: list[Any], bounds: list[tuple[int, datetime]],
@@ -154,10 +155,14 @@ def usage_block(record: TurnRecord | None) -> dict[str, Any] | None:
     }
 
 
-def usage_by_first_message(session_id: str) -> dict[int, dict[str, Any]]:
-    """The ``usage`` block (:func:`usage_block`) of each committed turn of the session, by the row id of its
-    first (USER) message (one query)."""
-    return usage_by_first_message_for([session_id]).get(session_id, {})
+def usage_by_first_message(session_id: str, first_message_ids: list[int] | None = None) -> dict[int, dict[str, Any]]:
+    """The ``usage`` block (:func:`usage_block`) of each committed turn of the session (only those starting at
+    ``first_message_ids`` when given), by the row id of its first (USER) message (one query)."""
+    if first_message_ids is None:
+        return usage_by_first_message_for([session_id]).get(session_id, {})
+    return {r.first_message_id: block for r in TurnRecord.objects.filter(
+        session_id=session_id, first_message_id__in=first_message_ids, status__in=_COMMITTED)
+        if (block := usage_block(r)) is not None}
 
 
 def usage_by_first_message_for(session_ids: list[str]) -> dict[str, dict[int, dict[str, Any]]]:
@@ -165,7 +170,7 @@ def usage_by_first_message_for(session_ids: list[str]) -> dict[str, dict[int, di
     without a committed turn record is missing)."""
     out: dict[str, dict[int, dict[str, Any]]] = {}
     for r in TurnRecord.objects.filter(session_id__in=session_ids, first_message_id__isnull=False,
-                                       status__in=("completed", "rolled_back")):
+                                       status__in=_COMMITTED):
         if (block := usage_block(r)) is not None:
             out.setdefault(r.session_id, {})[r.first_message_id] = block
     return out

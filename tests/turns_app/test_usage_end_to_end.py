@@ -166,3 +166,37 @@ def test_the_bulk_export_reads_turn_records_and_totals_once_per_batch_of_session
     assert len(lines) == 5
     for table in ('"chatflow_turn_records"', 'FROM "chatflow_session_totals"'):
         assert sum(table in q["sql"] for q in queries.captured_queries) == 3, table  # 3 batches of sessions
+
+
+def test_the_streamed_formats_read_turn_records_a_batch_of_turns_at_a_time(server, client, monkeypatch):
+    from django.db import connection
+
+    from sessions_app import export
+    from sessions_app.models import ChatSession
+
+    runner = site_runner(order_agent(server))
+    for n in range(1, 4):
+        server.reply_stream(answer(f"Answer {n}.", prompt=100 * n, output=n))
+        asyncio.run(runner.run_async("s1", f"question {n}"))
+    monkeypatch.setattr(export, "TURN_BATCH", 2)
+    url = "/api/v1/sessions/s1/transcript"
+
+    record_queries = []
+
+    def count(execute, sql, params, many, context):
+        if '"chatflow_turn_records"' in sql:
+            record_queries.append(sql)
+        return execute(sql, params, many, context)
+
+    session = ChatSession.objects.get(pk="s1")
+    with connection.execute_wrapper(count):
+        lines = [json.loads(line) for line in b"".join(export.transcript_jsonl(session)).splitlines()]
+    rows = list(csv.DictReader(io.StringIO(body(client.get(url, {"format": "csv"})))))
+    markdown = body(client.get(url, {"format": "md"}))
+
+    assert len(record_queries) == 2  # turns 1-2, then 3
+    assert [(line["turn"], line["usage"]["input_tokens"]) for line in lines if "usage" in line] == [
+        (1, 100), (2, 200), (3, 300)]
+    assert [(r["turn"], r["turn_input_tokens"]) for r in rows] == [
+        ("1", "100"), ("1", "100"), ("2", "200"), ("2", "200"), ("3", "300"), ("3", "300")]
+    assert re.findall(r"Usage: completed .*?\((\d+) in, \d+ out\)", markdown) == ["100", "200", "300"]
