@@ -93,6 +93,8 @@ SCREENS = [
     Screen("takeover-human-phone", "/sessions/%2B15550144/", width=390),
     Screen("handback-dialog", "/sessions/%2B15550144/", prepare=open_handback_dialog),
     Screen("attention", "/webhooks/attention/"),
+    Screen("health", "/health/"),  # the failed delivery and the failed operator reply above
+    Screen("health-phone", "/health/", width=390),
     Screen("admin-index", "/admin/"),
 ]
 
