@@ -439,18 +439,20 @@ def transcript_csv(session: ChatSession, *, redacted: bool = False) -> Iterator[
     return _chunked(lines())
 
 
-def bulk_jsonl(query: listing.ListQuery, *, redacted: bool = False, batch: int = SESSION_BATCH) -> Iterator[bytes]:
+def bulk_jsonl(query: listing.ListQuery, *, redacted: bool = False, batch: int | None = None) -> Iterator[bytes]:
     """Every session matching ``query`` (the console's filters and sort) as one JSON transcript per line.
 
-    Sessions come in keyset batches of ``batch`` and their rows, audit entries, turn records and totals
-    in one query each per batch, so memory holds one batch, whatever the number of sessions.
+    Sessions come in keyset batches of ``batch`` (default ``SESSION_BATCH``, read at call time) and
+    their rows, audit entries, turn records and totals in one query each per batch, so memory holds one
+    batch, whatever the number of sessions.
     """
     column = listing.SORTS[query.sort][0]
+    size = batch or SESSION_BATCH
 
     def lines() -> Iterator[str]:
         cursor, start = None, None
         while True:
-            page = list(listing.after_cursor(listing.filtered(query), query.sort, cursor)[:batch])
+            page = list(listing.after_cursor(listing.filtered(query), query.sort, cursor)[:size])
             if not page:
                 return
             rows: dict[str, list[Row]] = {s.session_id: [] for s in page}
