@@ -205,3 +205,15 @@ def test_a_forged_cursor_on_a_usage_sort_shows_the_first_page_not_an_error(clien
     assert page.status_code == 200 and "data-mode=" in page.content.decode()  # the first page, with its row
     assert api.status_code == 400, api.content
     assert "cursor" in json.dumps(api.json()).lower()
+
+
+@pytest.mark.parametrize(("stored", "shown"), [
+    ("0.0000228000", "$0.0000228"),  # a database NUMERIC keeps its scale's trailing zeros
+    ("0.000000012", "$0.000000012"),
+    ("0.1234567", "$0.123457"),
+    ("12.5", "$12.50"),
+    ("0", "$0"),
+    (None, "unknown"),
+])
+def test_a_cost_is_shown_without_the_trailing_zeros_of_its_stored_scale(stored, shown):
+    assert usd(None if stored is None else Decimal(stored)) == shown

@@ -43,7 +43,7 @@ def usd(value: object) -> str:
         return "$0"
     if abs(amount) >= 1:
         return f"${amount:,.2f}"
-    text = f"{amount:.6g}"
+    text = f"{amount.normalize():.6g}"
     if "e" in text:
         text = f"{amount:.10f}".rstrip("0")
     return "$" + text
