@@ -109,3 +109,59 @@ class SessionTotals(models.Model):
 
     def __str__(self) -> str:
         return f"{self.session_id}: {self.total_tokens} tokens"
+
+
+class TurnRollup(models.Model):
+    """The turn records of one UTC hour with one status, summed (``turns_app.rollups`` writes it).
+
+    ``latency`` is a histogram of ``duration_ms``: ``{"<bucket>": count}``, bucket ``b`` holding the
+    durations in ``(RATIO ** (b - 1), RATIO ** b]`` milliseconds (``turns_app.rollups.RATIO``); ``cost``
+    sums the known costs (US dollars), ``cost_unknown`` counts the turns whose cost was unknown.
+    """
+
+    hour = models.DateTimeField(help_text="The UTC hour the turns started in.")
+    status = models.CharField(max_length=16, choices=TurnRecord.Status.choices)
+    turns = models.IntegerField(default=0)
+    latency = models.JSONField(default=dict, blank=True)
+    cost = models.DecimalField(max_digits=20, decimal_places=10, default=0)
+    cost_unknown = models.IntegerField(default=0)
+    input_tokens = models.BigIntegerField(default=0)
+    output_tokens = models.BigIntegerField(default=0)
+
+    class Meta:
+        db_table = "chatflow_turn_rollups"
+        constraints = [models.UniqueConstraint(fields=["hour", "status"], name="uniq_turn_rollup_hour_status")]
+
+    def __str__(self) -> str:
+        return f"{self.hour:%Y-%m-%d %H}:00 {self.status}: {self.turns}"
+
+
+class HandoffRollup(models.Model):
+    """How many handoffs from one agent to another the turns started in one UTC hour made."""
+
+    hour = models.DateTimeField()
+    source = models.TextField()
+    target = models.TextField()
+    handoffs = models.IntegerField(default=0)
+
+    class Meta:
+        db_table = "chatflow_handoff_rollups"
+        constraints = [models.UniqueConstraint(fields=["hour", "source", "target"], name="uniq_handoff_rollup")]
+
+    def __str__(self) -> str:
+        return f"{self.hour:%Y-%m-%d %H}:00 {self.source} → {self.target}: {self.handoffs}"
+
+
+class RollupWatermark(models.Model):
+    """How far the rollups have read the turn records: every record with an id up to ``last_id`` is
+    counted, except the ``pending`` ids (records still running when they were read)."""
+
+    name = models.CharField(max_length=32, primary_key=True)
+    last_id = models.BigIntegerField(default=0)
+    pending = models.JSONField(default=list, blank=True)
+
+    class Meta:
+        db_table = "chatflow_rollup_watermarks"
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.last_id} (+{len(self.pending)} pending)"

@@ -1,0 +1,237 @@
+"""Hourly rollups of the turn records, computed incrementally by id watermark (never on the turn path).
+
+:func:`fold` reads the records written since the last fold (ids above the watermark, in batches) and adds
+each closed one to its UTC hour's ``TurnRollup`` (by status) and ``HandoffRollup`` rows (agent pairs of its
+trail), in one transaction with the watermark's move. A record still ``running`` when read is kept in the
+watermark's ``pending`` list and counted once it ends. Records younger than :data:`SETTLE_SECONDS` are not
+folded yet (on PostgreSQL a record with a lower id may still be uncommitted): :func:`read` counts them
+live, with the same :class:`Tally`, so what it returns is exact at read time.
+
+The dashboard calls :func:`fold` before it reads, and ``manage.py chatflow_sweep`` calls it too, so a read
+only folds what arrived since the last one. ``turns_app.console.mark_rolled_back`` moves already-folded
+records to ``rolled_back`` with :func:`restatus`, in the rollback's transaction.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from turns_app.models import HandoffRollup, RollupWatermark, TurnRecord, TurnRollup
+
+__all__ = ["RATIO", "SETTLE_SECONDS", "Tally", "bucket_of", "fold", "handoff_pairs", "quantile", "read", "restatus"]
+
+#: Width of a latency histogram bucket: each bucket's upper edge is ``RATIO`` times the one below (10 %).
+RATIO = 1.1
+#: Records started less than this many seconds ago are counted live, not folded yet.
+SETTLE_SECONDS = 120
+BATCH = 5000
+WATERMARK = "turns"
+_FIELDS = ("id", "status", "started_at", "duration_ms", "cost", "agents", "input_tokens", "output_tokens")
+_LOG_RATIO = math.log(RATIO)
+
+
+def bucket_of(ms: float) -> int:
+    """The latency bucket of a duration in milliseconds: the smallest ``b`` ≥ 0 with ``ms <= RATIO ** b``."""
+    if ms <= 1:
+        return 0
+    b = math.ceil(math.log(ms) / _LOG_RATIO - 1e-9)
+    return b if RATIO ** b >= ms else b + 1
+
+
+def quantile(histogram: dict[int, int], q: float) -> float | None:
+    """The ``q`` quantile (0 < q ≤ 1) of a latency histogram, as its bucket's upper edge in milliseconds
+    (at most 10 % above the true value); None for an empty histogram."""
+    total = sum(histogram.values())
+    if not total:
+        return None
+    rank, seen = max(1, math.ceil(q * total)), 0
+    for b in sorted(histogram):
+        seen += histogram[b]
+        if seen >= rank:
+            return RATIO ** b
+    return None  # pragma: no cover - unreachable: the loop reaches total
+
+
+def handoff_pairs(agents: list[Any]) -> list[tuple[str, str]]:
+    """The handoffs of an agent trail (the starting agent, then each handoff target): consecutive pairs."""
+    names = [str(a) for a in agents if a]
+    return [(a, b) for a, b in zip(names, names[1:], strict=False) if a != b]
+
+
+def _hour(moment: datetime) -> datetime:
+    return moment.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+
+
+@dataclass
+class Cell:
+    """One hour and status: the turns, their latency histogram, known cost, unknown-cost count, tokens."""
+
+    turns: int = 0
+    latency: dict[int, int] = field(default_factory=dict)
+    cost: Decimal = Decimal(0)
+    cost_unknown: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    def add(self, other: Cell, sign: int = 1) -> None:
+        self.turns += sign * other.turns
+        for b, n in other.latency.items():
+            self.latency[b] = self.latency.get(b, 0) + sign * n
+            if not self.latency[b]:
+                del self.latency[b]
+        self.cost += sign * other.cost
+        self.cost_unknown += sign * other.cost_unknown
+        self.input_tokens += sign * other.input_tokens
+        self.output_tokens += sign * other.output_tokens
+
+
+@dataclass
+class Tally:
+    """Turns summed by ``(hour, status)`` and handoffs by ``(hour, source, target)``."""
+
+    cells: dict[tuple[datetime, str], Cell] = field(default_factory=lambda: defaultdict(Cell))
+    handoffs: dict[tuple[datetime, str, str], int] = field(default_factory=lambda: defaultdict(int))
+
+    def add_record(self, row: dict[str, Any], status: str | None = None, handoffs: bool = True) -> None:
+        """Count one record (a dict of :data:`_FIELDS`), under ``status`` when given."""
+        hour = _hour(row["started_at"])
+        self.cells[(hour, status or row["status"])].add(_cell_of(row))
+        if handoffs:
+            for source, target in handoff_pairs(row["agents"] or []):
+                self.handoffs[(hour, source, target)] += 1
+
+    def merge(self, other: Tally) -> None:
+        for key, cell in other.cells.items():
+            self.cells[key].add(cell)
+        for key, n in other.handoffs.items():
+            self.handoffs[key] += n
+
+
+def _cell_of(row: dict[str, Any]) -> Cell:
+    duration = row["duration_ms"]
+    return Cell(1, {} if duration is None else {bucket_of(duration): 1}, row["cost"] or Decimal(0),
+                1 if row["cost"] is None else 0, row["input_tokens"], row["output_tokens"])
+
+
+def _watermark(lock: bool) -> RollupWatermark:
+    qs = RollupWatermark.objects.select_for_update() if lock else RollupWatermark.objects
+    try:
+        return qs.get(name=WATERMARK)
+    except RollupWatermark.DoesNotExist:
+        RollupWatermark.objects.get_or_create(name=WATERMARK)
+        return qs.get(name=WATERMARK)
+
+
+def _settled_before() -> datetime:
+    return timezone.now() - timedelta(seconds=SETTLE_SECONDS)
+
+
+def fold(batch: int = BATCH) -> int:
+    """Add the settled records written since the last fold to the rollups; how many were counted.
+    One transaction per batch of ``batch`` records (the watermark moves with the rows it counted)."""
+    counted = 0
+    while True:
+        with transaction.atomic():
+            mark = _watermark(lock=True)
+            tally, pending, last_id = Tally(), set(mark.pending), mark.last_id
+            for row in TurnRecord.objects.filter(id__in=mark.pending).exclude(status="running").values(*_FIELDS):
+                tally.add_record(row)
+                pending.discard(row["id"])
+            rows = list(TurnRecord.objects.filter(id__gt=mark.last_id).order_by("id").values(*_FIELDS)[:batch])
+            cutoff = _settled_before()
+            settled = [row for row in rows if row["started_at"] < cutoff]
+            for row in rows[: rows.index(settled[-1]) + 1] if settled else []:
+                if row["status"] == "running":
+                    pending.add(row["id"])
+                else:
+                    tally.add_record(row)
+                last_id = row["id"]
+            if last_id == mark.last_id and pending == set(mark.pending):
+                return counted
+            _store(tally)
+            mark.last_id, mark.pending = last_id, sorted(pending)
+            mark.save(update_fields=["last_id", "pending"])
+            counted += sum(c.turns for c in tally.cells.values())
+        if len(rows) < batch or not settled:
+            return counted
+
+
+def _store(tally: Tally, sign: int = 1) -> None:
+    """Add (``sign`` -1: take away) ``tally`` to the rollup rows, creating the missing ones."""
+    hours = {hour for hour, _ in tally.cells} | {hour for hour, _, _ in tally.handoffs}
+    if not hours:
+        return
+    rows = {(r.hour, r.status): r for r in TurnRollup.objects.select_for_update().filter(hour__in=hours)}
+    changed, created = [], []
+    for (hour, status), cell in tally.cells.items():
+        row = rows.get((hour, status))
+        if row is None:
+            row = TurnRollup(hour=hour, status=status)
+            created.append(row)
+        else:
+            changed.append(row)
+        stored = _cell_of_rollup(row)
+        stored.add(cell, sign)
+        row.turns, row.cost, row.cost_unknown = stored.turns, stored.cost, stored.cost_unknown
+        row.input_tokens, row.output_tokens = stored.input_tokens, stored.output_tokens
+        row.latency = {str(b): n for b, n in sorted(stored.latency.items())}
+    TurnRollup.objects.bulk_create(created)
+    TurnRollup.objects.bulk_update(changed, ["turns", "latency", "cost", "cost_unknown", "input_tokens",
+                                             "output_tokens"])
+    pairs = {(r.hour, r.source, r.target): r for r in HandoffRollup.objects.select_for_update().filter(hour__in=hours)}
+    more, fresh = [], []
+    for key, n in tally.handoffs.items():
+        if key in pairs:
+            pairs[key].handoffs += sign * n
+            more.append(pairs[key])
+        else:
+            fresh.append(HandoffRollup(hour=key[0], source=key[1], target=key[2], handoffs=sign * n))
+    HandoffRollup.objects.bulk_create(fresh)
+    HandoffRollup.objects.bulk_update(more, ["handoffs"])
+
+
+def _cell_of_rollup(row: TurnRollup) -> Cell:
+    return Cell(row.turns, {int(b): n for b, n in (row.latency or {}).items()}, Decimal(row.cost or 0),
+                row.cost_unknown, row.input_tokens, row.output_tokens)
+
+
+def restatus(record_ids: list[int], old: str, new: str) -> None:
+    """Records ``record_ids`` go from ``old`` to ``new`` (call it before their update, in its transaction):
+    move the folded ones between their hours' status rows. Handoffs stay (they happened)."""
+    if not record_ids:
+        return
+    with transaction.atomic():
+        mark = _watermark(lock=True)
+        pending = set(mark.pending)
+        folded = [i for i in record_ids if i <= mark.last_id and i not in pending]
+        taken, given = Tally(), Tally()
+        for row in TurnRecord.objects.filter(id__in=folded, status=old).values(*_FIELDS):
+            taken.add_record(row, handoffs=False)
+            given.add_record(row, status=new, handoffs=False)
+        _store(taken, -1)
+        _store(given)
+
+
+def read(since: datetime) -> Tally:
+    """Every record that started at or after ``since`` (an hour boundary), summed by hour: the rollups
+    plus the records not folded yet (younger than :data:`SETTLE_SECONDS` or pending), counted live.
+    Records still running are not counted."""
+    since = _hour(since)
+    tally = Tally()
+    mark = _watermark(lock=False)
+    for row in TurnRollup.objects.filter(hour__gte=since):
+        tally.cells[(_hour(row.hour), row.status)].add(_cell_of_rollup(row))
+    for pair in HandoffRollup.objects.filter(hour__gte=since):
+        tally.handoffs[(_hour(pair.hour), pair.source, pair.target)] += pair.handoffs
+    fresh = (TurnRecord.objects.filter(id__gt=mark.last_id) | TurnRecord.objects.filter(id__in=mark.pending))
+    for row in fresh.filter(started_at__gte=since).exclude(status="running").values(*_FIELDS):
+        tally.add_record(row)
+    return tally
