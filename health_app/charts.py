@@ -20,8 +20,11 @@ WIDTH, HEIGHT = 720, 240
 LEFT, RIGHT, TOP, BOTTOM = 56, 12, 12, 30
 
 
-def nice_top(value: float) -> float:
-    """The smallest 1, 2, 2.5 or 5 × 10ⁿ at or above ``value`` (1 for nothing to draw)."""
+def nice_top(value: float, integer: bool = False) -> float:
+    """The axis' top for values up to ``value``: the smallest 1, 2, 2.5 or 5 × 10ⁿ at or above it (1 for
+    nothing to draw); ``integer``: a multiple of 4 whose quarters (the grid lines) are whole numbers."""
+    if integer:
+        return 4 * max(1.0, nice_top(value / 4), float(math.ceil(nice_top(value / 4))))
     if value <= 0:
         return 1.0
     base = 10 ** math.floor(math.log10(value))
@@ -63,9 +66,9 @@ def _axes(labels: Sequence[str], top: float, unit: str) -> tuple[list[str], floa
 
 
 def bars(labels: Sequence[str], series: Sequence[tuple[str, str, Sequence[float]]], *, title: str,
-         unit: str = "") -> SafeString:
-    """Bars per label, the ``series`` (``(css class, name, values)``) stacked bottom up."""
-    top = nice_top(max((sum(s[2][i] for s in series) for i in range(len(labels))), default=0))
+         unit: str = "", integer: bool = False) -> SafeString:
+    """Bars per label, the ``series`` (``(css class, name, values)``) stacked bottom up; ``integer``: counts."""
+    top = nice_top(max((sum(s[2][i] for s in series) for i in range(len(labels))), default=0), integer)
     body, plot_w, plot_h = _axes(labels, top, unit)
     slot = plot_w / max(1, len(labels))
     width = max(1.0, slot * 0.72)
@@ -87,10 +90,11 @@ def bars(labels: Sequence[str], series: Sequence[tuple[str, str, Sequence[float]
 
 
 def lines(labels: Sequence[str], series: Sequence[tuple[str, str, Sequence[float | None]]], *, title: str,
-          unit: str = "", top: float | None = None) -> SafeString:
-    """One line per series (``(css class, name, values)``), broken where a value is None, a dot per value."""
+          unit: str = "", top: float | None = None, integer: bool = False) -> SafeString:
+    """One line per series (``(css class, name, values)``), broken where a value is None, a dot per value;
+    ``top``: the axis' top (default: :func:`nice_top` of the highest value); ``integer``: counts."""
     highest = max((v for _, _, values in series for v in values if v is not None), default=0)
-    top = top if top is not None else nice_top(highest)
+    top = top if top is not None else nice_top(highest, integer)
     body, plot_w, plot_h = _axes(labels, top, unit)
     slot = plot_w / max(1, len(labels))
     for css, name, values in series:

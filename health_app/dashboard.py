@@ -65,6 +65,7 @@ class Chart:
     svg: str
     legend: list[tuple[str, str]] = field(default_factory=list)  # (css class, label)
     empty: bool = False
+    note: str = ""
 
 
 @dataclass(frozen=True)
@@ -114,7 +115,8 @@ def build(range_name: str, now: datetime | None = None) -> Dashboard:
     now = now or timezone.now()
     label, length, step = RANGES[range_name]
     buckets = _buckets(now, length, step)
-    days = _buckets(now, length, timedelta(days=1)) if step < timedelta(days=1) else buckets
+    day = timedelta(days=1)
+    days = [_floor(buckets[0], day) + day * i for i in range((_floor(now, day) - _floor(buckets[0], day)) // day + 1)]
     since = min(buckets[0], days[0])
     rollups.fold()
     tally = rollups.read(since)
@@ -154,7 +156,7 @@ def _turns_chart(buckets: list[datetime], step: timedelta, per: Any) -> Chart:
     unit = "hour" if step < timedelta(days=1) else "day"
     return Chart("turns", f"Turns per {unit} by status", f"Ended turns per {unit} (UTC), stacked by how they ended.",
                  ("Time (UTC)", *(_LABELS[s] for s in STATUSES), "Total"), rows,
-                 charts.bars(labels, series, title=f"Turns per {unit} by status"),
+                 charts.bars(labels, series, title=f"Turns per {unit} by status", integer=True),
                  [(c, name) for c, name, _ in series], empty=not any(sum(v) for _, _, v in series))
 
 
@@ -199,7 +201,14 @@ def _cost_chart(days: list[datetime], daily: dict[datetime, rollups.Cell]) -> Ch
                  ("Day (UTC)", "Cost", "Turns without a known price"), rows,
                  charts.bars(labels, [("bar-cost", "Cost", costs)], title="Cost per day", unit="$"),
                  [("bar-cost", "Cost (US dollars)")],
-                 empty=not any(daily[d].turns for d in days))
+                 empty=not any(daily[d].turns for d in days), note=_unpriced(sum(daily[d].cost_unknown for d in days)))
+
+
+def _unpriced(turns: int) -> str:
+    if not turns:
+        return ""
+    return (f"{turns} turn{'s' if turns != 1 else ''} used a model without a known price: "
+            "not counted here (prices come from genai-prices and CHATFLOW_MODEL_PRICES).")
 
 
 def _handoff_chart(pairs: dict[tuple[str, str], int]) -> Chart:
@@ -231,5 +240,5 @@ def _queue_chart(now: datetime) -> Chart:
                  "Webhook deliveries queued and running, the highest sample of each hour (UTC); queue workers "
                  "sample the queue once a minute. An hour without a sample shows no point.",
                  ("Hour (UTC)", "Queued (max)", "Running (max)"), rows,
-                 charts.lines(labels, series, title="Queue depth, last 24 h", unit=""),
+                 charts.lines(labels, series, title="Queue depth, last 24 h", integer=True),
                  [(c, name) for c, name, _ in series], empty=not queued)

@@ -48,7 +48,7 @@ def bucket_of(ms: float) -> int:
 
 def quantile(histogram: dict[int, int], q: float) -> float | None:
     """The ``q`` quantile (0 < q ≤ 1) of a latency histogram, as its bucket's upper edge in milliseconds
-    (at most 10 % above the true value); None for an empty histogram."""
+    (at most 10 % above the true value; 1 ms for anything faster); None for an empty histogram."""
     total = sum(histogram.values())
     if not total:
         return None

@@ -143,7 +143,9 @@ def test_the_charts_and_their_tables_show_the_known_traffic(store):
     [(_, _, rate)] = parsed.marks["failures"]
     assert rate == 25.0 and [r for r in body_rows(parsed, "failures") if r[0] == hour] == [[hour, "25.0 %", "1", "4"]]
 
-    durations = sorted(TurnRecord.objects.filter(status="completed").values_list("duration_ms", flat=True))
+    # The histogram's resolution: a drawn quantile is at most RATIO above the true one, and at least 1 ms.
+    durations = sorted(max(1.0, ms) for ms in TurnRecord.objects.filter(status="completed").values_list(
+        "duration_ms", flat=True))
     drawn = {s: v for s, _, v in parsed.marks["latency"]}
     assert statistics.median_low(durations) <= drawn["p50"] <= statistics.median_low(durations) * rollups.RATIO
     assert durations[-1] <= drawn["p95"] <= durations[-1] * rollups.RATIO  # 95th of three: the slowest
@@ -153,6 +155,8 @@ def test_the_charts_and_their_tables_show_the_known_traffic(store):
     day = timezone.now().astimezone(UTC).strftime("%b %d")
     assert [v for _, label, v in parsed.marks["cost"] if label == day] == [28 + 12 + 12 + 12.0]
     assert [day, "$64.00", "0"] in body_rows(parsed, "cost")  # the failed turn's call raised: no usage
+    assert len(body_rows(parsed, "cost")) == 2  # the days the last 24 h touch
+    assert "used a model without a known price" not in html
 
     assert parsed.marks["handoffs"] == [("", "Support → Billing", 1.0)]
     assert body_rows(parsed, "handoffs") == [["Support", "Billing", "1"]]
@@ -190,6 +194,19 @@ def test_a_rollback_moves_folded_turns_to_rolled_back_and_a_running_record_count
     assert sum(int(r[2]) for r in rows) == 2  # failed: s3's, and s9's once it ended
     assert {(r.status, r.turns) for r in TurnRollup.objects.filter(turns__gt=0)} == {
         ("completed", 2), ("rolled_back", 1), ("failed", 2)}
+
+
+def test_turns_of_an_unpriced_model_are_counted_apart_never_as_zero_cost(store):
+    runner = Runner(Agent(name="Support", instructions="Help.", model="mystery-1",
+                          engine=ScriptedEngine(EngineTurnResult(text="Hi.", usage=ModelCallUsage(
+                              provider="scripted", model="mystery-1", input_tokens=5, output_tokens=1)))),
+                    session_store=store, prices=PRICES)
+    asyncio.run(runner.run_async("u1", "hello"))
+    html = dashboard()
+    day = timezone.now().astimezone(UTC).strftime("%b %d")
+    assert [day, "$0.0000", "1"] in body_rows(figures(html), "cost")
+    assert "1 turn used a model without a known price: not counted here" in html
+    assert "(+1 turn without a known price)" in html
 
 
 def test_the_week_and_month_ranges_count_per_day(store):

@@ -52,6 +52,26 @@ page_states.operator_reply("+15550144", olga, "Your refund is on its way.", stat
 page_states.operator_reply("+15550144", olga, "Anything else?", status="failed", error="ProviderError: 503")
 """
 
+#: The dashboard's data: demo turns played through the site's Runner over the last 20 hours, a failed
+#: turn's record, and the queue samples workers write.
+DASHBOARD = """
+from datetime import timedelta
+from django.core.management import call_command
+from django.utils import timezone
+from health_app.models import QueueSample
+from turns_app.models import TurnRecord
+call_command("chatflow_demo", sessions=8, seed=18, spread_hours=20, verbosity=0)
+TurnRecord.objects.create(session_id="web-0100", owner="a11y:1:x:", status="failed", error="RuntimeError: down",
+                          started_at=timezone.now() - timedelta(hours=3), duration_ms=40.0)
+for h in range(0, 24, 2):
+    QueueSample.objects.create(at=timezone.now() - timedelta(hours=h), queued=h % 5, running=h % 3)
+"""
+
+
+def open_tables(page) -> None:
+    for summary in page.locator("details.as-table summary").all():
+        summary.click()
+
 
 def open_handback_dialog(page) -> None:
     page.get_by_text("Hand back to an agent…").click()
@@ -93,6 +113,9 @@ SCREENS = [
     Screen("takeover-human-phone", "/sessions/%2B15550144/", width=390),
     Screen("handback-dialog", "/sessions/%2B15550144/", prepare=open_handback_dialog),
     Screen("attention", "/webhooks/attention/"),
+    Screen("dashboard", "/dashboard/"),
+    Screen("dashboard-tables", "/dashboard/?range=7d", prepare=open_tables),
+    Screen("dashboard-phone", "/dashboard/?range=30d", width=390),
     Screen("admin-index", "/admin/"),
 ]
 
@@ -101,7 +124,7 @@ SCREENS = [
 def site(tmp_path_factory):
     directory = tmp_path_factory.mktemp("a11y-site")
     with running_site(directory) as base:
-        done = run_manage("shell", "-c", DELIVERIES + TAKEOVER,
+        done = run_manage("shell", "-c", DELIVERIES + TAKEOVER + DASHBOARD,
                           env=site_env(DATABASE_URL=f"sqlite:///{directory / 'site.db'}", DEBUG="1"))
         assert done.returncode == 0, done.stderr
         yield base
