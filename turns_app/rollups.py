@@ -21,7 +21,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from django.db import transaction
+from django.db import connections, transaction
 from django.utils import timezone
 
 from turns_app.models import HandoffRollup, RollupWatermark, TurnRecord, TurnRollup
@@ -138,6 +138,10 @@ def fold(batch: int = BATCH) -> int:
     """Add the settled records written since the last fold to the rollups; how many were counted.
     One transaction per batch of ``batch`` records (the watermark moves with the rows it counted)."""
     counted = 0
+    mark = _watermark(lock=False)
+    settled = TurnRecord.objects.filter(id__gt=mark.last_id, started_at__lt=_settled_before())
+    if not mark.pending and not settled.exists():
+        return 0  # nothing to fold: no write transaction (on SQLite, no write lock taken from the turns)
     while True:
         with transaction.atomic():
             mark = _watermark(lock=True)
@@ -164,38 +168,45 @@ def fold(batch: int = BATCH) -> int:
             return counted
 
 
+_UPSERT_TURNS = (
+    "INSERT INTO chatflow_turn_rollups (hour, status, turns, latency, cost, cost_unknown, input_tokens, "
+    "output_tokens) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (hour, status) DO UPDATE SET "
+    "turns = EXCLUDED.turns, latency = EXCLUDED.latency, cost = EXCLUDED.cost, "
+    "cost_unknown = EXCLUDED.cost_unknown, input_tokens = EXCLUDED.input_tokens, "
+    "output_tokens = EXCLUDED.output_tokens"
+)
+_UPSERT_HANDOFFS = (
+    "INSERT INTO chatflow_handoff_rollups (hour, source, target, handoffs) VALUES (%s, %s, %s, %s) "
+    "ON CONFLICT (hour, source, target) DO UPDATE SET handoffs = chatflow_handoff_rollups.handoffs + "
+    "EXCLUDED.handoffs"
+)
+
+
 def _store(tally: Tally, sign: int = 1) -> None:
-    """Add (``sign`` -1: take away) ``tally`` to the rollup rows, creating the missing ones."""
-    hours = {hour for hour, _ in tally.cells} | {hour for hour, _, _ in tally.handoffs}
-    if not hours:
-        return
-    rows = {(r.hour, r.status): r for r in TurnRollup.objects.select_for_update().filter(hour__in=hours)}
-    changed, created = [], []
+    """Add (``sign`` -1: take away) ``tally`` to the rollup rows, creating the missing ones: the touched
+    hours' rows are read, merged here (histograms are JSON) and written back in one batch of upserts. The
+    caller holds the watermark's lock, so no one else writes them meanwhile."""
+    hours = sorted({hour for hour, _ in tally.cells})
+    stored = {(_hour(r.hour), r.status): _cell_of_rollup(r)
+              for r in TurnRollup.objects.filter(hour__in=hours)} if hours else {}
+    latency = TurnRollup._meta.get_field("latency")
+    connection = connections[TurnRollup.objects.db]
+    ops = connection.ops
+    rows = []
     for (hour, status), cell in tally.cells.items():
-        row = rows.get((hour, status))
-        if row is None:
-            row = TurnRollup(hour=hour, status=status)
-            created.append(row)
-        else:
-            changed.append(row)
-        stored = _cell_of_rollup(row)
-        stored.add(cell, sign)
-        row.turns, row.cost, row.cost_unknown = stored.turns, stored.cost, stored.cost_unknown
-        row.input_tokens, row.output_tokens = stored.input_tokens, stored.output_tokens
-        row.latency = {str(b): n for b, n in sorted(stored.latency.items())}
-    TurnRollup.objects.bulk_create(created)
-    TurnRollup.objects.bulk_update(changed, ["turns", "latency", "cost", "cost_unknown", "input_tokens",
-                                             "output_tokens"])
-    pairs = {(r.hour, r.source, r.target): r for r in HandoffRollup.objects.select_for_update().filter(hour__in=hours)}
-    more, fresh = [], []
-    for key, n in tally.handoffs.items():
-        if key in pairs:
-            pairs[key].handoffs += sign * n
-            more.append(pairs[key])
-        else:
-            fresh.append(HandoffRollup(hour=key[0], source=key[1], target=key[2], handoffs=sign * n))
-    HandoffRollup.objects.bulk_create(fresh)
-    HandoffRollup.objects.bulk_update(more, ["handoffs"])
+        merged = stored.get((hour, status)) or Cell()
+        merged.add(cell, sign)
+        histogram = {str(b): n for b, n in sorted(merged.latency.items())}
+        rows.append((ops.adapt_datetimefield_value(hour), status, merged.turns,
+                     latency.get_db_prep_value(histogram, connection), ops.adapt_decimalfield_value(merged.cost),
+                     merged.cost_unknown, merged.input_tokens, merged.output_tokens))
+    pairs = [(ops.adapt_datetimefield_value(hour), source, target, sign * n)
+             for (hour, source, target), n in tally.handoffs.items()]
+    with connection.cursor() as cursor:
+        if rows:
+            cursor.executemany(_UPSERT_TURNS, rows)
+        if pairs:
+            cursor.executemany(_UPSERT_HANDOFFS, pairs)
 
 
 def _cell_of_rollup(row: TurnRollup) -> Cell:
@@ -231,7 +242,8 @@ def read(since: datetime) -> Tally:
         tally.cells[(_hour(row.hour), row.status)].add(_cell_of_rollup(row))
     for pair in HandoffRollup.objects.filter(hour__gte=since):
         tally.handoffs[(_hour(pair.hour), pair.source, pair.target)] += pair.handoffs
-    fresh = (TurnRecord.objects.filter(id__gt=mark.last_id) | TurnRecord.objects.filter(id__in=mark.pending))
-    for row in fresh.filter(started_at__gte=since).exclude(status="running").values(*_FIELDS):
-        tally.add_record(row)
+    # Two queries, not one with OR: each stays on the primary key (an OR would scan every record).
+    for fresh in (TurnRecord.objects.filter(id__gt=mark.last_id), TurnRecord.objects.filter(id__in=mark.pending)):
+        for row in fresh.filter(started_at__gte=since).exclude(status="running").values(*_FIELDS):
+            tally.add_record(row)
     return tally
