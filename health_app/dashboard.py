@@ -122,15 +122,20 @@ def build(range_name: str, now: datetime | None = None) -> Dashboard:
     tally = rollups.read(since)
     per: dict[datetime, dict[str, rollups.Cell]] = defaultdict(lambda: defaultdict(rollups.Cell))
     daily: dict[datetime, rollups.Cell] = defaultdict(rollups.Cell)
+    hourly = step < day
+    for (hour, status), cell in tally.cells.items():
+        if hourly:  # the cost chart is daily: the hours of the range's first day before it count there
+            daily[_floor(hour, day)].add(cell)
+        if hour >= buckets[0]:
+            per[_floor(hour, step)][status].add(cell)
     total = rollups.Cell()
     counts: dict[str, int] = defaultdict(int)
-    for (hour, status), cell in tally.cells.items():
-        daily[_floor(hour, timedelta(days=1))].add(cell)
-        if hour < buckets[0]:
-            continue
-        per[_floor(hour, step)][status].add(cell)
-        total.add(cell)
-        counts[status] += cell.turns
+    for bucket in buckets:
+        for status, cell in per[bucket].items():
+            total.add(cell)
+            counts[status] += cell.turns
+            if not hourly:
+                daily[bucket].add(cell)
     pairs: dict[tuple[str, str], int] = defaultdict(int)
     for (hour, source, target), n in tally.handoffs.items():
         if hour >= buckets[0]:

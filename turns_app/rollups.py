@@ -46,17 +46,17 @@ def bucket_of(ms: float) -> int:
     return b if RATIO ** b >= ms else b + 1
 
 
-def quantile(histogram: dict[int, int], q: float) -> float | None:
+def quantile(histogram: dict[str, int], q: float) -> float | None:
     """The ``q`` quantile (0 < q ≤ 1) of a latency histogram, as its bucket's upper edge in milliseconds
     (at most 10 % above the true value; 1 ms for anything faster); None for an empty histogram."""
     total = sum(histogram.values())
     if not total:
         return None
     rank, seen = max(1, math.ceil(q * total)), 0
-    for b in sorted(histogram):
+    for b in sorted(histogram, key=int):
         seen += histogram[b]
         if seen >= rank:
-            return RATIO ** b
+            return RATIO ** int(b)
     return None  # pragma: no cover - unreachable: the loop reaches total
 
 
@@ -72,10 +72,11 @@ def _hour(moment: datetime) -> datetime:
 
 @dataclass
 class Cell:
-    """One hour and status: the turns, their latency histogram, known cost, unknown-cost count, tokens."""
+    """One hour and status: the turns, their latency histogram (``{"<bucket>": count}``, as stored),
+    known cost, unknown-cost count, tokens."""
 
     turns: int = 0
-    latency: dict[int, int] = field(default_factory=dict)
+    latency: dict[str, int] = field(default_factory=dict)
     cost: Decimal = Decimal(0)
     cost_unknown: int = 0
     input_tokens: int = 0
@@ -117,7 +118,7 @@ class Tally:
 
 def _cell_of(row: dict[str, Any]) -> Cell:
     duration = row["duration_ms"]
-    return Cell(1, {} if duration is None else {bucket_of(duration): 1}, row["cost"] or Decimal(0),
+    return Cell(1, {} if duration is None else {str(bucket_of(duration)): 1}, row["cost"] or Decimal(0),
                 1 if row["cost"] is None else 0, row["input_tokens"], row["output_tokens"])
 
 
@@ -139,8 +140,9 @@ def fold(batch: int = BATCH) -> int:
     One transaction per batch of ``batch`` records (the watermark moves with the rows it counted)."""
     counted = 0
     mark = _watermark(lock=False)
-    settled = TurnRecord.objects.filter(id__gt=mark.last_id, started_at__lt=_settled_before())
-    if not mark.pending and not settled.exists():
+    newer = TurnRecord.objects.filter(id__gt=mark.last_id).order_by("id").values_list("started_at", flat=True)
+    cutoff = _settled_before()
+    if not mark.pending and not any(at < cutoff for at in newer[:batch]):  # by primary key: a short range
         return 0  # nothing to fold: no write transaction (on SQLite, no write lock taken from the turns)
     while True:
         with transaction.atomic():
@@ -196,7 +198,7 @@ def _store(tally: Tally, sign: int = 1) -> None:
     for (hour, status), cell in tally.cells.items():
         merged = stored.get((hour, status)) or Cell()
         merged.add(cell, sign)
-        histogram = {str(b): n for b, n in sorted(merged.latency.items())}
+        histogram = dict(sorted(merged.latency.items(), key=lambda item: int(item[0])))
         rows.append((ops.adapt_datetimefield_value(hour), status, merged.turns,
                      latency.get_db_prep_value(histogram, connection), ops.adapt_decimalfield_value(merged.cost),
                      merged.cost_unknown, merged.input_tokens, merged.output_tokens))
@@ -210,7 +212,7 @@ def _store(tally: Tally, sign: int = 1) -> None:
 
 
 def _cell_of_rollup(row: TurnRollup) -> Cell:
-    return Cell(row.turns, {int(b): n for b, n in (row.latency or {}).items()}, Decimal(row.cost or 0),
+    return Cell(row.turns, dict(row.latency or {}), Decimal(row.cost or 0),
                 row.cost_unknown, row.input_tokens, row.output_tokens)
 
 
@@ -238,10 +240,16 @@ def read(since: datetime) -> Tally:
     since = _hour(since)
     tally = Tally()
     mark = _watermark(lock=False)
-    for row in TurnRollup.objects.filter(hour__gte=since):
-        tally.cells[(_hour(row.hour), row.status)].add(_cell_of_rollup(row))
-    for pair in HandoffRollup.objects.filter(hour__gte=since):
-        tally.handoffs[(_hour(pair.hour), pair.source, pair.target)] += pair.handoffs
+    # Tuples, not model instances, and one Cell per row (the rows are unique by hour and status; their
+    # hours are stored on the hour, so they key the tally as they come).
+    columns = ("hour", "status", "turns", "latency", "cost", "cost_unknown", "input_tokens", "output_tokens")
+    for hour, status, turns, latency, cost, unknown, tokens_in, tokens_out in (
+            TurnRollup.objects.filter(hour__gte=since).values_list(*columns)):
+        tally.cells[(hour, status)] = Cell(turns, latency or {}, Decimal(cost or 0), unknown, tokens_in,
+                                                  tokens_out)
+    for hour, source, target, n in HandoffRollup.objects.filter(hour__gte=since).values_list(
+            "hour", "source", "target", "handoffs"):
+        tally.handoffs[(hour, source, target)] += n
     # Two queries, not one with OR: each stays on the primary key (an OR would scan every record).
     for fresh in (TurnRecord.objects.filter(id__gt=mark.last_id), TurnRecord.objects.filter(id__in=mark.pending)):
         for row in fresh.filter(started_at__gte=since).exclude(status="running").values(*_FIELDS):

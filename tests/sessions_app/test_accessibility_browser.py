@@ -201,3 +201,36 @@ def test_the_screen_has_no_serious_accessibility_violation(browser, site, login_
     violations = results["violations"]
     blocking = [v for v in violations if v["impact"] in BLOCKING]
     assert not blocking, f"{screen.name} ({scheme}): {describe(blocking)}\nothers: {describe(violations)}"
+
+
+def tab_to(page, text: str, limit: int = 60) -> None:
+    """Press Tab until the focused element's text starts with ``text`` (at most ``limit`` presses)."""
+    for _ in range(limit):
+        page.keyboard.press("Tab")
+        if page.evaluate("document.activeElement.textContent.trim()").startswith(text):
+            return
+    raise AssertionError(f"{text!r} is not reachable with Tab")
+
+
+def test_the_dashboard_is_reached_and_read_with_the_keyboard(browser, site, login_state):
+    context = browser.new_context(viewport={"width": 1366, "height": 900}, storage_state=str(login_state))
+    context.set_default_timeout(15_000)
+    try:
+        page = context.new_page()
+        page.goto(f"{site}/sessions/")
+        tab_to(page, "Dashboard")
+        page.keyboard.press("Enter")
+        page.wait_for_url(f"{site}/dashboard/")
+        tab_to(page, "7 d")
+        page.keyboard.press("Enter")
+        page.wait_for_url(f"{site}/dashboard/?range=7d")
+        tab_to(page, "Show “Turns per day by status” as a table")
+        page.keyboard.press("Enter")
+        table = page.locator("#chart-turns details.as-table table")
+        table.wait_for()
+        totals = [int(t) for t in table.locator("tbody tr td:last-child").all_inner_texts()]
+        drawn = page.locator("#chart-turns svg rect[data-value]").evaluate_all(
+            "rects => rects.map(r => Number(r.dataset.value))")
+        assert sum(totals) == sum(drawn) > 0  # the table holds what the picture draws
+    finally:
+        context.close()
