@@ -236,17 +236,26 @@ def restatus(record_ids: list[int], old: str, new: str) -> None:
 def read(since: datetime) -> Tally:
     """Every record that started at or after ``since`` (an hour boundary), summed by hour: the rollups
     plus the records not folded yet (younger than :data:`SETTLE_SECONDS` or pending), counted live.
-    Records still running are not counted."""
+    Records still running are not counted. A fold committed by another process meanwhile (seen as a
+    moved watermark) makes it read again, so no record is counted twice or missed."""
     since = _hour(since)
+    for _ in range(3):
+        mark = _watermark(lock=False)
+        tally = _read(since, mark)
+        again = _watermark(lock=False)
+        if (again.last_id, again.pending) == (mark.last_id, mark.pending):
+            break
+    return tally
+
+
+def _read(since: datetime, mark: RollupWatermark) -> Tally:
     tally = Tally()
-    mark = _watermark(lock=False)
     # Tuples, not model instances, and one Cell per row (the rows are unique by hour and status; their
     # hours are stored on the hour, so they key the tally as they come).
     columns = ("hour", "status", "turns", "latency", "cost", "cost_unknown", "input_tokens", "output_tokens")
     for hour, status, turns, latency, cost, unknown, tokens_in, tokens_out in (
             TurnRollup.objects.filter(hour__gte=since).values_list(*columns)):
-        tally.cells[(hour, status)] = Cell(turns, latency or {}, Decimal(cost or 0), unknown, tokens_in,
-                                                  tokens_out)
+        tally.cells[(hour, status)] = Cell(turns, latency or {}, Decimal(cost or 0), unknown, tokens_in, tokens_out)
     for hour, source, target, n in HandoffRollup.objects.filter(hour__gte=since).values_list(
             "hour", "source", "target", "handoffs"):
         tally.handoffs[(hour, source, target)] += n
