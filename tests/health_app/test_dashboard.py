@@ -283,3 +283,11 @@ def test_anonymous_visitors_go_to_the_login_and_every_console_user_may_look(clie
     fragment = viewer.get(URL, HTTP_HX_REQUEST="true").content.decode()
     assert "<html" not in fragment and fragment.lstrip().startswith('<div id="dashboard"')
     assert 'hx-trigger="every 30s"' in page and 'aria-current="true">24 h</a>' in page
+
+
+def test_agent_names_are_escaped_in_the_pictures_and_the_tables():
+    TurnRecord.objects.create(session_id="x", owner="h:1:esc:", status="completed", duration_ms=5.0,
+                              agents=["<b>Sup</b>", "B&C\"'"], finished_at=timezone.now())
+    html = dashboard()
+    assert "<b>Sup</b>" not in html and "&lt;b&gt;Sup&lt;/b&gt; → B&amp;C&quot;&#x27;" in html
+    assert body_rows(figures(html), "handoffs") == [["<b>Sup</b>", "B&C\"'", "1"]]
