@@ -1,9 +1,10 @@
 """What the dashboard draws: turn, latency, failure, cost and handoff series over a time range, and the
 queue depth over the last day, read from the hourly rollups (``turns_app.rollups``) and the queue samples.
 
-:func:`build` folds the turn records written since the last read, then reads at most one rollup row per
-hour and status plus one per hour and agent pair (30 days: a few thousand rows, whatever the number of
-sessions) and the last day's queue samples. Hours and days are UTC. Each chart is a :class:`Chart`: the
+:func:`build` folds the turn records written since the last read, then reads one rollup row per bucket
+(hour for 24 h, day for 7 and 30 days) and status plus one per bucket and agent pair (30 days: ~150 rows
+and the pairs, whatever the number of sessions), the days the range touches for the cost chart, and the
+last day's queue samples. Hours and days are UTC. Each chart is a :class:`Chart`: the
 rows of its accessible table and the SVG drawn from the same rows (``health_app.charts``).
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -83,8 +84,7 @@ class Dashboard:
 
 
 def _floor(moment: datetime, step: timedelta) -> datetime:
-    moment = moment.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
-    return moment.replace(hour=0) if step >= timedelta(days=1) else moment
+    return rollups.floor(moment, "day" if step >= timedelta(days=1) else "hour")
 
 
 def _buckets(now: datetime, length: timedelta, step: timedelta) -> list[datetime]:
@@ -117,17 +117,17 @@ def build(range_name: str, now: datetime | None = None) -> Dashboard:
     buckets = _buckets(now, length, step)
     day = timedelta(days=1)
     days = [_floor(buckets[0], day) + day * i for i in range((_floor(now, day) - _floor(buckets[0], day)) // day + 1)]
-    since = min(buckets[0], days[0])
-    rollups.fold()
-    tally = rollups.read(since)
-    per: dict[datetime, dict[str, rollups.Cell]] = defaultdict(lambda: defaultdict(rollups.Cell))
-    daily: dict[datetime, rollups.Cell] = defaultdict(rollups.Cell)
     hourly = step < day
-    for (hour, status), cell in tally.cells.items():
-        if hourly:  # the cost chart is daily: the hours of the range's first day before it count there
-            daily[_floor(hour, day)].add(cell)
-        if hour >= buckets[0]:
-            per[_floor(hour, step)][status].add(cell)
+    rollups.fold()
+    tally = rollups.read(buckets[0], "hour" if hourly else "day")  # keyed by the buckets' own starts
+    per: dict[datetime, dict[str, rollups.Cell]] = defaultdict(lambda: defaultdict(rollups.Cell))
+    for (start, status), cell in tally.cells.items():
+        if start >= buckets[0]:
+            per[start][status] = cell
+    daily: dict[datetime, rollups.Cell] = defaultdict(rollups.Cell)
+    if hourly:  # the cost chart is daily: whole days, the range's first one included
+        for (start, _), cell in rollups.read(days[0], "day").cells.items():
+            daily[start].add(cell)
     total = rollups.Cell()
     counts: dict[str, int] = defaultdict(int)
     for bucket in buckets:
@@ -137,8 +137,8 @@ def build(range_name: str, now: datetime | None = None) -> Dashboard:
             if not hourly:
                 daily[bucket].add(cell)
     pairs: dict[tuple[str, str], int] = defaultdict(int)
-    for (hour, source, target), n in tally.handoffs.items():
-        if hour >= buckets[0]:
+    for (start, source, target), n in tally.handoffs.items():
+        if start >= buckets[0]:
             pairs[(source, target)] += n
     latency = rollups.Cell()
     for b in buckets:

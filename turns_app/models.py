@@ -112,14 +112,16 @@ class SessionTotals(models.Model):
 
 
 class TurnRollup(models.Model):
-    """The turn records of one UTC hour with one status, summed (``turns_app.rollups`` writes it).
+    """The turn records of one UTC hour (``span`` hour) or day (``span`` day) with one status, summed
+    (``turns_app.rollups`` writes both: the day rows let a month be read in 150 rows, not 3,600).
 
     ``latency`` is a histogram of ``duration_ms``: ``{"<bucket>": count}``, bucket ``b`` holding the
     durations in ``(RATIO ** (b - 1), RATIO ** b]`` milliseconds (``turns_app.rollups.RATIO``); ``cost``
     sums the known costs (US dollars), ``cost_unknown`` counts the turns whose cost was unknown.
     """
 
-    hour = models.DateTimeField(help_text="The UTC hour the turns started in.")
+    span = models.CharField(max_length=4, choices=[("hour", "Hour"), ("day", "Day")], default="hour")
+    start = models.DateTimeField(help_text="The UTC hour (or day, at 00:00) the turns started in.")
     status = models.CharField(max_length=16, choices=TurnRecord.Status.choices)
     turns = models.IntegerField(default=0)
     latency = models.JSONField(default=dict, blank=True)
@@ -130,26 +132,28 @@ class TurnRollup(models.Model):
 
     class Meta:
         db_table = "chatflow_turn_rollups"
-        constraints = [models.UniqueConstraint(fields=["hour", "status"], name="uniq_turn_rollup_hour_status")]
+        constraints = [models.UniqueConstraint(fields=["span", "start", "status"], name="uniq_turn_rollup")]
 
     def __str__(self) -> str:
-        return f"{self.hour:%Y-%m-%d %H}:00 {self.status}: {self.turns}"
+        return f"{self.span} {self.start:%Y-%m-%d %H}:00 {self.status}: {self.turns}"
 
 
 class HandoffRollup(models.Model):
-    """How many handoffs from one agent to another the turns started in one UTC hour made."""
+    """How many handoffs from one agent to another the turns started in one UTC hour (or day) made."""
 
-    hour = models.DateTimeField()
+    span = models.CharField(max_length=4, choices=[("hour", "Hour"), ("day", "Day")], default="hour")
+    start = models.DateTimeField()
     source = models.TextField()
     target = models.TextField()
     handoffs = models.IntegerField(default=0)
 
     class Meta:
         db_table = "chatflow_handoff_rollups"
-        constraints = [models.UniqueConstraint(fields=["hour", "source", "target"], name="uniq_handoff_rollup")]
+        constraints = [models.UniqueConstraint(fields=["span", "start", "source", "target"],
+                                               name="uniq_handoff_rollup")]
 
     def __str__(self) -> str:
-        return f"{self.hour:%Y-%m-%d %H}:00 {self.source} → {self.target}: {self.handoffs}"
+        return f"{self.span} {self.start:%Y-%m-%d %H}:00 {self.source} → {self.target}: {self.handoffs}"
 
 
 class RollupWatermark(models.Model):

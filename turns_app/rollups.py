@@ -1,11 +1,13 @@
-"""Hourly rollups of the turn records, computed incrementally by id watermark (never on the turn path).
+"""Hourly and daily rollups of the turn records, computed incrementally by id watermark (never on the turn
+path).
 
 :func:`fold` reads the records written since the last fold (ids above the watermark, in batches) and adds
-each closed one to its UTC hour's ``TurnRollup`` (by status) and ``HandoffRollup`` rows (agent pairs of its
-trail), in one transaction with the watermark's move. A record still ``running`` when read is kept in the
-watermark's ``pending`` list and counted once it ends. Records younger than :data:`SETTLE_SECONDS` are not
-folded yet (on PostgreSQL a record with a lower id may still be uncommitted): :func:`read` counts them
-live, with the same :class:`Tally`, so what it returns is exact at read time.
+each closed one to its UTC hour's and its UTC day's ``TurnRollup`` (by status) and ``HandoffRollup`` rows
+(agent pairs of its trail), in one transaction with the watermark's move. A record still ``running`` when
+read is kept in the watermark's ``pending`` list and counted once it ends. Records younger than
+:data:`SETTLE_SECONDS` are not folded yet (on PostgreSQL a record with a lower id may still be
+uncommitted): :func:`read` counts them live, with the same :class:`Tally`, so what it returns is exact at
+read time.
 
 The dashboard calls :func:`fold` before it reads, and ``manage.py chatflow_sweep`` calls it too, so a read
 only folds what arrived since the last one. ``turns_app.console.mark_rolled_back`` moves already-folded
@@ -26,7 +28,8 @@ from django.utils import timezone
 
 from turns_app.models import HandoffRollup, RollupWatermark, TurnRecord, TurnRollup
 
-__all__ = ["RATIO", "SETTLE_SECONDS", "Tally", "bucket_of", "fold", "handoff_pairs", "quantile", "read", "restatus"]
+__all__ = ["RATIO", "SETTLE_SECONDS", "SPANS", "Tally", "bucket_of", "floor", "fold", "handoff_pairs", "quantile",
+           "read", "restatus"]
 
 #: Width of a latency histogram bucket: each bucket's upper edge is ``RATIO`` times the one below (10 %).
 RATIO = 1.1
@@ -66,8 +69,21 @@ def handoff_pairs(agents: list[Any]) -> list[tuple[str, str]]:
     return [(a, b) for a, b in zip(names, names[1:], strict=False) if a != b]
 
 
+#: The rollups' spans: how a moment is floored to its row's ``start``.
+SPANS = ("hour", "day")
+
+
 def _hour(moment: datetime) -> datetime:
     return moment.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+
+
+def _day(moment: datetime) -> datetime:
+    return moment.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+
+
+def floor(moment: datetime, span: str) -> datetime:
+    """``moment``'s UTC hour (``span`` "hour") or day ("day")."""
+    return _day(moment) if span == "day" else _hour(moment)
 
 
 @dataclass
@@ -96,18 +112,29 @@ class Cell:
 
 @dataclass
 class Tally:
-    """Turns summed by ``(hour, status)`` and handoffs by ``(hour, source, target)``."""
+    """Turns summed by ``(start, status)`` and handoffs by ``(start, source, target)``, ``start`` the UTC
+    hour or day (``span``) the turns started in."""
 
+    span: str = "hour"
     cells: dict[tuple[datetime, str], Cell] = field(default_factory=lambda: defaultdict(Cell))
     handoffs: dict[tuple[datetime, str, str], int] = field(default_factory=lambda: defaultdict(int))
 
     def add_record(self, row: dict[str, Any], status: str | None = None, handoffs: bool = True) -> None:
         """Count one record (a dict of :data:`_FIELDS`), under ``status`` when given."""
-        hour = _hour(row["started_at"])
-        self.cells[(hour, status or row["status"])].add(_cell_of(row))
+        start = floor(row["started_at"], self.span)
+        self.cells[(start, status or row["status"])].add(_cell_of(row))
         if handoffs:
             for source, target in handoff_pairs(row["agents"] or []):
-                self.handoffs[(hour, source, target)] += 1
+                self.handoffs[(start, source, target)] += 1
+
+    def by_day(self) -> Tally:
+        """The same turns and handoffs summed by UTC day."""
+        days = Tally("day")
+        for (start, status), cell in self.cells.items():
+            days.cells[(_day(start), status)].add(cell)
+        for (start, source, target), n in self.handoffs.items():
+            days.handoffs[(_day(start), source, target)] += n
+        return days
 
     def merge(self, other: Tally) -> None:
         for key, cell in other.cells.items():
@@ -171,39 +198,39 @@ def fold(batch: int = BATCH) -> int:
 
 
 _UPSERT_TURNS = (
-    "INSERT INTO chatflow_turn_rollups (hour, status, turns, latency, cost, cost_unknown, input_tokens, "
-    "output_tokens) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (hour, status) DO UPDATE SET "
+    "INSERT INTO chatflow_turn_rollups (span, start, status, turns, latency, cost, cost_unknown, input_tokens, "
+    "output_tokens) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (span, start, status) DO UPDATE SET "
     "turns = EXCLUDED.turns, latency = EXCLUDED.latency, cost = EXCLUDED.cost, "
     "cost_unknown = EXCLUDED.cost_unknown, input_tokens = EXCLUDED.input_tokens, "
     "output_tokens = EXCLUDED.output_tokens"
 )
 _UPSERT_HANDOFFS = (
-    "INSERT INTO chatflow_handoff_rollups (hour, source, target, handoffs) VALUES (%s, %s, %s, %s) "
-    "ON CONFLICT (hour, source, target) DO UPDATE SET handoffs = chatflow_handoff_rollups.handoffs + "
+    "INSERT INTO chatflow_handoff_rollups (span, start, source, target, handoffs) VALUES (%s, %s, %s, %s, %s) "
+    "ON CONFLICT (span, start, source, target) DO UPDATE SET handoffs = chatflow_handoff_rollups.handoffs + "
     "EXCLUDED.handoffs"
 )
 
 
 def _store(tally: Tally, sign: int = 1) -> None:
-    """Add (``sign`` -1: take away) ``tally`` to the rollup rows, creating the missing ones: the touched
-    hours' rows are read, merged here (histograms are JSON) and written back in one batch of upserts. The
-    caller holds the watermark's lock, so no one else writes them meanwhile."""
-    hours = sorted({hour for hour, _ in tally.cells})
-    stored = {(_hour(r.hour), r.status): _cell_of_rollup(r)
-              for r in TurnRollup.objects.filter(hour__in=hours)} if hours else {}
-    latency = TurnRollup._meta.get_field("latency")
+    """Add (``sign`` -1: take away) ``tally`` (by hour) to the hour and the day rollup rows, creating the
+    missing ones: the touched rows are read, merged here (histograms are JSON) and written back in one
+    batch of upserts. The caller holds the watermark's lock, so no one else writes them meanwhile."""
     connection = connections[TurnRollup.objects.db]
-    ops = connection.ops
-    rows = []
-    for (hour, status), cell in tally.cells.items():
-        merged = stored.get((hour, status)) or Cell()
-        merged.add(cell, sign)
-        histogram = dict(sorted(merged.latency.items(), key=lambda item: int(item[0])))
-        rows.append((ops.adapt_datetimefield_value(hour), status, merged.turns,
-                     latency.get_db_prep_value(histogram, connection), ops.adapt_decimalfield_value(merged.cost),
-                     merged.cost_unknown, merged.input_tokens, merged.output_tokens))
-    pairs = [(ops.adapt_datetimefield_value(hour), source, target, sign * n)
-             for (hour, source, target), n in tally.handoffs.items()]
+    ops, latency = connection.ops, TurnRollup._meta.get_field("latency")
+    rows, pairs = [], []
+    for part in (tally, tally.by_day()):
+        starts = sorted({start for start, _ in part.cells})
+        stored = {(_hour(r.start), r.status): _cell_of_rollup(r)
+                  for r in TurnRollup.objects.filter(span=part.span, start__in=starts)} if starts else {}
+        for (start, status), cell in part.cells.items():
+            merged = stored.get((start, status)) or Cell()
+            merged.add(cell, sign)
+            histogram = dict(sorted(merged.latency.items(), key=lambda item: int(item[0])))
+            rows.append((part.span, ops.adapt_datetimefield_value(start), status, merged.turns,
+                         latency.get_db_prep_value(histogram, connection), ops.adapt_decimalfield_value(merged.cost),
+                         merged.cost_unknown, merged.input_tokens, merged.output_tokens))
+        pairs += [(part.span, ops.adapt_datetimefield_value(start), source, target, sign * n)
+                  for (start, source, target), n in part.handoffs.items()]
     with connection.cursor() as cursor:
         if rows:
             cursor.executemany(_UPSERT_TURNS, rows)
@@ -233,32 +260,32 @@ def restatus(record_ids: list[int], old: str, new: str) -> None:
         _store(given)
 
 
-def read(since: datetime) -> Tally:
-    """Every record that started at or after ``since`` (an hour boundary), summed by hour: the rollups
+def read(since: datetime, span: str = "hour") -> Tally:
+    """Every record that started at or after ``since``, summed by UTC hour or day (``span``): the rollups
     plus the records not folded yet (younger than :data:`SETTLE_SECONDS` or pending), counted live.
     Records still running are not counted. A fold committed by another process meanwhile (seen as a
     moved watermark) makes it read again, so no record is counted twice or missed."""
-    since = _hour(since)
+    since = floor(since, span)
     for _ in range(3):
         mark = _watermark(lock=False)
-        tally = _read(since, mark)
+        tally = _read(since, span, mark)
         again = _watermark(lock=False)
         if (again.last_id, again.pending) == (mark.last_id, mark.pending):
             break
     return tally
 
 
-def _read(since: datetime, mark: RollupWatermark) -> Tally:
-    tally = Tally()
-    # Tuples, not model instances, and one Cell per row (the rows are unique by hour and status; their
-    # hours are stored on the hour, so they key the tally as they come).
-    columns = ("hour", "status", "turns", "latency", "cost", "cost_unknown", "input_tokens", "output_tokens")
-    for hour, status, turns, latency, cost, unknown, tokens_in, tokens_out in (
-            TurnRollup.objects.filter(hour__gte=since).values_list(*columns)):
-        tally.cells[(hour, status)] = Cell(turns, latency or {}, Decimal(cost or 0), unknown, tokens_in, tokens_out)
-    for hour, source, target, n in HandoffRollup.objects.filter(hour__gte=since).values_list(
-            "hour", "source", "target", "handoffs"):
-        tally.handoffs[(hour, source, target)] += n
+def _read(since: datetime, span: str, mark: RollupWatermark) -> Tally:
+    tally = Tally(span)
+    # Tuples, not model instances, and one Cell per row (the rows are unique by span, start and status;
+    # their starts are stored floored, so they key the tally as they come).
+    columns = ("start", "status", "turns", "latency", "cost", "cost_unknown", "input_tokens", "output_tokens")
+    for start, status, turns, latency, cost, unknown, tokens_in, tokens_out in (
+            TurnRollup.objects.filter(span=span, start__gte=since).values_list(*columns)):
+        tally.cells[(start, status)] = Cell(turns, latency or {}, Decimal(cost or 0), unknown, tokens_in, tokens_out)
+    for start, source, target, n in HandoffRollup.objects.filter(span=span, start__gte=since).values_list(
+            "start", "source", "target", "handoffs"):
+        tally.handoffs[(start, source, target)] += n
     # Two queries, not one with OR: each stays on the primary key (an OR would scan every record).
     for fresh in (TurnRecord.objects.filter(id__gt=mark.last_id), TurnRecord.objects.filter(id__in=mark.pending)):
         for row in fresh.filter(started_at__gte=since).exclude(status="running").values(*_FIELDS):

@@ -170,7 +170,8 @@ def test_settled_records_are_folded_into_hourly_rollups_and_read_the_same(store)
     earlier = timezone.now() - timedelta(hours=2)
     TurnRecord.objects.update(started_at=earlier)  # two hours pass
     assert rollups.fold() == 4 and rollups.fold() == 0  # once: the watermark moved
-    assert {(r.status, r.turns) for r in TurnRollup.objects.all()} == {("completed", 3), ("failed", 1)}
+    assert {(r.span, r.status, r.turns) for r in TurnRollup.objects.all()} == {
+        (span, status, n) for span in ("hour", "day") for status, n in (("completed", 3), ("failed", 1))}
     after = figures(dashboard())
     hour = earlier.astimezone(UTC).strftime("%H:00")
     assert {(s, label) for s, label, _ in after.marks["turns"]} == {("Completed", hour), ("Failed", hour)}
@@ -192,8 +193,10 @@ def test_a_rollback_moves_folded_turns_to_rolled_back_and_a_running_record_count
     rows = body_rows(figures(dashboard()), "turns")
     assert sum(int(r[1]) for r in rows) == 2 and sum(int(r[5]) for r in rows) == 1  # completed, rolled back
     assert sum(int(r[2]) for r in rows) == 2  # failed: s3's, and s9's once it ended
-    assert {(r.status, r.turns) for r in TurnRollup.objects.filter(turns__gt=0)} == {
+    assert {(r.status, r.turns) for r in TurnRollup.objects.filter(span="hour", turns__gt=0)} == {
         ("completed", 2), ("rolled_back", 1), ("failed", 2)}
+    week = body_rows(figures(dashboard("7d")), "turns")  # the day rows moved the same way
+    assert [sum(int(r[i]) for r in week) for i in (1, 2, 5)] == [2, 2, 1]
 
 
 def test_turns_of_an_unpriced_model_are_counted_apart_never_as_zero_cost(store):
@@ -252,7 +255,7 @@ def test_the_sweep_folds_the_settled_records(store):
     out = io.StringIO()
     call_command("chatflow_sweep", stdout=out)
     assert "4 turn record(s) added to the dashboard's rollups" in out.getvalue()
-    assert sum(r.turns for r in TurnRollup.objects.all()) == 4
+    assert sum(r.turns for r in TurnRollup.objects.filter(span="hour")) == 4
 
 
 def test_an_empty_site_shows_the_empty_state():
