@@ -1,5 +1,6 @@
 """What the dashboard draws: turn, latency, failure, cost and handoff series over a time range, and the
-queue depth over the last day, read from the hourly rollups (``turns_app.rollups``) and the queue samples.
+queue depth over the last day, read from the hourly and daily rollups (``turns_app.rollups``) and the
+queue samples.
 
 :func:`build` folds the turn records written since the last read, then reads one rollup row per bucket
 (hour for 24 h, day for 7 and 30 days) and status plus one per bucket and agent pair (30 days: ~150 rows
