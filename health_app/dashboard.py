@@ -3,10 +3,10 @@ queue depth over the last day, read from the hourly and daily rollups (``turns_a
 queue samples.
 
 :func:`build` folds the turn records written since the last read, then reads one rollup row per bucket
-(hour for 24 h, day for 7 and 30 days) and status plus one per bucket and agent pair (30 days: ~150 rows
-and the pairs, whatever the number of sessions), the days the range touches for the cost chart, and the
-last day's queue samples. Hours and days are UTC. Each chart is a :class:`Chart`: the
-rows of its accessible table and the SVG drawn from the same rows (``health_app.charts``).
+(hour for 24 h, day for 7 and 30 days) and status plus one per bucket and agent pair, whatever the
+number of sessions, the days the range touches for the cost chart, and the last day's queue samples.
+Hours and days are UTC. Each chart is a :class:`Chart`: the rows of its accessible table and the SVG
+drawn from the same rows (``health_app.charts``).
 """
 
 from __future__ import annotations

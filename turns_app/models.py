@@ -113,7 +113,7 @@ class SessionTotals(models.Model):
 
 class TurnRollup(models.Model):
     """The turn records of one UTC hour (``span`` hour) or day (``span`` day) with one status, summed
-    (``turns_app.rollups`` writes both: the day rows let a month be read in 150 rows, not 3,600).
+    (``turns_app.rollups`` writes both: a month is then read one row per day and status, not per hour).
 
     ``latency`` is a histogram of ``duration_ms``: ``{"<bucket>": count}``, bucket ``b`` holding the
     durations in ``(RATIO ** (b - 1), RATIO ** b]`` milliseconds (``turns_app.rollups.RATIO``); ``cost``
