@@ -207,7 +207,8 @@ def spread_times(session_id: str, ends_at: datetime, rng: random.Random) -> None
     Demo sessions are played in a second; a console showing them all "just now" would look
     nothing like a live site. Only timestamps change; the rows and their order stay. Each message's
     own ``timestamp`` (in its JSON, what the transcript export writes) moves with its row's
-    ``created_at`` (what the console shows), so both say the same time, as for a restored transcript.
+    ``created_at`` (what the console shows), so both say the same time, as for a restored transcript;
+    each turn record moves with its USER message (so the dashboard spreads the turns the same way).
     """
     from django.db import transaction
 
@@ -224,6 +225,18 @@ def spread_times(session_id: str, ends_at: datetime, rng: random.Random) -> None
             message.message_json = _dated(message.message_json, moment)
         ChatMessage.objects.bulk_update(messages, ["created_at", "message_json"])
         ChatSession.objects.filter(pk=session_id).update(created_at=start, updated_at=moment)
+        _move_records(session_id, {m.id: m.created_at for m in messages})
+
+
+def _move_records(session_id: str, moments: dict[int, datetime]) -> None:
+    """The session's turn records start when their USER message now says (the dashboard draws them)."""
+    from turns_app.models import TurnRecord
+
+    records = list(TurnRecord.objects.filter(session_id=session_id, first_message_id__in=list(moments)))
+    for record in records:
+        record.started_at = moments[record.first_message_id]
+        record.finished_at = record.started_at + timedelta(milliseconds=record.duration_ms or 0)
+    TurnRecord.objects.bulk_update(records, ["started_at", "finished_at"])
 
 
 def _dated(message_json: str, moment: datetime) -> str:

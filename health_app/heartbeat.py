@@ -2,7 +2,9 @@
 
 The beat runs as its own task on the worker's event loop, with its own thread (and so its own database
 connection), so it never waits behind a turn and a turn never waits behind it. Each beat is one
-``UPDATE`` (an ``INSERT`` the first time) and, once a minute, the deletion of rows silent for a day.
+``UPDATE`` (an ``INSERT`` the first time) and, once a minute, the deletion of rows silent for a day and a
+sample of the webhook queue's depth for the dashboard (``QueueSample``: one ``COUNT`` by status and one
+``INSERT``; samples older than :data:`KEEP_SAMPLES` are deleted).
 """
 
 from __future__ import annotations
@@ -19,15 +21,18 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connections
+from django.db.models import Count
 from django.utils import timezone
 
-from health_app.models import WorkerHeartbeat
+from health_app.models import QueueSample, WorkerHeartbeat
+from webhooks_app.models import InboundDelivery
 
-__all__ = ["start", "stop", "beat", "forget"]
+__all__ = ["start", "stop", "beat", "forget", "sample_queue"]
 
 logger = logging.getLogger("health_app.heartbeat")
 
 FORGET_AFTER = timedelta(days=1)
+KEEP_SAMPLES = timedelta(days=2)
 _PURGE_EVERY = 60.0
 
 
@@ -40,6 +45,17 @@ def beat(owner: str, started_at: Any, processed: int, purge: bool = False) -> No
             pk=owner, defaults={**fields, "host": socket.gethostname(), "pid": os.getpid(), "started_at": started_at})
     if purge:
         WorkerHeartbeat.objects.filter(last_beat__lt=now - FORGET_AFTER).delete()
+        sample_queue(now)
+
+
+def sample_queue(now: Any) -> QueueSample:
+    """Write the webhook queue's depth now (deliveries queued and running) and forget old samples."""
+    status = InboundDelivery.Status
+    counts = {r["status"]: r["n"] for r in InboundDelivery.objects.filter(
+        status__in=[status.QUEUED, status.RUNNING]).values("status").annotate(n=Count("id"))}
+    QueueSample.objects.filter(at__lt=now - KEEP_SAMPLES).delete()
+    return QueueSample.objects.create(at=now, queued=counts.get(status.QUEUED, 0),
+                                      running=counts.get(status.RUNNING, 0))
 
 
 def forget(owner: str) -> None:

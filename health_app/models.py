@@ -57,3 +57,19 @@ class DeliveryTrace(models.Model):
 
     def __str__(self) -> str:
         return f"{self.delivery_id}: {self.traceparent}"
+
+
+class QueueSample(models.Model):
+    """The webhook queue's depth at one moment (deliveries queued and running, every provider), written
+    by a queue worker's heartbeat once a minute; the dashboard draws the last day of them."""
+
+    id = models.BigAutoField(primary_key=True)
+    at = models.DateTimeField(default=timezone.now, db_index=True)
+    queued = models.IntegerField(default=0)
+    running = models.IntegerField(default=0)
+
+    class Meta:
+        db_table = "chatflow_queue_samples"
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M}: {self.queued} queued, {self.running} running"

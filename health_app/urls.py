@@ -1,4 +1,4 @@
-"""The health page (``/health/``), its actions and ``/metrics``."""
+"""The health page (``/health/``), its actions, the dashboard (``/dashboard/``) and ``/metrics``."""
 
 from django.urls import path
 
@@ -7,6 +7,7 @@ from sessions_app import converters  # noqa: F401 - registers <session:…>
 
 urlpatterns = [
     path("health/", views.health_page, name="health-show-health"),
+    path("dashboard/", views.dashboard_page, name="health-show-dashboard"),
     path("health/deliveries/retry/", views.retry_deliveries, name="health-retry-deliveries"),
     path("health/replies/resend/", views.resend_replies, name="health-resend-replies"),
     path("health/operator-replies/resend/", views.resend_operator_replies, name="health-resend-operator-replies"),

@@ -1,4 +1,4 @@
-"""The health page and its operator actions, and ``/metrics``.
+"""The health page and its operator actions, the dashboard, and ``/metrics``.
 
 Actions (POST, CSRF, audited by the functions they call, which run in one transaction with their audit
 entry): bulk Retry of failed deliveries and bulk Resend of replies (``webhooks_app.ledger``), bulk Resend
@@ -18,7 +18,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from health_app import report
+from health_app import dashboard, report
 from sessions_app.access import console_required
 from sessions_app.actions import ActionError
 from takeover_app.views import REPLY
@@ -29,6 +29,7 @@ from webhooks_app.views import RESEND, RETRY
 logger = logging.getLogger("health_app.views")
 
 PAGE = "health_app/health.html"
+DASHBOARD = "health_app/dashboard.html"
 MAX_BULK = report.PAGE_SIZE
 
 
@@ -38,6 +39,22 @@ def health_page(request: HttpRequest) -> HttpResponse:
     """Queue, long-running turns, leases and waiters, failures, workers; htmx polls get the partial."""
     ctx = report.context(request)
     return render(request, f"{PAGE}#health" if getattr(request, "htmx", False) else PAGE, ctx)
+
+
+@require_GET
+@console_required()
+def dashboard_page(request: HttpRequest) -> HttpResponse:
+    """Charts of the turns, latency, failures, cost, handoffs and queue over ``?range=`` (24h, 7d, 30d);
+    an unknown range answers 400 with the reason on the page (``django.request`` logs it in one line).
+    htmx polls get the ``dashboard`` partial."""
+    ctx: dict[str, Any] = {"ranges": [(name, label) for name, (label, _, _) in dashboard.RANGES.items()]}
+    try:
+        ctx["range"] = dashboard.parse_range(request.GET.get("range"))
+    except dashboard.RangeError as err:
+        ctx.update(range="", range_error=str(err))
+        return render(request, DASHBOARD, ctx, status=400)
+    ctx["board"] = dashboard.build(ctx["range"])
+    return render(request, f"{DASHBOARD}#dashboard" if getattr(request, "htmx", False) else DASHBOARD, ctx)
 
 
 def _done(request: HttpRequest, note: str, refused: bool, status: int = 200) -> HttpResponse:

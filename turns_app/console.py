@@ -19,6 +19,7 @@ from django.db.models import BooleanField, DecimalField, IntegerField, OuterRef,
 from django.db.models.functions import Coalesce
 
 from turns_app.models import SessionTotals, TurnRecord
+from turns_app.rollups import restatus
 
 __all__ = ["ENDED_WITHOUT_MESSAGES", "Usage", "attach_records", "discarded_usage", "mark_rolled_back", "totals_of",
            "totals_for", "usage_block", "usage_by_first_message", "usage_by_first_message_for", "session_usage",
@@ -100,9 +101,12 @@ def discarded_usage(session_id: str, first_message_ids: list[int]) -> Usage:
 
 def mark_rolled_back(session_id: str, first_message_ids: list[int]) -> int:
     """Mark ``rolled_back`` the completed records of the turns a rollback removed (call it in the rollback's
-    transaction); how many. Totals keep counting them: their tokens were spent."""
-    return TurnRecord.objects.filter(session_id=session_id, first_message_id__in=first_message_ids,
-                                     status="completed").update(status="rolled_back")
+    transaction); how many. Totals keep counting them: their tokens were spent; the dashboard's rollups
+    count them as rolled back from then on."""
+    records = TurnRecord.objects.filter(session_id=session_id, first_message_id__in=first_message_ids,
+                                        status="completed")
+    restatus(list(records.values_list("id", flat=True)), "completed", "rolled_back")
+    return records.update(status="rolled_back")
 
 
 def _total(column: str, output_field: Any = None) -> Subquery:

@@ -109,3 +109,63 @@ class SessionTotals(models.Model):
 
     def __str__(self) -> str:
         return f"{self.session_id}: {self.total_tokens} tokens"
+
+
+class TurnRollup(models.Model):
+    """The turn records of one UTC hour (``span`` hour) or day (``span`` day) with one status, summed
+    (``turns_app.rollups`` writes both: a month is then read one row per day and status, not per hour).
+
+    ``latency`` is a histogram of ``duration_ms``: ``{"<bucket>": count}``, bucket ``b`` holding the
+    durations in ``(RATIO ** (b - 1), RATIO ** b]`` milliseconds (``turns_app.rollups.RATIO``); ``cost``
+    sums the known costs (US dollars), ``cost_unknown`` counts the turns whose cost was unknown.
+    """
+
+    span = models.CharField(max_length=4, choices=[("hour", "Hour"), ("day", "Day")], default="hour")
+    start = models.DateTimeField(help_text="The UTC hour (or day, at 00:00) the turns started in.")
+    status = models.CharField(max_length=16, choices=TurnRecord.Status.choices)
+    turns = models.IntegerField(default=0)
+    latency = models.JSONField(default=dict, blank=True)
+    cost = models.DecimalField(max_digits=20, decimal_places=10, default=0)
+    cost_unknown = models.IntegerField(default=0)
+    input_tokens = models.BigIntegerField(default=0)
+    output_tokens = models.BigIntegerField(default=0)
+
+    class Meta:
+        db_table = "chatflow_turn_rollups"
+        constraints = [models.UniqueConstraint(fields=["span", "start", "status"], name="uniq_turn_rollup")]
+
+    def __str__(self) -> str:
+        return f"{self.span} {self.start:%Y-%m-%d %H}:00 {self.status}: {self.turns}"
+
+
+class HandoffRollup(models.Model):
+    """How many handoffs from one agent to another the turns started in one UTC hour (or day) made."""
+
+    span = models.CharField(max_length=4, choices=[("hour", "Hour"), ("day", "Day")], default="hour")
+    start = models.DateTimeField()
+    source = models.TextField()
+    target = models.TextField()
+    handoffs = models.IntegerField(default=0)
+
+    class Meta:
+        db_table = "chatflow_handoff_rollups"
+        constraints = [models.UniqueConstraint(fields=["span", "start", "source", "target"],
+                                               name="uniq_handoff_rollup")]
+
+    def __str__(self) -> str:
+        return f"{self.span} {self.start:%Y-%m-%d %H}:00 {self.source} → {self.target}: {self.handoffs}"
+
+
+class RollupWatermark(models.Model):
+    """How far the rollups have read the turn records: every record with an id up to ``last_id`` is
+    counted, except the ``pending`` ids (records still running when they were read)."""
+
+    name = models.CharField(max_length=32, primary_key=True)
+    last_id = models.BigIntegerField(default=0)
+    pending = models.JSONField(default=list, blank=True)
+
+    class Meta:
+        db_table = "chatflow_rollup_watermarks"
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.last_id} (+{len(self.pending)} pending)"

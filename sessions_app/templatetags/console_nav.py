@@ -23,6 +23,7 @@ LINKS = (
     ("Live chat", "chat-open-chat"),
     ("Audit log", "sessions-list-actions"),
     ("Replies", "webhooks-list-attention"),
+    ("Dashboard", "health-show-dashboard"),
     ("Health", "health-show-health"),
     ("API", "api-v1:openapi-view"),
 )

@@ -81,6 +81,18 @@ def test_chatflow_demo_spreads_times_that_the_console_and_the_export_agree_on():
         assert stamps == rows and session.created_at <= rows[0], session.session_id
 
 
+def test_chatflow_demo_records_start_when_their_spread_user_message_says():
+    from turns_app.models import TurnRecord
+
+    run("chatflow_demo", sessions=3, seed=4, spread_hours=48)
+
+    records = list(TurnRecord.objects.all())
+    users = dict(ChatMessage.objects.filter(role="user").values_list("id", "created_at"))
+    assert len(records) == len(users) and all(r.status == "completed" for r in records)
+    assert all(r.started_at == users[r.first_message_id] for r in records)
+    assert all(r.started_at <= r.finished_at for r in records)
+
+
 def test_chatflow_demo_if_empty_seeds_once():
     run("chatflow_demo", sessions=3, if_empty=True)
     ids = set(ChatSession.objects.values_list("pk", flat=True))

@@ -52,6 +52,26 @@ page_states.operator_reply("+15550144", olga, "Your refund is on its way.", stat
 page_states.operator_reply("+15550144", olga, "Anything else?", status="failed", error="ProviderError: 503")
 """
 
+#: The dashboard's data: demo turns played through the site's Runner over the last 20 hours, a failed
+#: turn's record, and the queue samples workers write.
+DASHBOARD = """
+from datetime import timedelta
+from django.core.management import call_command
+from django.utils import timezone
+from health_app.models import QueueSample
+from turns_app.models import TurnRecord
+call_command("chatflow_demo", sessions=8, seed=18, spread_hours=20, verbosity=0)
+TurnRecord.objects.create(session_id="web-0100", owner="a11y:1:x:", status="failed", error="RuntimeError: down",
+                          started_at=timezone.now() - timedelta(hours=3), duration_ms=40.0)
+for h in range(0, 24, 2):
+    QueueSample.objects.create(at=timezone.now() - timedelta(hours=h), queued=h % 5, running=h % 3)
+"""
+
+
+def open_tables(page) -> None:
+    for summary in page.locator("details.as-table summary").all():
+        summary.click()
+
 
 def open_handback_dialog(page) -> None:
     page.get_by_text("Hand back to an agent…").click()
@@ -95,6 +115,9 @@ SCREENS = [
     Screen("attention", "/webhooks/attention/"),
     Screen("health", "/health/"),  # the failed delivery and the failed operator reply above
     Screen("health-phone", "/health/", width=390),
+    Screen("dashboard", "/dashboard/"),
+    Screen("dashboard-tables", "/dashboard/?range=7d", prepare=open_tables),
+    Screen("dashboard-phone", "/dashboard/?range=30d", width=390),
     Screen("admin-index", "/admin/"),
 ]
 
@@ -103,7 +126,7 @@ SCREENS = [
 def site(tmp_path_factory):
     directory = tmp_path_factory.mktemp("a11y-site")
     with running_site(directory) as base:
-        done = run_manage("shell", "-c", DELIVERIES + TAKEOVER,
+        done = run_manage("shell", "-c", DELIVERIES + TAKEOVER + DASHBOARD,
                           env=site_env(DATABASE_URL=f"sqlite:///{directory / 'site.db'}", DEBUG="1"))
         assert done.returncode == 0, done.stderr
         yield base
@@ -180,3 +203,36 @@ def test_the_screen_has_no_serious_accessibility_violation(browser, site, login_
     violations = results["violations"]
     blocking = [v for v in violations if v["impact"] in BLOCKING]
     assert not blocking, f"{screen.name} ({scheme}): {describe(blocking)}\nothers: {describe(violations)}"
+
+
+def tab_to(page, text: str, limit: int = 60) -> None:
+    """Press Tab until the focused element's text starts with ``text`` (at most ``limit`` presses)."""
+    for _ in range(limit):
+        page.keyboard.press("Tab")
+        if page.evaluate("document.activeElement.textContent.trim()").startswith(text):
+            return
+    raise AssertionError(f"{text!r} is not reachable with Tab")
+
+
+def test_the_dashboard_is_reached_and_read_with_the_keyboard(browser, site, login_state):
+    context = browser.new_context(viewport={"width": 1366, "height": 900}, storage_state=str(login_state))
+    context.set_default_timeout(15_000)
+    try:
+        page = context.new_page()
+        page.goto(f"{site}/sessions/")
+        tab_to(page, "Dashboard")
+        page.keyboard.press("Enter")
+        page.wait_for_url(f"{site}/dashboard/")
+        tab_to(page, "7 d")
+        page.keyboard.press("Enter")
+        page.wait_for_url(f"{site}/dashboard/?range=7d")
+        tab_to(page, "Show “Turns per day by status” as a table")
+        page.keyboard.press("Enter")
+        table = page.locator("#chart-turns details.as-table table")
+        table.wait_for()
+        totals = [int(t) for t in table.locator("tbody tr td:last-child").all_inner_texts()]
+        drawn = page.locator("#chart-turns svg rect[data-value]").evaluate_all(
+            "rects => rects.map(r => Number(r.dataset.value))")
+        assert sum(totals) == sum(drawn) > 0  # the table holds what the picture draws
+    finally:
+        context.close()

@@ -4,7 +4,9 @@ session leases and waiters.
 A turn record says ``running`` while its turn holds the session's lease; once that lease expired (its process
 stopped renewing it) the record is marked ``interrupted`` — by the next turn on the session, by the lease
 purge turns run now and then, or by this command (run it from cron or a scheduler for sessions that get no
-next turn). Prints what it did; exit status 0.
+next turn). It then folds the turn records written since the last fold into the dashboard's hourly and daily
+rollups (``turns_app.rollups.fold``), so the dashboard's own read has little to add. Prints what it did;
+exit status 0.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from django.core.management.base import BaseCommand
 from django.db import connections, transaction
 
 from turns_app.records import mark_interrupted
+from turns_app.rollups import fold
 
 
 class Command(BaseCommand):
@@ -30,5 +33,6 @@ class Command(BaseCommand):
         with transaction.atomic(using=using), connections[using].cursor() as cursor:
             interrupted = mark_interrupted(cursor, time.time())
         purged = site_store().purge_expired_leases() if using == "default" else 0
+        counted = fold() if using == "default" else 0
         self.stdout.write(f"{interrupted} turn record(s) marked interrupted; {purged} expired lease/waiter row(s) "
-                          "purged.")
+                          f"purged; {counted} turn record(s) added to the dashboard's rollups.")

@@ -1,0 +1,165 @@
+"""Server time of the dashboard as the number of sessions grows.
+
+    python bench/dashboard.py                      # 1k, 10k and 100k sessions, 3 turn records each
+    python bench/dashboard.py --sizes 1000 --runs 10
+
+Builds a fresh SQLite database (WAL, the site's settings) per size in a temporary directory: the
+sessions, three turn records each spread over the last 30 days (statuses, durations, costs and agent
+trails with handoffs, like a busy site), and a day of queue samples (one a minute). Then, in a fresh
+process, through Django's test client (middleware, auth, queries and templates included, no network):
+
+- the first read, which folds every record into the hourly rollups (a one-off: ``chatflow_sweep`` or the
+  first visit after an upgrade pays it);
+- p50 / p95 of each range (24 h, 7 d, 30 d) with nothing new since the previous read;
+- p50 / p95 of the 30 d range when 50 new turns were recorded before each read (folded by that read).
+
+Rows are written with raw sqlite3 executemany; the dashboard itself reads through the ORM. Prints a
+table and a JSON line; figures go in the README.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from bench.console import setup_django, stamp, timed  # noqa: E402 - after the path
+
+AGENTS = ("Support", "Billing", "Tech")
+STATUSES = ("completed",) * 92 + ("failed",) * 5 + ("interrupted",) * 2 + ("cancelled",)
+TURNS_PER_SESSION = 3
+NOW = datetime.now(UTC)
+
+
+def record_row(rng: random.Random, sid: str, n: int, started: datetime) -> tuple:
+    status = rng.choice(STATUSES)
+    trail = [AGENTS[n % 3]] + ([AGENTS[(n + 1) % 3]] if rng.random() < 0.2 else [])
+    duration = rng.lognormvariate(7, 0.6)  # ≈ 1.1 s median
+    cost = None if rng.random() < 0.03 else f"{rng.uniform(0.0002, 0.004):.6f}"
+    return (sid, f"bench:{n}:{sid}", "webhook", None, "", status, stamp(started),
+            stamp(started + timedelta(milliseconds=duration)), 3.0, 1.0, duration, json.dumps(trail),
+            "" if status == "completed" else "RuntimeError: boom", "[]", "[]", 300, 40, 0, cost, "")
+
+
+def insert_records(conn: sqlite3.Connection, rows: list[tuple]) -> None:
+    conn.executemany(
+        "INSERT INTO chatflow_turn_records (session_id, owner, source, first_message_id, user_text, status, "
+        "started_at, finished_at, queue_wait_ms, lease_wait_ms, duration_ms, agents, error, calls, tools, "
+        "input_tokens, output_tokens, cached_tokens, cost, trace_id) VALUES "
+        "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+
+
+def fill(db: Path, sessions: int) -> None:
+    """``sessions`` sessions with their turn records over the last 30 days, and a day of queue samples."""
+    rng = random.Random(sessions)
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("PRAGMA synchronous=OFF")
+    conn.execute("BEGIN")
+    batch_s, batch_r, n = [], [], 0
+    for i in range(sessions):
+        sid = f"+1555{i:07d}"
+        last = NOW - timedelta(seconds=rng.uniform(300, 30 * 86400))
+        batch_s.append((sid, AGENTS[i % 3], "{}", stamp(last), stamp(last)))
+        for t in range(TURNS_PER_SESSION):
+            n += 1
+            batch_r.append(record_row(rng, sid, n, last - timedelta(minutes=2 * (TURNS_PER_SESSION - t))))
+        if len(batch_r) >= 30_000:
+            flush(conn, batch_s, batch_r)
+    flush(conn, batch_s, batch_r)
+    conn.executemany("INSERT INTO chatflow_queue_samples (at, queued, running) VALUES (?, ?, ?)",
+                     [(stamp(NOW - timedelta(minutes=m)), rng.randrange(0, 40), rng.randrange(0, 8))
+                      for m in range(1440)])
+    conn.execute("COMMIT")
+    conn.execute("ANALYZE")
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+
+
+def flush(conn: sqlite3.Connection, sessions: list, records: list) -> None:
+    conn.executemany("INSERT INTO chatflow_sessions (session_id, active_agent_name, metadata_json, created_at, "
+                     "updated_at) VALUES (?, ?, ?, ?, ?)", sessions)
+    insert_records(conn, records)
+    sessions.clear()
+    records.clear()
+
+
+def with_new_turns(client, db: Path, runs: int, per_read: int = 50) -> dict[str, float]:
+    """Each read preceded by ``per_read`` new settled records (written outside the timing)."""
+    rng, samples = random.Random(7), []
+    conn = sqlite3.connect(db, isolation_level=None, timeout=20)
+    for run in range(runs):
+        started = datetime.now(UTC) - timedelta(minutes=5)
+        rows = [record_row(rng, f"new-{run}-{k}", 10**9 + run * per_read + k, started) for k in range(per_read)]
+        conn.execute("BEGIN IMMEDIATE")
+        insert_records(conn, rows)
+        conn.execute("COMMIT")
+        t0 = time.perf_counter()
+        assert client.get("/dashboard/?range=30d").status_code == 200
+        samples.append((time.perf_counter() - t0) * 1000)
+    conn.close()
+    samples.sort()
+    return {"p50": round(statistics.median(samples), 1), "p95": round(samples[int(len(samples) * 0.95) - 1], 1)}
+
+
+def measure_here(db: Path, runs: int) -> None:
+    """Child process: Django on ``db``, the measurements as one JSON line on stdout."""
+    setup_django(db)
+    if runs == 0:
+        return  # migrate only
+    from django.contrib.auth.models import User
+    from django.test import Client
+
+    user = User.objects.filter(username="bench").first() or User.objects.create_superuser("bench", "b@x.test", "x")
+    client = Client()
+    client.force_login(user)
+    t0 = time.perf_counter()
+    assert client.get("/dashboard/?range=30d").status_code == 200
+    first = round((time.perf_counter() - t0) * 1000, 1)
+    out = {"first read (folds all)": {"p50": first, "p95": first}}
+    for name in ("24h", "7d", "30d"):
+        out[f"range {name}"] = timed(client, f"/dashboard/?range={name}", runs)
+    out["30d, 50 new turns a read"] = with_new_turns(client, db, runs)
+    print(json.dumps(out))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default="1000,10000,100000")
+    parser.add_argument("--runs", type=int, default=30)
+    parser.add_argument("--measure", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.measure:
+        return measure_here(args.measure, args.runs)
+    sizes = [int(s) for s in args.sizes.split(",")]
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for size in sizes:
+            db = Path(tmp) / f"dashboard-{size}.db"
+            subprocess.run([sys.executable, __file__, "--measure", str(db), "--runs", "0"], check=True)  # migrate
+            t0 = time.perf_counter()
+            fill(db, size)
+            print(f"{size:>7} sessions ({size * TURNS_PER_SESSION:,} turn records) written in "
+                  f"{time.perf_counter() - t0:.1f}s", file=sys.stderr)
+            done = subprocess.run([sys.executable, __file__, "--measure", str(db), "--runs", str(args.runs)],
+                                  capture_output=True, text=True, check=True)
+            results[size] = json.loads(done.stdout.strip().splitlines()[-1])
+    names = list(next(iter(results.values())))
+    print(f"{'dashboard (ms, p50 / p95)':<28}" + "".join(f"{s:>18,}" for s in sizes))
+    for name in names:
+        print(f"{name:<28}" + "".join(f"{results[s][name]['p50']:>10} / {results[s][name]['p95']:<7}" for s in sizes))
+    print(json.dumps({"dashboard": {str(s): r for s, r in results.items()}}))
+
+
+if __name__ == "__main__":
+    main()

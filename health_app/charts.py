@@ -1,0 +1,133 @@
+"""Server-rendered SVG charts for the dashboard: stacked bars, lines and horizontal bars.
+
+Each function takes the labels and numbers the chart's accessible table shows and returns an ``<svg>``
+(a ``SafeString``; every label is escaped) with ``role="img"`` and an ``aria-label``. Colours come from CSS
+classes (``static/css/dashboard.css``), so the light and dark themes apply. Every drawn mark carries its
+figure in ``data-value`` (and its label in ``data-label``) and a ``<title>`` tooltip.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from django.utils.html import escape
+from django.utils.safestring import SafeString, mark_safe
+
+__all__ = ["bars", "hbars", "lines", "nice_top"]
+
+WIDTH, HEIGHT = 720, 240
+LEFT, RIGHT, TOP, BOTTOM = 56, 12, 12, 30
+
+
+def nice_top(value: float, integer: bool = False) -> float:
+    """The axis' top for values up to ``value``: the smallest 1, 2, 2.5 or 5 × 10ⁿ at or above it (1 for
+    nothing to draw); ``integer``: a multiple of 4 whose quarters (the grid lines) are whole numbers."""
+    if integer:
+        return 4 * max(1.0, nice_top(value / 4), float(math.ceil(nice_top(value / 4))))
+    if value <= 0:
+        return 1.0
+    base = 10 ** math.floor(math.log10(value))
+    for step in (1, 2, 2.5, 5, 10):
+        if value <= step * base * (1 + 1e-9):
+            return step * base
+    return 10 * base  # pragma: no cover - the loop always returns
+
+
+def _fmt(value: float, unit: str) -> str:
+    text = f"{value:,.4g}" if value < 1000 else f"{value:,.0f}"
+    if unit == "$":
+        return f"${text}"
+    return f"{text} {unit}".strip() if unit not in ("", "%") else f"{text}{unit}"
+
+
+def _svg(title: str, body: list[str], height: int = HEIGHT) -> SafeString:
+    return mark_safe(f'<svg class="chart" viewBox="0 0 {WIDTH} {height}" preserveAspectRatio="xMidYMid meet" '
+                     f'role="img" aria-label="{escape(title)}" focusable="false">' + "".join(body) + "</svg>")
+
+
+def _axes(labels: Sequence[str], top: float, unit: str) -> tuple[list[str], float, float]:
+    """Grid lines with their figures, x labels (every n-th), and the plot's width and height."""
+    plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
+    out = []
+    for i in range(5):
+        value = top * i / 4
+        y = TOP + plot_h - plot_h * i / 4
+        out.append(f'<line class="grid" x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{y:.1f}" y2="{y:.1f}"/>')
+        tick = escape(_fmt(value, unit))
+        out.append(f'<text class="tick" x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">{tick}</text>')
+    every = max(1, math.ceil(len(labels) / 12))
+    slot = plot_w / max(1, len(labels))
+    for i, label in enumerate(labels):
+        if i % every == 0:
+            x = LEFT + slot * (i + 0.5)
+            out.append(f'<text class="tick" x="{x:.1f}" y="{HEIGHT - 10}" text-anchor="middle">{escape(label)}</text>')
+    return out, plot_w, plot_h
+
+
+def bars(labels: Sequence[str], series: Sequence[tuple[str, str, Sequence[float]]], *, title: str,
+         unit: str = "", integer: bool = False) -> SafeString:
+    """Bars per label, the ``series`` (``(css class, name, values)``) stacked bottom up; ``integer``: counts."""
+    top = nice_top(max((sum(s[2][i] for s in series) for i in range(len(labels))), default=0), integer)
+    body, plot_w, plot_h = _axes(labels, top, unit)
+    slot = plot_w / max(1, len(labels))
+    width = max(1.0, slot * 0.72)
+    for i, label in enumerate(labels):
+        base = 0.0
+        for css, name, values in series:
+            value = values[i]
+            if not value:
+                continue
+            h = plot_h * value / top
+            y = TOP + plot_h - plot_h * base / top - h
+            x = LEFT + slot * i + (slot - width) / 2
+            tip = escape(f"{label} · {name}: {_fmt(value, unit)}")
+            body.append(f'<rect class="{css}" x="{x:.1f}" y="{y:.1f}" width="{width:.1f}" height="{h:.1f}" '
+                        f'data-label="{escape(label)}" data-series="{escape(name)}" data-value="{value:g}">'
+                        f"<title>{tip}</title></rect>")
+            base += value
+    return _svg(title, body)
+
+
+def lines(labels: Sequence[str], series: Sequence[tuple[str, str, Sequence[float | None]]], *, title: str,
+          unit: str = "", top: float | None = None, integer: bool = False) -> SafeString:
+    """One line per series (``(css class, name, values)``), broken where a value is None, a dot per value;
+    ``top``: the axis' top (default: :func:`nice_top` of the highest value); ``integer``: counts."""
+    highest = max((v for _, _, values in series for v in values if v is not None), default=0)
+    top = top if top is not None else nice_top(highest, integer)
+    body, plot_w, plot_h = _axes(labels, top, unit)
+    slot = plot_w / max(1, len(labels))
+    for css, name, values in series:
+        run: list[str] = []
+        dots = []
+        for i, value in enumerate(list(values) + [None]):
+            if value is None:
+                if len(run) > 1:
+                    body.append(f'<polyline class="{css}" points="{" ".join(run)}"/>')
+                run = []
+                continue
+            x, y = LEFT + slot * (i + 0.5), TOP + plot_h - plot_h * min(value, top) / top
+            run.append(f"{x:.1f},{y:.1f}")
+            tip = escape(f"{labels[i]} · {name}: {_fmt(value, unit)}")
+            dots.append(f'<circle class="{css}" cx="{x:.1f}" cy="{y:.1f}" r="3" data-label="{escape(labels[i])}" '
+                        f'data-series="{escape(name)}" data-value="{value:g}"><title>{tip}</title></circle>')
+        body.extend(dots)
+    return _svg(title, body)
+
+
+def hbars(labels: Sequence[str], values: Sequence[int], *, title: str) -> SafeString:
+    """One horizontal bar per label (at most 12, the largest first as given), its figure at its end."""
+    labels, values = list(labels)[:12], list(values)[:12]
+    row, left = 26, 220
+    height = max(60, TOP + row * len(labels) + 8)
+    top = nice_top(max(values, default=0))
+    span = WIDTH - left - RIGHT - 40
+    body = []
+    for i, (label, value) in enumerate(zip(labels, values, strict=True)):
+        y = TOP + row * i
+        w = max(1.0, span * value / top)
+        body.append(f'<text class="tick" x="{left - 8}" y="{y + 15}" text-anchor="end">{escape(label)}</text>')
+        body.append(f'<rect class="bar-handoff" x="{left}" y="{y + 3}" width="{w:.1f}" height="{row - 8}" '
+                    f'data-label="{escape(label)}" data-value="{value}"><title>{escape(label)}: {value}</title></rect>')
+        body.append(f'<text class="tick" x="{left + w + 6:.1f}" y="{y + 15}">{value}</text>')
+    return _svg(title, body, height)

@@ -1,0 +1,296 @@
+"""The dashboard: charts drawn from known traffic (turns played through the site's DjangoSessionStore and a
+real Runner), each chart's accessible table holding the numbers its SVG draws, the hourly rollups folded
+by id watermark, the queue samples of the workers' heartbeat, the time range, and who may look."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import re
+import statistics
+from collections.abc import Iterator
+from datetime import UTC, timedelta
+from html.parser import HTMLParser
+
+import pytest
+from django.contrib.auth.models import User
+from django.core.management import call_command
+from django.utils import timezone
+
+from chatflow_agent import Agent, PriceBook, Runner
+from chatflow_agent.core.engines.base import EngineTurnResult
+from chatflow_agent.core.engines.scripted import ScriptedEngine
+from chatflow_agent.types import ModelCallUsage, ToolCall
+from health_app import heartbeat
+from health_app.models import QueueSample
+from sessions_app.store import DjangoSessionStore
+from tests.sessions_app import personas
+from tests.webhooks_app import payloads as p
+from tests.webhooks_app.test_endpoints import post_generic
+from turns_app import rollups
+from turns_app.console import mark_rolled_back
+from turns_app.models import TurnRecord, TurnRollup
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+URL = "/dashboard/"
+#: $1 per input token, $2 per output token: costs that read as whole dollars.
+PRICES = PriceBook({"clerk-1": {"input": 1_000_000, "output": 2_000_000}}, library=False)
+
+
+def usage(input_tokens: int, output_tokens: int) -> ModelCallUsage:
+    return ModelCallUsage(provider="scripted", model="clerk-1", input_tokens=input_tokens,
+                          output_tokens=output_tokens, cached_tokens=0, latency_ms=1.0, finish_reason="stop")
+
+
+@pytest.fixture
+def store() -> Iterator[DjangoSessionStore]:
+    s = DjangoSessionStore()
+    yield s
+    s.close()
+
+
+def play(store: DjangoSessionStore) -> None:
+    """Known traffic: two completed turns on ``s1`` (the first hands off Support → Billing), one on ``s2``,
+    and a failed turn on ``s3``: 4 ended turns, 1 failure, $64 of known cost ($1 per input token, $2 per output
+    token: 28 + 12 for the handoff turn's two calls, 12 and 12), one handoff."""
+    engine = ScriptedEngine(
+        EngineTurnResult(tool_calls=[ToolCall(id="h1", name="transfer_to_billing", args={})], usage=usage(20, 4)),
+        EngineTurnResult(text="Billing here.", usage=usage(8, 2)),
+        EngineTurnResult(text="Anything else?", usage=usage(8, 2)),
+        EngineTurnResult(text="Hello.", usage=usage(8, 2)),
+        RuntimeError("the model is down"),
+    )
+    billing = Agent(name="Billing", instructions="Bill.", model="clerk-1", engine=engine)
+    support = Agent(name="Support", instructions="Help.", model="clerk-1", engine=engine, handoffs=[billing])
+    runner = Runner(support, session_store=store, prices=PRICES)
+
+    async def turns() -> None:
+        await runner.run_async("s1", "I need an invoice")
+        await runner.run_async("s1", "thanks")
+        await runner.run_async("s2", "hi")
+        with pytest.raises(RuntimeError):
+            await runner.run_async("s3", "hello?")
+
+    asyncio.run(turns())
+
+
+class Figures(HTMLParser):
+    """Per chart (``figure id``): the SVG marks ``(series, label, value)`` and the table rows (cell texts)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.marks: dict[str, list[tuple[str, str, float]]] = {}
+        self.rows: dict[str, list[list[str]]] = {}
+        self.chart = ""
+        self.cell: list[str] | None = None
+
+    def handle_starttag(self, tag: str, attrs: list) -> None:
+        a = dict(attrs)
+        if tag == "figure":
+            self.chart = a["id"].removeprefix("chart-")
+            self.marks[self.chart], self.rows[self.chart] = [], []
+        elif tag in ("rect", "circle") and "data-value" in a and self.chart:
+            self.marks[self.chart].append((a.get("data-series", ""), a["data-label"], float(a["data-value"])))
+        elif tag == "tr" and self.chart:
+            self.rows[self.chart].append([])
+        elif tag in ("td", "th") and self.chart:
+            self.cell = []
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in ("td", "th") and self.cell is not None:
+            self.rows[self.chart][-1].append("".join(self.cell).strip())
+            self.cell = None
+
+    def handle_data(self, data: str) -> None:
+        if self.cell is not None:
+            self.cell.append(data)
+
+
+def figures(html: str) -> Figures:
+    parsed = Figures()
+    parsed.feed(html)
+    return parsed
+
+
+def body_rows(parsed: Figures, chart: str) -> list[list[str]]:
+    return [row for row in parsed.rows[chart][1:] if row]
+
+
+@pytest.fixture(autouse=True)
+def viewer():
+    return personas.viewer()
+
+
+def dashboard(range_: str = "24h") -> str:
+    answer = personas.client_for(User.objects.get(username="victor.viewer")).get(URL, {"range": range_})
+    assert answer.status_code == 200
+    return answer.content.decode()
+
+
+def test_the_charts_and_their_tables_show_the_known_traffic(store):
+    play(store)
+    html = dashboard()
+    parsed = figures(html)
+    hour = timezone.now().astimezone(UTC).strftime("%H:00")
+
+    turns = {(s, label): v for s, label, v in parsed.marks["turns"]}
+    assert turns == {("Completed", hour): 3.0, ("Failed", hour): 1.0}
+    [now_row] = [r for r in body_rows(parsed, "turns") if r[0] == hour]
+    assert now_row == [hour, "3", "1", "0", "0", "0", "4"]  # completed, failed, interrupted, cancelled, rolled back
+    assert sum(int(r[-1]) for r in body_rows(parsed, "turns")) == 4
+
+    [(_, _, rate)] = parsed.marks["failures"]
+    assert rate == 25.0 and [r for r in body_rows(parsed, "failures") if r[0] == hour] == [[hour, "25.0 %", "1", "4"]]
+
+    # The histogram's resolution: a drawn quantile is at most RATIO above the true one, and at least 1 ms.
+    durations = sorted(max(1.0, ms) for ms in TurnRecord.objects.filter(status="completed").values_list(
+        "duration_ms", flat=True))
+    drawn = {s: v for s, _, v in parsed.marks["latency"]}
+    assert statistics.median_low(durations) <= drawn["p50"] <= statistics.median_low(durations) * rollups.RATIO
+    assert durations[-1] <= drawn["p95"] <= durations[-1] * rollups.RATIO  # 95th of three: the slowest
+    [latency_row] = [r for r in body_rows(parsed, "latency") if r[0] == hour]
+    assert latency_row[1] == f"{drawn['p50']:,.0f} ms" and latency_row[3] == "3"
+
+    day = timezone.now().astimezone(UTC).strftime("%b %d")
+    assert [v for _, label, v in parsed.marks["cost"] if label == day] == [28 + 12 + 12 + 12.0]
+    assert [day, "$64.00", "0"] in body_rows(parsed, "cost")  # the failed turn's call raised: no usage
+    assert len(body_rows(parsed, "cost")) == 2  # the days the last 24 h touch
+    assert "used a model without a known price" not in html
+
+    assert parsed.marks["handoffs"] == [("", "Support → Billing", 1.0)]
+    assert body_rows(parsed, "handoffs") == [["Support", "Billing", "1"]]
+    assert re.search(r'<dd id="fact-turns">4</dd>', html) and '<dd id="fact-failure">25.0 %</dd>' in html
+
+
+def test_settled_records_are_folded_into_hourly_rollups_and_read_the_same(store):
+    play(store)
+    before = figures(dashboard())
+    assert not TurnRollup.objects.exists()  # younger than SETTLE_SECONDS: counted live, not folded
+    earlier = timezone.now() - timedelta(hours=2)
+    TurnRecord.objects.update(started_at=earlier)  # two hours pass
+    assert rollups.fold() == 4 and rollups.fold() == 0  # once: the watermark moved
+    assert {(r.span, r.status, r.turns) for r in TurnRollup.objects.all()} == {
+        (span, status, n) for span in ("hour", "day") for status, n in (("completed", 3), ("failed", 1))}
+    after = figures(dashboard())
+    hour = earlier.astimezone(UTC).strftime("%H:00")
+    assert {(s, label) for s, label, _ in after.marks["turns"]} == {("Completed", hour), ("Failed", hour)}
+    assert [r[1:] for r in body_rows(after, "turns") if r[0] == hour] == [["3", "1", "0", "0", "0", "4"]]
+    assert body_rows(after, "handoffs") == body_rows(before, "handoffs")
+    assert body_rows(after, "cost") == body_rows(before, "cost")
+    assert [v for s, _, v in after.marks["latency"]] == [v for s, _, v in before.marks["latency"]]
+
+
+def test_a_rollback_moves_folded_turns_to_rolled_back_and_a_running_record_counts_once_ended(store):
+    play(store)
+    TurnRecord.objects.update(started_at=timezone.now() - timedelta(hours=1))
+    running = TurnRecord.objects.create(session_id="s9", owner="h:1:run:", status="running",
+                                        started_at=timezone.now() - timedelta(hours=1))
+    rollups.fold()
+    first = TurnRecord.objects.filter(session_id="s1").order_by("id").first()
+    assert mark_rolled_back("s1", [first.first_message_id]) == 1
+    TurnRecord.objects.filter(pk=running.pk).update(status="failed", duration_ms=5.0, finished_at=timezone.now())
+    rows = body_rows(figures(dashboard()), "turns")
+    assert sum(int(r[1]) for r in rows) == 2 and sum(int(r[5]) for r in rows) == 1  # completed, rolled back
+    assert sum(int(r[2]) for r in rows) == 2  # failed: s3's, and s9's once it ended
+    assert {(r.status, r.turns) for r in TurnRollup.objects.filter(span="hour", turns__gt=0)} == {
+        ("completed", 2), ("rolled_back", 1), ("failed", 2)}
+    week = body_rows(figures(dashboard("7d")), "turns")  # the day rows moved the same way
+    assert [sum(int(r[i]) for r in week) for i in (1, 2, 5)] == [2, 2, 1]
+
+
+def test_turns_of_an_unpriced_model_are_counted_apart_never_as_zero_cost(store):
+    runner = Runner(Agent(name="Support", instructions="Help.", model="mystery-1",
+                          engine=ScriptedEngine(EngineTurnResult(text="Hi.", usage=ModelCallUsage(
+                              provider="scripted", model="mystery-1", input_tokens=5, output_tokens=1)))),
+                    session_store=store, prices=PRICES)
+    asyncio.run(runner.run_async("u1", "hello"))
+    html = dashboard()
+    day = timezone.now().astimezone(UTC).strftime("%b %d")
+    assert [day, "$0.0000", "1"] in body_rows(figures(html), "cost")
+    assert "1 turn used a model without a known price: not counted here" in html
+    assert "(+1 turn without a known price)" in html
+
+
+def test_the_week_and_month_ranges_count_per_day(store):
+    play(store)
+    TurnRecord.objects.filter(session_id="s2").update(started_at=timezone.now() - timedelta(days=3))
+    week = figures(dashboard("7d"))
+    assert len(body_rows(week, "turns")) == 7 and sum(int(r[-1]) for r in body_rows(week, "turns")) == 4
+    three_days_ago = (timezone.now() - timedelta(days=3)).astimezone(UTC).strftime("%b %d")
+    assert [r[-1] for r in body_rows(week, "turns") if r[0] == three_days_ago] == ["1"]
+    assert len(body_rows(figures(dashboard("30d")), "cost")) == 30
+    day = figures(dashboard("24h"))
+    assert sum(int(r[-1]) for r in body_rows(day, "turns")) == 3  # s2's turn is three days old
+
+
+def test_the_queue_chart_draws_the_heartbeat_samples(client):
+    for n in range(3):
+        post_generic(client, p.generic(f"q-{n}", f"qm-{n}", "hello"))
+    sample = heartbeat.sample_queue(timezone.now())
+    assert (sample.queued, sample.running) == (3, 0)
+    QueueSample.objects.create(at=timezone.now() - timedelta(hours=3), queued=7, running=2)
+    QueueSample.objects.create(at=timezone.now() - timedelta(days=3), queued=99, running=0)  # older than a day
+    parsed = figures(dashboard())
+    queued = {label: v for s, label, v in parsed.marks["queue"] if s == "Queued (max)"}
+    three_ago = (timezone.now() - timedelta(hours=3)).astimezone(UTC).strftime("%H:00")
+    now = timezone.now().astimezone(UTC).strftime("%H:00")
+    assert queued == {three_ago: 7.0, now: 3.0}
+    assert [three_ago, "7", "2"] in body_rows(parsed, "queue") and [now, "3", "0"] in body_rows(parsed, "queue")
+    assert all(r[1] == "—" for r in body_rows(parsed, "queue") if r[0] not in (three_ago, now))
+
+
+def test_a_worker_beat_samples_the_queue_once_a_minute_and_forgets_old_samples():
+    QueueSample.objects.create(at=timezone.now() - timedelta(days=5), queued=1, running=0)
+    heartbeat.beat("worker:h:1:x", timezone.now(), 0, purge=False)
+    assert QueueSample.objects.count() == 1  # an ordinary beat writes no sample
+    heartbeat.beat("worker:h:1:x", timezone.now(), 0, purge=True)
+    [fresh] = QueueSample.objects.all()
+    assert (fresh.queued, fresh.running) == (0, 0)
+
+
+def test_the_sweep_folds_the_settled_records(store):
+    play(store)
+    TurnRecord.objects.update(started_at=timezone.now() - timedelta(hours=1))
+    out = io.StringIO()
+    call_command("chatflow_sweep", stdout=out)
+    assert "4 turn record(s) added to the dashboard's rollups" in out.getvalue()
+    assert sum(r.turns for r in TurnRollup.objects.filter(span="hour")) == 4
+
+
+def test_an_empty_site_shows_the_empty_state():
+    html = dashboard()
+    assert html.count("Nothing to show in this range yet.") == 6
+    assert '<dd id="fact-turns">0</dd>' in html and "<svg" not in html
+
+
+def test_a_bad_range_answers_400_with_the_reason_on_the_page(viewer, caplog):
+    answer = personas.client_for(viewer).get(URL, {"range": "1y<script>"})
+    assert answer.status_code == 400
+    html = answer.content.decode()
+    assert "Unknown time range &#x27;1y&lt;script&gt;&#x27;: choose one of 24h, 7d, 30d." in html
+    assert "<script>" not in html.split("<main>")[1] and 'href="?range=7d"' in html
+    [line] = [r for r in caplog.records if r.name == "django.request"]
+    assert line.getMessage() == "Bad Request: /dashboard/" and line.exc_info is None  # one line
+
+
+def test_anonymous_visitors_go_to_the_login_and_every_console_user_may_look(client):
+    answer = client.get(URL)
+    assert answer.status_code == 302 and answer["Location"].startswith("/accounts/login/?next=/dashboard/")
+    htmx = client.get(URL, HTTP_HX_REQUEST="true")
+    assert htmx.status_code == 200 and htmx["HX-Redirect"].startswith("/accounts/login/")
+    assert personas.client_for(personas.outsider()).get(URL).status_code == 403
+    viewer = personas.client_for(User.objects.get(username="victor.viewer"))
+    page = viewer.get(URL).content.decode()
+    assert '<a href="/dashboard/" aria-current="page">Dashboard</a>' in page
+    fragment = viewer.get(URL, HTTP_HX_REQUEST="true").content.decode()
+    assert "<html" not in fragment and fragment.lstrip().startswith('<div id="dashboard"')
+    assert 'hx-trigger="every 30s"' in page and 'aria-current="true">24 h</a>' in page
+
+
+def test_agent_names_are_escaped_in_the_pictures_and_the_tables():
+    TurnRecord.objects.create(session_id="x", owner="h:1:esc:", status="completed", duration_ms=5.0,
+                              agents=["<b>Sup</b>", "B&C\"'"], finished_at=timezone.now())
+    html = dashboard()
+    assert "<b>Sup</b>" not in html and "&lt;b&gt;Sup&lt;/b&gt; → B&amp;C&quot;&#x27;" in html
+    assert body_rows(figures(html), "handoffs") == [["<b>Sup</b>", "B&C\"'", "1"]]

@@ -1,0 +1,293 @@
+"""Hourly and daily rollups of the turn records, computed incrementally by id watermark (never on the turn
+path).
+
+:func:`fold` reads the records written since the last fold (ids above the watermark, in batches) and adds
+each closed one to its UTC hour's and its UTC day's ``TurnRollup`` (by status) and ``HandoffRollup`` rows
+(agent pairs of its trail), in one transaction with the watermark's move. A record still ``running`` when
+read is kept in the watermark's ``pending`` list and counted once it ends. Records younger than
+:data:`SETTLE_SECONDS` are not folded yet (on PostgreSQL a record with a lower id may still be
+uncommitted): :func:`read` counts them live, with the same :class:`Tally`, so what it returns is exact at
+read time.
+
+The dashboard calls :func:`fold` before it reads, and ``manage.py chatflow_sweep`` calls it too, so a read
+only folds what arrived since the last one. ``turns_app.console.mark_rolled_back`` moves already-folded
+records to ``rolled_back`` with :func:`restatus`, in the rollback's transaction.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from django.db import connections, transaction
+from django.utils import timezone
+
+from turns_app.models import HandoffRollup, RollupWatermark, TurnRecord, TurnRollup
+
+__all__ = ["RATIO", "SETTLE_SECONDS", "SPANS", "Tally", "bucket_of", "floor", "fold", "handoff_pairs", "quantile",
+           "read", "restatus"]
+
+#: Width of a latency histogram bucket: each bucket's upper edge is ``RATIO`` times the one below (10 %).
+RATIO = 1.1
+#: Records started less than this many seconds ago are counted live, not folded yet.
+SETTLE_SECONDS = 120
+BATCH = 5000
+WATERMARK = "turns"
+_FIELDS = ("id", "status", "started_at", "duration_ms", "cost", "agents", "input_tokens", "output_tokens")
+_LOG_RATIO = math.log(RATIO)
+
+
+def bucket_of(ms: float) -> int:
+    """The latency bucket of a duration in milliseconds: the smallest ``b`` ≥ 0 with ``ms <= RATIO ** b``."""
+    if ms <= 1:
+        return 0
+    b = math.ceil(math.log(ms) / _LOG_RATIO - 1e-9)
+    return b if RATIO ** b >= ms else b + 1
+
+
+def quantile(histogram: dict[str, int], q: float) -> float | None:
+    """The ``q`` quantile (0 < q ≤ 1) of a latency histogram, as its bucket's upper edge in milliseconds
+    (at most 10 % above the true value; 1 ms for anything faster); None for an empty histogram."""
+    total = sum(histogram.values())
+    if not total:
+        return None
+    rank, seen = max(1, math.ceil(q * total)), 0
+    for b in sorted(histogram, key=int):
+        seen += histogram[b]
+        if seen >= rank:
+            return RATIO ** int(b)
+    return None  # pragma: no cover - unreachable: the loop reaches total
+
+
+def handoff_pairs(agents: list[Any]) -> list[tuple[str, str]]:
+    """The handoffs of an agent trail (the starting agent, then each handoff target): consecutive pairs."""
+    names = [str(a) for a in agents if a]
+    return [(a, b) for a, b in zip(names, names[1:], strict=False) if a != b]
+
+
+#: The rollups' spans: how a moment is floored to its row's ``start``.
+SPANS = ("hour", "day")
+
+
+def _hour(moment: datetime) -> datetime:
+    return moment.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+
+
+def _day(moment: datetime) -> datetime:
+    return moment.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+
+
+def floor(moment: datetime, span: str) -> datetime:
+    """``moment``'s UTC hour (``span`` "hour") or day ("day")."""
+    return _day(moment) if span == "day" else _hour(moment)
+
+
+@dataclass
+class Cell:
+    """One hour and status: the turns, their latency histogram (``{"<bucket>": count}``, as stored),
+    known cost, unknown-cost count, tokens."""
+
+    turns: int = 0
+    latency: dict[str, int] = field(default_factory=dict)
+    cost: Decimal = Decimal(0)
+    cost_unknown: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    def add(self, other: Cell, sign: int = 1) -> None:
+        self.turns += sign * other.turns
+        for b, n in other.latency.items():
+            self.latency[b] = self.latency.get(b, 0) + sign * n
+            if not self.latency[b]:
+                del self.latency[b]
+        self.cost += sign * other.cost
+        self.cost_unknown += sign * other.cost_unknown
+        self.input_tokens += sign * other.input_tokens
+        self.output_tokens += sign * other.output_tokens
+
+
+@dataclass
+class Tally:
+    """Turns summed by ``(start, status)`` and handoffs by ``(start, source, target)``, ``start`` the UTC
+    hour or day (``span``) the turns started in."""
+
+    span: str = "hour"
+    cells: dict[tuple[datetime, str], Cell] = field(default_factory=lambda: defaultdict(Cell))
+    handoffs: dict[tuple[datetime, str, str], int] = field(default_factory=lambda: defaultdict(int))
+
+    def add_record(self, row: dict[str, Any], status: str | None = None, handoffs: bool = True) -> None:
+        """Count one record (a dict of :data:`_FIELDS`), under ``status`` when given."""
+        start = floor(row["started_at"], self.span)
+        self.cells[(start, status or row["status"])].add(_cell_of(row))
+        if handoffs:
+            for source, target in handoff_pairs(row["agents"] or []):
+                self.handoffs[(start, source, target)] += 1
+
+    def by_day(self) -> Tally:
+        """The same turns and handoffs summed by UTC day."""
+        days = Tally("day")
+        for (start, status), cell in self.cells.items():
+            days.cells[(_day(start), status)].add(cell)
+        for (start, source, target), n in self.handoffs.items():
+            days.handoffs[(_day(start), source, target)] += n
+        return days
+
+    def merge(self, other: Tally) -> None:
+        for key, cell in other.cells.items():
+            self.cells[key].add(cell)
+        for key, n in other.handoffs.items():
+            self.handoffs[key] += n
+
+
+def _cell_of(row: dict[str, Any]) -> Cell:
+    duration = row["duration_ms"]
+    return Cell(1, {} if duration is None else {str(bucket_of(duration)): 1}, row["cost"] or Decimal(0),
+                1 if row["cost"] is None else 0, row["input_tokens"], row["output_tokens"])
+
+
+def _watermark(lock: bool) -> RollupWatermark:
+    qs = RollupWatermark.objects.select_for_update() if lock else RollupWatermark.objects
+    try:
+        return qs.get(name=WATERMARK)
+    except RollupWatermark.DoesNotExist:
+        RollupWatermark.objects.get_or_create(name=WATERMARK)
+        return qs.get(name=WATERMARK)
+
+
+def _settled_before() -> datetime:
+    return timezone.now() - timedelta(seconds=SETTLE_SECONDS)
+
+
+def fold(batch: int = BATCH) -> int:
+    """Add the settled records written since the last fold to the rollups; how many were counted.
+    One transaction per batch of ``batch`` records (the watermark moves with the rows it counted)."""
+    counted = 0
+    mark = _watermark(lock=False)
+    newer = TurnRecord.objects.filter(id__gt=mark.last_id).order_by("id").values_list("started_at", flat=True)
+    cutoff = _settled_before()
+    if not mark.pending and not any(at < cutoff for at in newer[:batch]):  # by primary key: a short range
+        return 0  # nothing to fold: no write transaction (on SQLite, no write lock taken from the turns)
+    while True:
+        with transaction.atomic():
+            mark = _watermark(lock=True)
+            tally, pending, last_id = Tally(), set(mark.pending), mark.last_id
+            for row in TurnRecord.objects.filter(id__in=mark.pending).exclude(status="running").values(*_FIELDS):
+                tally.add_record(row)
+                pending.discard(row["id"])
+            rows = list(TurnRecord.objects.filter(id__gt=mark.last_id).order_by("id").values(*_FIELDS)[:batch])
+            cutoff = _settled_before()
+            settled = [row for row in rows if row["started_at"] < cutoff]
+            for row in rows[: rows.index(settled[-1]) + 1] if settled else []:
+                if row["status"] == "running":
+                    pending.add(row["id"])
+                else:
+                    tally.add_record(row)
+                last_id = row["id"]
+            if last_id == mark.last_id and pending == set(mark.pending):
+                return counted
+            _store(tally)
+            mark.last_id, mark.pending = last_id, sorted(pending)
+            mark.save(update_fields=["last_id", "pending"])
+            counted += sum(c.turns for c in tally.cells.values())
+        if len(rows) < batch or not settled:
+            return counted
+
+
+_UPSERT_TURNS = (
+    "INSERT INTO chatflow_turn_rollups (span, start, status, turns, latency, cost, cost_unknown, input_tokens, "
+    "output_tokens) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (span, start, status) DO UPDATE SET "
+    "turns = EXCLUDED.turns, latency = EXCLUDED.latency, cost = EXCLUDED.cost, "
+    "cost_unknown = EXCLUDED.cost_unknown, input_tokens = EXCLUDED.input_tokens, "
+    "output_tokens = EXCLUDED.output_tokens"
+)
+_UPSERT_HANDOFFS = (
+    "INSERT INTO chatflow_handoff_rollups (span, start, source, target, handoffs) VALUES (%s, %s, %s, %s, %s) "
+    "ON CONFLICT (span, start, source, target) DO UPDATE SET handoffs = chatflow_handoff_rollups.handoffs + "
+    "EXCLUDED.handoffs"
+)
+
+
+def _store(tally: Tally, sign: int = 1) -> None:
+    """Add (``sign`` -1: take away) ``tally`` (by hour) to the hour and the day rollup rows, creating the
+    missing ones: the touched rows are read, merged here (histograms are JSON) and written back in one
+    batch of upserts. The caller holds the watermark's lock, so no one else writes them meanwhile."""
+    connection = connections[TurnRollup.objects.db]
+    ops, latency = connection.ops, TurnRollup._meta.get_field("latency")
+    rows, pairs = [], []
+    for part in (tally, tally.by_day()):
+        starts = sorted({start for start, _ in part.cells})
+        stored = {(_hour(r.start), r.status): _cell_of_rollup(r)
+                  for r in TurnRollup.objects.filter(span=part.span, start__in=starts)} if starts else {}
+        for (start, status), cell in part.cells.items():
+            merged = stored.get((start, status)) or Cell()
+            merged.add(cell, sign)
+            histogram = dict(sorted(merged.latency.items(), key=lambda item: int(item[0])))
+            rows.append((part.span, ops.adapt_datetimefield_value(start), status, merged.turns,
+                         latency.get_db_prep_value(histogram, connection), ops.adapt_decimalfield_value(merged.cost),
+                         merged.cost_unknown, merged.input_tokens, merged.output_tokens))
+        pairs += [(part.span, ops.adapt_datetimefield_value(start), source, target, sign * n)
+                  for (start, source, target), n in part.handoffs.items()]
+    with connection.cursor() as cursor:
+        if rows:
+            cursor.executemany(_UPSERT_TURNS, rows)
+        if pairs:
+            cursor.executemany(_UPSERT_HANDOFFS, pairs)
+
+
+def _cell_of_rollup(row: TurnRollup) -> Cell:
+    return Cell(row.turns, dict(row.latency or {}), Decimal(row.cost or 0),
+                row.cost_unknown, row.input_tokens, row.output_tokens)
+
+
+def restatus(record_ids: list[int], old: str, new: str) -> None:
+    """Records ``record_ids`` go from ``old`` to ``new`` (call it before their update, in its transaction):
+    move the folded ones between their hours' status rows. Handoffs stay (they happened)."""
+    if not record_ids:
+        return
+    with transaction.atomic():
+        mark = _watermark(lock=True)
+        pending = set(mark.pending)
+        folded = [i for i in record_ids if i <= mark.last_id and i not in pending]
+        taken, given = Tally(), Tally()
+        for row in TurnRecord.objects.filter(id__in=folded, status=old).values(*_FIELDS):
+            taken.add_record(row, handoffs=False)
+            given.add_record(row, status=new, handoffs=False)
+        _store(taken, -1)
+        _store(given)
+
+
+def read(since: datetime, span: str = "hour") -> Tally:
+    """Every record that started at or after ``since``, summed by UTC hour or day (``span``): the rollups
+    plus the records not folded yet (younger than :data:`SETTLE_SECONDS` or pending), counted live.
+    Records still running are not counted. A fold committed by another process meanwhile (seen as a
+    moved watermark) makes it read again, so no record is counted twice or missed."""
+    since = floor(since, span)
+    for _ in range(3):
+        mark = _watermark(lock=False)
+        tally = _read(since, span, mark)
+        again = _watermark(lock=False)
+        if (again.last_id, again.pending) == (mark.last_id, mark.pending):
+            break
+    return tally
+
+
+def _read(since: datetime, span: str, mark: RollupWatermark) -> Tally:
+    tally = Tally(span)
+    # Tuples, not model instances, and one Cell per row (the rows are unique by span, start and status;
+    # their starts are stored floored, so they key the tally as they come).
+    columns = ("start", "status", "turns", "latency", "cost", "cost_unknown", "input_tokens", "output_tokens")
+    for start, status, turns, latency, cost, unknown, tokens_in, tokens_out in (
+            TurnRollup.objects.filter(span=span, start__gte=since).values_list(*columns)):
+        tally.cells[(start, status)] = Cell(turns, latency or {}, Decimal(cost or 0), unknown, tokens_in, tokens_out)
+    for start, source, target, n in HandoffRollup.objects.filter(span=span, start__gte=since).values_list(
+            "start", "source", "target", "handoffs"):
+        tally.handoffs[(start, source, target)] += n
+    # Two queries, not one with OR: each stays on the primary key (an OR would scan every record).
+    for fresh in (TurnRecord.objects.filter(id__gt=mark.last_id), TurnRecord.objects.filter(id__in=mark.pending)):
+        for row in fresh.filter(started_at__gte=since).exclude(status="running").values(*_FIELDS):
+            tally.add_record(row)
+    return tally
