@@ -223,7 +223,7 @@ class CountingConnection:
                 in_txn = True
             if verb == "COMMIT":
                 self._end(True)
-            elif verb in _WRITES:
+            elif verb in _WRITES or (verb == "WITH" and any(w in sql.upper() for w in _WRITES)):
                 if in_txn:
                     object.__setattr__(self, "_wrote", True)
                 else:
