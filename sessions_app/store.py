@@ -226,7 +226,8 @@ class DjangoBackend(SQLLeasesAndClaims):
         commit then finds no lease and writes nothing (``SessionBusyError``). The turn's commit
         stays durable, and its flush covers the lease and the record written before it. Inside an
         operator's transaction the lease joins it unchanged (that transaction keeps its durability).
-        On SQLite the record's statements follow the upsert in one transaction.
+        On SQLite the record's statements follow the upsert in one ``BEGIN IMMEDIATE`` transaction
+        on the driver's connection (a wait in the session's line joins it).
         """
         conn = connections[self.using]
         outer = conn.in_atomic_block
@@ -244,13 +245,14 @@ class DjangoBackend(SQLLeasesAndClaims):
             return self._autocommit(ride)
 
         def take(cursor: Cursor) -> bool:
-            if not self._rules.acquire_lease(cursor, self._transaction, session_id, owner, ttl_seconds, queue):
+            # One transaction already: a wait in the session's line joins it.
+            if not self._rules.acquire_lease(cursor, lambda fn: fn(cursor), session_id, owner, ttl_seconds, queue):
                 return False
             if report is not None:
                 records.open_turn(cursor, self._dialect, session_id, report)
             return True
 
-        return self._on_driver(conn, take) if outer else self._transaction(take)
+        return self._on_driver(conn, take) if outer else self._autocommit(lambda c: _immediate(c, take))
 
     def release_lease(self, session_id: str, owner: str, report: TurnReport | None = None) -> None:
         if report is None:
@@ -336,6 +338,20 @@ class DjangoBackend(SQLLeasesAndClaims):
 
     def clear(self) -> None:
         self._call(self._transaction, lambda c: clear_sessions(c, self._dialect))
+
+
+def _immediate(cursor: Cursor, fn: Callable[[Cursor], _T]) -> _T:
+    """SQLite, outside Django's transactions: ``fn(cursor)`` in one ``BEGIN IMMEDIATE`` transaction on the
+    driver's connection (``transaction.atomic``'s autocommit switching costs more than the statements
+    of a lease; nothing in that transaction needs Django to know of it)."""
+    cursor.execute("BEGIN IMMEDIATE", ())
+    try:
+        result = fn(cursor)
+    except BaseException:
+        cursor.execute("ROLLBACK", ())
+        raise
+    cursor.execute("COMMIT", ())
+    return result
 
 
 def _first_user_id(changes: Changes, new_ids: list[int]) -> int | None:
