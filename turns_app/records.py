@@ -81,8 +81,7 @@ _CLOSE_WITH_RELEASE = (
 # and ``{condition}`` are filled in by lease_opening_turn.
 _OPEN_WITH_LEASE = (
     "WITH lease AS ({lease} RETURNING session_id), "
-    "interrupted AS (" + _INTERRUPT + "WHERE status = 'running' AND owner <> ? "
-    "AND session_id IN (SELECT session_id FROM lease) RETURNING session_id), "
+    "interrupted AS (" + _INTERRUPT_SESSION + " AND EXISTS (SELECT 1 FROM lease) RETURNING session_id), "
     "marked AS (" + _TOTALS_COLUMNS + "SELECT DISTINCT session_id, 0, 0, 0, 0, 0, 0, TRUE, ?, ?::timestamptz "
     "FROM interrupted" + _TOTALS_MERGE + " RETURNING 1) "
     + _RECORD_COLUMNS + "SELECT " + _RECORD_VALUES + " FROM lease{condition}"
@@ -145,7 +144,7 @@ def lease_opening_turn(dialect: Dialect, session_id: str, report: TurnReport, co
     insert also evaluates once the lease is taken (the caller's, e.g. a ``set_config`` call)."""
     now = _stamp(dialect, report.started_at)
     tail = _sql(dialect, _OPEN_WITH_LEASE.replace("{condition}", f" WHERE {condition}" if condition else ""))
-    params = (now, INTERRUPTED_ERROR, report.owner, INTERRUPTED_ERROR, now,
+    params = (now, INTERRUPTED_ERROR, session_id, report.owner, INTERRUPTED_ERROR, now,
               *_record_params(dialect, session_id, report))
 
     def ride(lease_sql: str, lease_params: Sequence[Any]) -> tuple[str, Sequence[Any]]:
