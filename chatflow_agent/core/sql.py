@@ -472,7 +472,8 @@ class SQLLeasesAndClaims:
     transaction, ``transaction`` (:class:`Transaction`) in one transaction. Both may be called from
     any thread and propagate database errors. The backend's own commit releases a lease through
     ``self._rules`` (the same rules). Turn reports are ignored here (no turn records): a backend that
-    keeps them overrides ``acquire_lease`` / ``release_lease`` and calls the rules in its transaction.
+    keeps them overrides ``acquire_lease`` / ``release_lease`` and calls the rules in its transaction, or
+    passes the rules a ``LeaseRider`` that writes them in the lease statements themselves.
     """
 
     def __init__(self, dialect: Dialect, one: Autocommit, transaction: Transaction) -> None:
