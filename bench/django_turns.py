@@ -2,6 +2,7 @@
 
     python bench/django_turns.py                        # SQLite only, 1,000 turns, 3 rounds
     python bench/django_turns.py -n 1000 -r 3 --database postgres://postgres@127.0.0.1:5432/postgres
+    python bench/django_turns.py -n 300 -r 3 --records ...    # also the same stores keeping no turn records
 
 One run measures, interleaved round by round (medians printed): the raw floor (``sqlite3``: 2 message
 rows + session update in one ``BEGIN IMMEDIATE`` transaction, WAL, synchronous=NORMAL; with
@@ -154,6 +155,28 @@ class TimedBackend:
         return timed
 
 
+class WithoutRecords:
+    """A ``SessionBackend`` that hands another one no turn reports (``--records``: the same store
+    keeping no turn records, to measure what recording a turn costs)."""
+
+    def __init__(self, backend: Any) -> None:
+        self._backend = backend
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._backend, name)
+
+    def acquire_lease(self, session_id: str, owner: str, ttl_seconds: float, queue: bool, report: Any = None) -> bool:
+        return bool(self._backend.acquire_lease(session_id, owner, ttl_seconds, queue))
+
+    def release_lease(self, session_id: str, owner: str, report: Any = None) -> None:
+        self._backend.release_lease(session_id, owner)
+
+    def commit(self, changes: Any) -> Any:
+        import dataclasses
+
+        return self._backend.commit(dataclasses.replace(changes, report=None))
+
+
 class Counts:
     def __init__(self) -> None:
         self.round_trips = 0
@@ -223,7 +246,7 @@ class CountingConnection:
                 in_txn = True
             if verb == "COMMIT":
                 self._end(True)
-            elif verb in _WRITES:
+            elif verb in _WRITES or (verb == "WITH" and any(w in sql.upper() for w in _WRITES)):
                 if in_txn:
                     object.__setattr__(self, "_wrote", True)
                 else:
@@ -302,6 +325,8 @@ def main() -> None:
     ap.add_argument("--turns", "-n", type=int, default=1000)
     ap.add_argument("--rounds", "-r", type=int, default=3)
     ap.add_argument("--database", help="a PostgreSQL server URL (adds the psycopg floor and Django on PostgreSQL)")
+    ap.add_argument("--records", action="store_true",
+                    help="also the Django stores keeping no turn records (what recording a turn costs)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
@@ -333,6 +358,10 @@ def measure(args: argparse.Namespace, tmp: Path, scratch: str | None) -> dict[st
     if pg:
         stores["django_pg"] = lambda: DjangoSessionStore(using="pg")
         floors["psycopg_floor"] = lambda: psycopg_floor(pg, n)
+    if args.records:
+        for name, using in (("django_sqlite", "default"), ("django_pg", "pg")):
+            if name in stores:
+                stores[f"{name}_no_records"] = lambda using=using: no_records_store(using)
     samples: dict[str, list[float]] = {}
     for _ in range(args.rounds):
         for name, floor in floors.items():
@@ -377,9 +406,27 @@ def measure(args: argparse.Namespace, tmp: Path, scratch: str | None) -> dict[st
     return {"turns": n, "rounds": args.rounds, "ms_per_turn": ms, "breakdown": breakdown}
 
 
+def no_records_store(using: str) -> Any:
+    from django.conf import settings
+
+    from chatflow_agent.core.memory import PersistentSessionStore
+    from sessions_app.store import DjangoBackend
+
+    # The store's default pool (4 threads; DjangoSessionStore runs 8 on PostgreSQL): compare the
+    # PostgreSQL figures sequentially only.
+    return PersistentSessionStore(WithoutRecords(DjangoBackend(using)),  # type: ignore[arg-type]
+                                  default_max_turns=settings.CHATFLOW_MAX_TURNS,
+                                  lease_ttl_seconds=settings.CHATFLOW_LEASE_SECONDS)
+
+
 def report(out: dict[str, Any]) -> None:
     ms = out["ms_per_turn"]
     ratios = {}
+    for name in ("django_sqlite", "django_pg"):
+        for label in ("sequential", "concurrent") if name == "django_sqlite" else ("sequential",):
+            if f"{name}_no_records/{label}" in ms:
+                ratios[f"{name} records on/off {label}"] = round(
+                    ms[f"{name}/{label}"] / ms[f"{name}_no_records/{label}"], 2)
     for label in ("sequential", "concurrent"):
         ratios[f"django_sqlite/sqlite_store {label}"] = round(
             ms[f"django_sqlite/{label}"] / ms[f"sqlite_store/{label}"], 2)

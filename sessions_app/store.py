@@ -34,7 +34,7 @@ import asyncio
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -49,6 +49,7 @@ from chatflow_agent.core.sql import (
     SQLITE,
     Cursor,
     Dialect,
+    LeaseRider,
     SQLLeasesAndClaims,
     clear_sessions,
     create_session,
@@ -68,7 +69,13 @@ _T = TypeVar("_T")
 # The statements run on the driver's own cursor (``?`` for sqlite3, ``%s`` for psycopg).
 _DIALECTS: dict[str, Dialect] = {"sqlite": SQLITE, "postgresql": POSTGRESQL}
 _POSTGRESQL_WORKERS = 8  # pool threads (so connections) per store on PostgreSQL
-_NO_FLUSH_WAIT = "SET LOCAL synchronous_commit = off"  # this transaction only (see _acquire_unflushed)
+# This transaction only, evaluated by the lease statement once the lease is taken (see _acquire).
+_NO_FLUSH_WAIT = "set_config('synchronous_commit', 'off', true) IS NOT NULL"
+
+
+def _unflushed_lease(lease_sql: str, params: Sequence[Any]) -> tuple[str, Sequence[Any]]:
+    """PostgreSQL, a turn without a record: the lease upsert whose transaction skips the flush wait."""
+    return f"WITH lease AS ({lease_sql} RETURNING session_id) SELECT 1 FROM lease WHERE {_NO_FLUSH_WAIT}", params
 
 
 #: Sent at the start of every commit's transaction, before any row is written, as
@@ -210,34 +217,42 @@ class DjangoBackend(SQLLeasesAndClaims):
 
     def _acquire(self, session_id: str, owner: str, ttl_seconds: float, queue: bool,
                  report: TurnReport | None) -> bool:
-        """The lease and, with ``report``, the turn's record (``running``) in one transaction.
+        """The lease and, with ``report``, the turn's record (``running``), written together.
 
-        On PostgreSQL that transaction does not wait for its WAL flush: the lease is exclusion
+        On PostgreSQL that is one statement in its own transaction (``turns_app.records``'s rider on
+        the lease upsert), and that transaction does not wait for its WAL flush: the lease is exclusion
         between live processes, not data; other sessions see it once it commits, flushed or not,
         and a server crash that loses it also ends the connection of the turn holding it, whose
         commit then finds no lease and writes nothing (``SessionBusyError``). The turn's commit
         stays durable, and its flush covers the lease and the record written before it. Inside an
         operator's transaction the lease joins it unchanged (that transaction keeps its durability).
+        On SQLite the record's statements follow the upsert in one ``BEGIN IMMEDIATE`` transaction
+        on the driver's connection (a wait in the session's line joins it).
         """
         conn = connections[self.using]
+        outer = conn.in_atomic_block
+        if self._dialect is POSTGRESQL:
+            condition = "" if outer else _NO_FLUSH_WAIT
+            if report is not None:
+                rider: LeaseRider | None = records.lease_opening_turn(self._dialect, session_id, report, condition)
+            else:
+                rider = None if outer else _unflushed_lease
+
+            def ride(cursor: Cursor) -> bool:
+                return self._rules.acquire_lease(cursor, self._transaction, session_id, owner, ttl_seconds, queue,
+                                                 rider)
+
+            return self._autocommit(ride)
 
         def take(cursor: Cursor) -> bool:
-            if not self._rules.acquire_lease(cursor, self._transaction, session_id, owner, ttl_seconds, queue):
+            # One transaction already: a wait in the session's line joins it.
+            if not self._rules.acquire_lease(cursor, lambda fn: fn(cursor), session_id, owner, ttl_seconds, queue):
                 return False
             if report is not None:
-                with conn.cursor() as django_cursor:
-                    records.open_turn(django_cursor, session_id, report)
+                records.open_turn(cursor, self._dialect, session_id, report)
             return True
 
-        if conn.in_atomic_block:
-            return self._on_driver(conn, take)
-
-        def unflushed(cursor: Cursor) -> bool:
-            if self._dialect is POSTGRESQL:
-                cursor.execute(_NO_FLUSH_WAIT, ())
-            return take(cursor)
-
-        return self._transaction(unflushed)
+        return self._on_driver(conn, take) if outer else self._autocommit(lambda c: _immediate(c, take))
 
     def release_lease(self, session_id: str, owner: str, report: TurnReport | None = None) -> None:
         if report is None:
@@ -247,10 +262,14 @@ class DjangoBackend(SQLLeasesAndClaims):
 
     def _release_recorded(self, session_id: str, owner: str, report: TurnReport) -> None:
         """Release ``owner``'s lease and close its record (a turn that did not commit) in one transaction."""
+        if self._dialect is POSTGRESQL:  # one statement
+            rider = records.lease_closing_turn(self._dialect, report)
+            self._autocommit(lambda c: self._rules.release_lease(c, session_id, owner, rider))
+            return
+
         def release(cursor: Cursor) -> None:
             self._rules.release_lease(cursor, session_id, owner)
-            with connections[self.using].cursor() as django_cursor:
-                records.close_turn(django_cursor, session_id, report)
+            records.close_turn(cursor, self._dialect, session_id, report)
 
         self._transaction(release)
 
@@ -259,9 +278,14 @@ class DjangoBackend(SQLLeasesAndClaims):
         return self._call(self._purge_recorded, before)
 
     def _purge_recorded(self, before: float) -> int:
-        with transaction.atomic(using=self.using), connections[self.using].cursor() as django_cursor:
-            records.mark_interrupted(django_cursor, time.time())
+        with transaction.atomic(using=self.using):
+            self._on_driver(connections[self.using], lambda c: records.mark_interrupted(c, self._dialect, time.time()))
             return self._rules.purge_leases(self._transaction, before)
+
+    def mark_interrupted(self, now: float) -> int:
+        """Mark ``interrupted`` the ``running`` turn records whose lease is gone or expired at ``now``
+        (unix seconds), in one transaction; how many (``turns_app.records.mark_interrupted``)."""
+        return self._call(self._transaction, lambda c: records.mark_interrupted(c, self._dialect, now))
 
     # ---- sessions -----------------------------------------------------------------------------
     def head(self, session_id: str) -> StoredSession | None:
@@ -289,11 +313,22 @@ class DjangoBackend(SQLLeasesAndClaims):
             session_committing.send(sender=DjangoSessionStore, session_id=changes.session_id, metadata=metadata,
                                     using=self.using, turn=changes.report is not None)
             conn = connections[self.using]
-            result = self._on_driver(conn, lambda c: write_commit(c, self._rules, changes))
-            if changes.report is not None:
-                with conn.cursor() as cursor:
-                    records.close_turn(cursor, changes.session_id, changes.report, _first_user_id(changes, result))
-            return result
+            return self._on_driver(conn, lambda c: self._write_commit(c, changes))
+
+    def _write_commit(self, cursor: Cursor, changes: Changes) -> CommitResult:
+        """``write_commit`` and the turn record's close: on PostgreSQL in the lease release's statement
+        (a turn's commit always releases its lease), on SQLite after it."""
+        report = changes.report
+        if report is None:
+            return write_commit(cursor, self._rules, changes)
+        if self._dialect is POSTGRESQL and changes.release_owner:
+            def closing(new_ids: list[int]) -> LeaseRider:
+                return records.lease_closing_turn(self._dialect, report, _first_user_id(changes, new_ids))
+
+            return write_commit(cursor, self._rules, changes, closing)
+        result = write_commit(cursor, self._rules, changes)
+        records.close_turn(cursor, self._dialect, changes.session_id, report, _first_user_id(changes, result.new_ids))
+        return result
 
     def delete(self, session_id: str) -> bool:
         return self._call(self._transaction, lambda c: delete_session(c, self._dialect, session_id))
@@ -305,9 +340,23 @@ class DjangoBackend(SQLLeasesAndClaims):
         self._call(self._transaction, lambda c: clear_sessions(c, self._dialect))
 
 
-def _first_user_id(changes: Changes, result: CommitResult) -> int | None:
+def _immediate(cursor: Cursor, fn: Callable[[Cursor], _T]) -> _T:
+    """SQLite, outside Django's transactions: ``fn(cursor)`` in one ``BEGIN IMMEDIATE`` transaction on the
+    driver's connection (``transaction.atomic``'s autocommit switching costs more than the statements
+    of a lease; nothing in that transaction needs Django to know of it)."""
+    cursor.execute("BEGIN IMMEDIATE", ())
+    try:
+        result = fn(cursor)
+    except BaseException:
+        cursor.execute("ROLLBACK", ())
+        raise
+    cursor.execute("COMMIT", ())
+    return result
+
+
+def _first_user_id(changes: Changes, new_ids: list[int]) -> int | None:
     """The row id of the commit's first USER message (a turn's first message), or None."""
-    pairs = zip(changes.inserts, result.new_ids, strict=True)
+    pairs = zip(changes.inserts, new_ids, strict=True)
     return next((row_id for msg, row_id in pairs if msg.role == Role.USER), None)
 
 

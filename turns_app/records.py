@@ -1,27 +1,38 @@
-"""Writing turn records inside the transactions a turn already makes (raw SQL on the caller's cursor).
+"""Writing turn records inside the statements a turn already makes (raw SQL on the driver's cursor).
 
-``DjangoBackend`` calls :func:`open_turn` in the transaction that takes a session's lease,
-:func:`close_turn` in the commit's transaction (``completed``) or in the one that releases the lease
-of a turn that did not commit (``failed`` / ``cancelled``), and :func:`mark_interrupted` when it
-purges expired leases. Each statement is a plain insert or update by an indexed key, written for
-SQLite and PostgreSQL alike; no function here opens a transaction of its own.
+``DjangoBackend`` writes a turn's record with the lease and the commit it makes anyway:
 
-Records are keyed by the lease owner (unique per turn). ``chatflow_session_totals`` is kept in step:
-a closed turn adds its tokens and cost (what was spent, whatever the status), and sets
-``last_error`` (cleared by a completed turn).
+- taking the lease opens the record (``running``) and marks ``interrupted`` the records of the
+  session still ``running`` under another owner (their process died). On PostgreSQL
+  :func:`lease_opening_turn` turns the lease upsert into one statement that does all of it
+  (data-modifying CTEs); on SQLite, which has none, :func:`open_turn` runs after the upsert in its
+  transaction.
+- the commit's lease release (``completed``) or the release of the lease of a turn that did not
+  commit (``failed`` / ``cancelled``) closes it and adds it to the session's totals: on PostgreSQL
+  in the release statement itself (:func:`lease_closing_turn`), on SQLite with :func:`close_turn`
+  in the release's transaction.
+- :func:`mark_interrupted` runs when expired leases are purged (and from ``chatflow_sweep``).
+
+Every function takes a DB-API cursor of the driver's connection and the connection's
+``chatflow_agent.core.sql.Dialect`` (statements are written with ``?`` and rendered by it); none
+opens a transaction of its own. Records are keyed by the lease owner (unique per turn).
+``chatflow_session_totals`` is kept in step: a closed turn adds its tokens and cost (what was spent,
+whatever the status), and sets ``last_error`` (cleared by a completed turn).
 """
 
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any
 
 from chatflow_agent.core.reports import TURN_SOURCES, TurnReport
+from chatflow_agent.core.sql import Dialect, LeaseRider
 from chatflow_agent.types import ModelCallUsage
 
-__all__ = ["INTERRUPTED_ERROR", "call_json", "close_turn", "forget_session", "mark_interrupted", "open_turn"]
+__all__ = ["INTERRUPTED_ERROR", "call_json", "close_turn", "forget_session", "lease_closing_turn",
+           "lease_opening_turn", "mark_interrupted", "open_turn"]
 
 #: The error text of a record marked ``interrupted``.
 INTERRUPTED_ERROR = "Interrupted: the process running this turn stopped (its session lease expired)."
@@ -29,45 +40,72 @@ INTERRUPTED_ERROR = "Interrupted: the process running this turn stopped (its ses
 _CALL_FIELDS = ("provider", "model", "input_tokens", "output_tokens", "cached_tokens", "latency_ms", "ttft_ms",
                 "finish_reason", "retries", "estimated", "agent_name")
 
-_INTERRUPT_SESSION = (
-    "UPDATE chatflow_turn_records SET status = 'interrupted', finished_at = %s, error = %s "
-    "WHERE status = 'running' AND session_id = %s AND owner <> %s"
-)
-_INSERT = (
+_INTERRUPT = "UPDATE chatflow_turn_records SET status = 'interrupted', finished_at = ?, error = ? "
+_INTERRUPT_SESSION = _INTERRUPT + "WHERE status = 'running' AND session_id = ? AND owner <> ?"
+_INTERRUPT_ONE = _INTERRUPT + "WHERE id = ? AND status = 'running'"
+_RECORD_COLUMNS = (
     "INSERT INTO chatflow_turn_records (session_id, owner, source, first_message_id, user_text, status, "
     "started_at, finished_at, queue_wait_ms, lease_wait_ms, duration_ms, agents, error, calls, tools, "
     "input_tokens, output_tokens, cached_tokens, cost, trace_id) "
-    "VALUES (%s, %s, %s, NULL, %s, 'running', %s, NULL, %s, %s, NULL, {json}, '', {json}, {json}, 0, 0, 0, NULL, %s)"
 )
+_RECORD_VALUES = (
+    "?, ?, ?, NULL, ?, 'running', ?, NULL, ?, ?, NULL, {json}, '', '[]'{cast}, '[]'{cast}, 0, 0, 0, NULL, ?"
+)
+_INSERT = _RECORD_COLUMNS + "VALUES (" + _RECORD_VALUES + ")"
 _CLOSE = (
-    "UPDATE chatflow_turn_records SET status = %s, finished_at = %s, duration_ms = %s, first_message_id = %s, "
-    "agents = {json}, error = %s, calls = {json}, tools = {json}, input_tokens = %s, output_tokens = %s, "
-    "cached_tokens = %s, cost = %s, user_text = %s WHERE owner = %s AND status = 'running'"
+    "UPDATE chatflow_turn_records SET status = ?, finished_at = ?, duration_ms = ?, first_message_id = ?, "
+    "agents = {json}, error = ?, calls = {json}, tools = {json}, input_tokens = ?, output_tokens = ?, "
+    "cached_tokens = ?, cost = ?, user_text = ? WHERE owner = ? AND status = 'running'"
 )
-_TOTALS = (
+_TOTALS_COLUMNS = (
     "INSERT INTO chatflow_session_totals AS t (session_id, turns, input_tokens, output_tokens, cached_tokens, "
-    "total_tokens, cost, cost_known, last_error, updated_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
-    "ON CONFLICT (session_id) DO UPDATE SET turns = t.turns + EXCLUDED.turns, "
+    "total_tokens, cost, cost_known, last_error, updated_at) "
+)
+_TOTALS_MERGE = (
+    " ON CONFLICT (session_id) DO UPDATE SET turns = t.turns + EXCLUDED.turns, "
     "input_tokens = t.input_tokens + EXCLUDED.input_tokens, output_tokens = t.output_tokens + EXCLUDED.output_tokens, "
     "cached_tokens = t.cached_tokens + EXCLUDED.cached_tokens, total_tokens = t.total_tokens + EXCLUDED.total_tokens, "
     "cost = t.cost + EXCLUDED.cost, cost_known = (t.cost_known AND EXCLUDED.cost_known), "
     "last_error = EXCLUDED.last_error, updated_at = EXCLUDED.updated_at"
 )
+_TOTALS_VALUES = "?, ?, ?, ?, ?, ?, ?, ?, ?, ?"
+_TOTALS = _TOTALS_COLUMNS + "VALUES (" + _TOTALS_VALUES + ")" + _TOTALS_MERGE
+# PostgreSQL: the lease release (rendered by chatflow_agent.core.sql) as the first CTE, then the
+# close and the totals (one row per session); the statement returns the released lease's row.
+_CLOSE_WITH_RELEASE = (
+    "WITH released AS ({lease} RETURNING session_id), closed AS (" + _CLOSE + " RETURNING session_id), "
+    "totals AS (" + _TOTALS_COLUMNS + "SELECT DISTINCT session_id, ?, ?, ?, ?, ?, ?::numeric, ?, ?, "
+    "?::timestamptz FROM closed" + _TOTALS_MERGE + " RETURNING 1) SELECT 1 FROM released"
+)
+# PostgreSQL: the lease upsert (rendered by chatflow_agent.core.sql) as the first CTE; ``{lease}``
+# and ``{condition}`` are filled in by lease_opening_turn.
+_OPEN_WITH_LEASE = (
+    "WITH lease AS ({lease} RETURNING session_id), "
+    "interrupted AS (" + _INTERRUPT_SESSION + " AND EXISTS (SELECT 1 FROM lease) RETURNING session_id), "
+    "marked AS (" + _TOTALS_COLUMNS + "SELECT DISTINCT session_id, 0, 0, 0, 0, 0, 0, TRUE, ?, ?::timestamptz "
+    "FROM interrupted" + _TOTALS_MERGE + " RETURNING 1) "
+    + _RECORD_COLUMNS + "SELECT " + _RECORD_VALUES + " FROM lease{condition}"
+)
 _ORPHANS = (
     "SELECT r.id, r.session_id FROM chatflow_turn_records r WHERE r.status = 'running' AND NOT EXISTS "
     "(SELECT 1 FROM chatflow_session_leases l WHERE l.session_id = r.session_id AND l.owner = r.owner "
-    "AND l.expires_at >= %s)"
+    "AND l.expires_at >= ?)"
 )
+_rendered: dict[tuple[str, str], str] = {}
 
 
-def _sql(cursor: Any, template: str) -> str:
-    """``template`` with ``{json}`` placeholders for the cursor's database (PostgreSQL casts to jsonb)."""
-    vendor = cursor.db.vendor
-    return template.format(json="CAST(%s AS jsonb)" if vendor == "postgresql" else "%s")
+def _sql(dialect: Dialect, template: str) -> str:
+    """``template`` rendered for ``dialect`` (cached: the hot statements are rendered once)."""
+    key = (dialect.name, template)
+    sql = _rendered.get(key)
+    if sql is None:
+        cast = dialect.json_cast
+        sql = _rendered[key] = dialect.render(template.replace("{cast}", cast))
+    return sql
 
 
-def _stamp(cursor: Any, at: float | None) -> Any:
-    return None if at is None else cursor.db.ops.adapt_datetimefield_value(datetime.fromtimestamp(at, UTC))
+def _stamp(dialect: Dialect, at: float | None) -> Any:
+    return None if at is None else dialect.stamp(at)
 
 
 def call_json(call: ModelCallUsage) -> dict[str, Any]:
@@ -82,58 +120,98 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
-def open_turn(cursor: Any, session_id: str, report: TurnReport) -> None:
-    """The turn got its lease: insert its record (``running``) and mark ``interrupted`` the records of
-    this session still ``running`` under another owner (they lost the lease: their process died)."""
-    now = report.started_at
-    cursor.execute(_INTERRUPT_SESSION, (_stamp(cursor, now), INTERRUPTED_ERROR, session_id, report.owner))
-    if cursor.rowcount:
-        _add_totals(cursor, session_id, None, INTERRUPTED_ERROR, now)
+def _record_params(dialect: Dialect, session_id: str, report: TurnReport) -> tuple[Any, ...]:
     source = report.source if report.source in TURN_SOURCES else "other"
-    cursor.execute(_sql(cursor, _INSERT), (
-        session_id, report.owner, source, report.user_text, _stamp(cursor, now),
-        report.queue_wait_ms, report.lease_wait_ms, _dumps(report.agents), "[]", "[]", report.trace_id[:32],
-    ))
+    return (session_id, report.owner, source, report.user_text, _stamp(dialect, report.started_at),
+            report.queue_wait_ms, report.lease_wait_ms, _dumps(report.agents), report.trace_id[:32])
 
 
-def close_turn(cursor: Any, session_id: str, report: TurnReport, first_message_id: int | None = None) -> None:
-    """End the record ``report.owner`` opened with ``report``'s status, calls, tools and times, and add the
-    turn to the session's totals. A record no longer ``running`` (marked interrupted meanwhile) stays."""
-    cost = report.cost
-    cursor.execute(_sql(cursor, _CLOSE), (
-        report.status, _stamp(cursor, report.finished_at), report.duration_ms, first_message_id,
+def open_turn(cursor: Any, dialect: Dialect, session_id: str, report: TurnReport) -> None:
+    """The turn got its lease (in this transaction): insert its record (``running``) and mark
+    ``interrupted`` the records of this session still ``running`` under another owner."""
+    now = _stamp(dialect, report.started_at)
+    cursor.execute(_sql(dialect, _INTERRUPT_SESSION), (now, INTERRUPTED_ERROR, session_id, report.owner))
+    if cursor.rowcount:
+        _add_totals(cursor, dialect, session_id, None, INTERRUPTED_ERROR, report.started_at)
+    cursor.execute(_sql(dialect, _INSERT), _record_params(dialect, session_id, report))
+
+
+def lease_opening_turn(dialect: Dialect, session_id: str, report: TurnReport, condition: str = "") -> LeaseRider:
+    """PostgreSQL: a rider for ``chatflow_agent.core.sql.SessionRules.acquire_lease`` that makes the
+    lease upsert one statement with what :func:`open_turn` writes (data-modifying CTEs): the lease,
+    the interrupted marks and their totals, and the new record, whose insert's row count (1 or 0)
+    says whether the lease was taken. ``condition``: an SQL boolean without parameters that the
+    insert also evaluates once the lease is taken (the caller's, e.g. a ``set_config`` call)."""
+    now = _stamp(dialect, report.started_at)
+    tail = _sql(dialect, _OPEN_WITH_LEASE.replace("{condition}", f" WHERE {condition}" if condition else ""))
+    params = (now, INTERRUPTED_ERROR, session_id, report.owner, INTERRUPTED_ERROR, now,
+              *_record_params(dialect, session_id, report))
+
+    def ride(lease_sql: str, lease_params: Sequence[Any]) -> tuple[str, Sequence[Any]]:
+        return tail.replace("{lease}", lease_sql), (*lease_params, *params)
+
+    return ride
+
+
+def _close_params(dialect: Dialect, report: TurnReport, first_message_id: int | None) -> tuple[Any, ...]:
+    return (
+        report.status, _stamp(dialect, report.finished_at), report.duration_ms, first_message_id,
         _dumps(report.agents), report.error, _dumps([call_json(c) for c in report.calls]),
         _dumps([{"name": t.name, "duration_ms": t.duration_ms, "outcome": t.outcome} for t in report.tools]),
-        report.input_tokens, report.output_tokens, report.cached_tokens, cost, report.user_text, report.owner,
-    ))
+        report.input_tokens, report.output_tokens, report.cached_tokens, report.cost, report.user_text, report.owner,
+    )
+
+
+def _last_error(report: TurnReport) -> str:
+    return "" if report.status == "completed" else report.error
+
+
+def close_turn(cursor: Any, dialect: Dialect, session_id: str, report: TurnReport,
+               first_message_id: int | None = None) -> None:
+    """End the record ``report.owner`` opened with ``report``'s status, calls, tools and times, and add the
+    turn to the session's totals. A record no longer ``running`` (marked interrupted meanwhile) stays."""
+    cursor.execute(_sql(dialect, _CLOSE), _close_params(dialect, report, first_message_id))
     if cursor.rowcount:
-        _add_totals(cursor, session_id, report, "" if report.status == "completed" else report.error,
-                    report.finished_at)
+        _add_totals(cursor, dialect, session_id, report, _last_error(report), report.finished_at)
 
 
-def _add_totals(cursor: Any, session_id: str, report: TurnReport | None, last_error: str, at: float | None) -> None:
+def lease_closing_turn(dialect: Dialect, report: TurnReport, first_message_id: int | None = None) -> LeaseRider:
+    """PostgreSQL: a rider for ``chatflow_agent.core.sql.SessionRules.release_lease`` that makes the
+    lease release one statement with what :func:`close_turn` writes (data-modifying CTEs); its row
+    count (1 or 0) still says whether the lease was released."""
+    tail = _sql(dialect, _CLOSE_WITH_RELEASE)
+    params = (*_close_params(dialect, report, first_message_id), *_counts(report), _last_error(report),
+              _stamp(dialect, report.finished_at))
+
+    def ride(lease_sql: str, lease_params: Sequence[Any]) -> tuple[str, Sequence[Any]]:
+        return tail.replace("{lease}", lease_sql), (*lease_params, *params)
+
+    return ride
+
+
+def _counts(report: TurnReport | None) -> tuple[Any, ...]:
     if report is None:
-        counts: tuple[Any, ...] = (0, 0, 0, 0, 0, Decimal(0), True)
-    else:
-        cost = report.cost
-        counts = (1, report.input_tokens, report.output_tokens, report.cached_tokens,
-                  report.input_tokens + report.output_tokens, cost or Decimal(0), cost is not None)
-    cursor.execute(_TOTALS, (session_id, *counts, last_error, _stamp(cursor, at)))
+        return (0, 0, 0, 0, 0, Decimal(0), True)
+    cost = report.cost
+    return (1, report.input_tokens, report.output_tokens, report.cached_tokens,
+            report.input_tokens + report.output_tokens, cost or Decimal(0), cost is not None)
 
 
-def mark_interrupted(cursor: Any, now: float) -> int:
+def _add_totals(cursor: Any, dialect: Dialect, session_id: str, report: TurnReport | None, last_error: str,
+                at: float | None) -> None:
+    cursor.execute(_sql(dialect, _TOTALS), (session_id, *_counts(report), last_error, _stamp(dialect, at)))
+
+
+def mark_interrupted(cursor: Any, dialect: Dialect, now: float) -> int:
     """Mark ``interrupted`` every ``running`` record whose lease is gone or expired at ``now`` (unix
     seconds); how many."""
-    cursor.execute(_ORPHANS, (now,))
+    cursor.execute(_sql(dialect, _ORPHANS), (now,))
     found = cursor.fetchall()
     for record_id, session_id in found:
-        cursor.execute(
-            "UPDATE chatflow_turn_records SET status = 'interrupted', finished_at = %s, error = %s "
-            "WHERE id = %s AND status = 'running'", (_stamp(cursor, now), INTERRUPTED_ERROR, record_id))
+        cursor.execute(_sql(dialect, _INTERRUPT_ONE), (_stamp(dialect, now), INTERRUPTED_ERROR, record_id))
         if cursor.rowcount:
-            _add_totals(cursor, session_id, None, INTERRUPTED_ERROR, now)
+            _add_totals(cursor, dialect, session_id, None, INTERRUPTED_ERROR, now)
     return len(found)
-
 
 
 def forget_session(sender: Any, session_id: str, **kwargs: Any) -> dict[str, int]:

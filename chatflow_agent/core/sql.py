@@ -43,6 +43,7 @@ __all__ = [
     "Autocommit",
     "Cursor",
     "Dialect",
+    "LeaseRider",
     "SQLLeasesAndClaims",
     "SessionRules",
     "Transaction",
@@ -92,6 +93,12 @@ class Autocommit(Protocol):
 
     def __call__(self, fn: Callable[[Cursor], _T], /) -> _T: ...
 
+
+#: Turns a lease statement (the upsert or the release, rendered for the dialect, and its
+#: parameters) into one statement that also writes the caller's rows and whose row count is still 1
+#: exactly when the lease was taken or released (on PostgreSQL: the lease statement as a
+#: data-modifying CTE, ``WITH lease AS (statement RETURNING session_id) …``).
+LeaseRider = Callable[[str, Sequence[Any]], tuple[str, Sequence[Any]]]
 
 _second_text: tuple[int, str] = (0, "1970-01-01 00:00:00")
 
@@ -264,12 +271,14 @@ def create_session(cur: Cursor, dialect: Dialect, session_id: str, agent_name: s
     cur.execute(dialect.session_create, (session_id, agent_name, metadata_json, stamp, stamp))
 
 
-def write_commit(cur: Cursor, rules: SessionRules, changes: Changes) -> CommitResult:
+def write_commit(cur: Cursor, rules: SessionRules, changes: Changes,
+                 release_rider: Callable[[list[int]], LeaseRider | None] | None = None) -> CommitResult:
     """Write ``changes`` with ``cur``, inside the caller's transaction (``SessionBackend.commit``'s
     contract, in its order): the session row (upsert, or update on the row of ``changes.token``,
     else ``SessionDeletedError``), deletes of ``delete_ids`` and inserts of ``inserts`` in chunks of
     ``CHUNK_ROWS`` (the inserts ``RETURNING id``), the lease release (``SessionBusyError`` when
-    ``release_owner`` no longer holds it). The caller rolls back on an error.
+    ``release_owner`` no longer holds it). The caller rolls back on an error. ``release_rider``,
+    given the new row ids in order, gives the ``LeaseRider`` (or None) for the release statement.
 
     A turn's commit (lease released, token known, rows inserted, ``changes.version`` a tuple)
     computes the new version from the one read when the lease was taken and the ``updated_at``
@@ -303,7 +312,8 @@ def write_commit(cur: Cursor, rules: SessionRules, changes: Changes) -> CommitRe
         cur.execute(d.insert_messages(len(rows)), params)
         # RETURNING gives no order; one statement's ids increase in the order of its rows.
         new_ids += sorted(int(r[0]) for r in cur.fetchall())
-    if changes.release_owner and not rules.release_lease(cur, sid, changes.release_owner):
+    rider = None if release_rider is None else release_rider(new_ids)
+    if changes.release_owner and not rules.release_lease(cur, sid, changes.release_owner, rider):
         # The lease expired (its renewals stalled) and may have gone to another turn:
         # committing now could interleave with it, so this turn fails and writes nothing.
         raise SessionBusyError(sid)
@@ -353,22 +363,24 @@ class SessionRules:
 
     # ---- leases -----------------------------------------------------------------------------
     def acquire_lease(self, cur: Cursor, transaction: Transaction, session_id: str, owner: str,
-                      ttl_seconds: float, queue: bool) -> bool:
+                      ttl_seconds: float, queue: bool, rider: LeaseRider | None = None) -> bool:
         """One try at the lease (``SessionBackend.acquire_lease``): one upsert when ``owner`` is not
-        in line yet, else (or when that failed and ``queue``) one transaction in the line."""
+        in line yet, else (or when that failed and ``queue``) one transaction in the line. ``rider``
+        (see ``LeaseRider``) makes each upsert write the caller's rows too."""
         now = time.time()
         if owner not in self._in_line:
-            if self._try_lease(cur, session_id, owner, ttl_seconds, now, None):
+            if self._try_lease(cur, session_id, owner, ttl_seconds, now, None, rider):
                 return True
             if not queue:
                 return False
             self._in_line.add(owner)
-        if transaction(lambda c: self._wait_in_line(c, session_id, owner, ttl_seconds, now)):
+        if transaction(lambda c: self._wait_in_line(c, session_id, owner, ttl_seconds, now, rider)):
             self._in_line.discard(owner)
             return True
         return False
 
-    def _wait_in_line(self, cur: Cursor, session_id: str, owner: str, ttl: float, now: float) -> bool:
+    def _wait_in_line(self, cur: Cursor, session_id: str, owner: str, ttl: float, now: float,
+                      rider: LeaseRider | None) -> bool:
         d = self.dialect
         cur.execute(d.waiter_ticket, (owner,))
         row = cur.fetchone()
@@ -377,7 +389,7 @@ class SessionRules:
         else:
             ticket = row[0]
             cur.execute(d.waiter_renew, (now + WAITER_TTL_SECONDS, owner))
-        if self._try_lease(cur, session_id, owner, ttl, now, ticket):
+        if self._try_lease(cur, session_id, owner, ttl, now, ticket, rider):
             cur.execute(d.waiter_delete, (owner,))
             return True
         return False
@@ -389,13 +401,18 @@ class SessionRules:
         return int(cur.lastrowid)  # type: ignore[attr-defined]  # DB-API's optional lastrowid
 
     def _try_lease(self, cur: Cursor, session_id: str, owner: str, ttl: float, now: float,
-                   ticket: int | None) -> bool:
+                   ticket: int | None, rider: LeaseRider | None = None) -> bool:
         """One statement: insert or take over an expired lease, unless a live waiter is ahead."""
         d = self.dialect
+        sql: str
+        params: Sequence[Any]
         if ticket is None:
-            cur.execute(d.lease_free, (session_id, owner, now + ttl, now, session_id, now, owner, now))
+            sql, params = d.lease_free, (session_id, owner, now + ttl, now, session_id, now, owner, now)
         else:
-            cur.execute(d.lease_in_line, (session_id, owner, now + ttl, now, session_id, now, owner, ticket, now))
+            sql, params = d.lease_in_line, (session_id, owner, now + ttl, now, session_id, now, owner, ticket, now)
+        if rider is not None:
+            sql, params = rider(sql, params)
+        cur.execute(sql, params)
         return cur.rowcount == 1
 
     def leave_queue(self, cur: Cursor, owner: str) -> None:
@@ -406,9 +423,14 @@ class SessionRules:
         cur.execute(self.dialect.lease_renew, (time.time() + ttl_seconds, session_id, owner))
         return cur.rowcount == 1
 
-    def release_lease(self, cur: Cursor, session_id: str, owner: str) -> bool:
-        """Delete ``owner``'s lease; False when it held none (a commit then raises ``SessionBusyError``)."""
-        cur.execute(self.dialect.lease_release, (session_id, owner))
+    def release_lease(self, cur: Cursor, session_id: str, owner: str, rider: LeaseRider | None = None) -> bool:
+        """Delete ``owner``'s lease; False when it held none (a commit then raises ``SessionBusyError``).
+        ``rider`` (see ``LeaseRider``) makes the delete write the caller's rows too."""
+        sql: str = self.dialect.lease_release
+        params: Sequence[Any] = (session_id, owner)
+        if rider is not None:
+            sql, params = rider(sql, params)
+        cur.execute(sql, params)
         return cur.rowcount == 1
 
     def purge_leases(self, transaction: Transaction, before: float) -> int:
@@ -450,7 +472,8 @@ class SQLLeasesAndClaims:
     transaction, ``transaction`` (:class:`Transaction`) in one transaction. Both may be called from
     any thread and propagate database errors. The backend's own commit releases a lease through
     ``self._rules`` (the same rules). Turn reports are ignored here (no turn records): a backend that
-    keeps them overrides ``acquire_lease`` / ``release_lease`` and calls the rules in its transaction.
+    keeps them overrides ``acquire_lease`` / ``release_lease`` and calls the rules in its transaction, or
+    passes the rules a ``LeaseRider`` that writes them in the lease statements themselves.
     """
 
     def __init__(self, dialect: Dialect, one: Autocommit, transaction: Transaction) -> None:

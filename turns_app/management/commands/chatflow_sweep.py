@@ -14,9 +14,8 @@ from __future__ import annotations
 import time
 
 from django.core.management.base import BaseCommand
-from django.db import connections, transaction
 
-from turns_app.records import mark_interrupted
+from sessions_app.store import DjangoBackend
 from turns_app.rollups import fold
 
 
@@ -30,8 +29,11 @@ class Command(BaseCommand):
         from agents_app.runtime import site_store
 
         using = options["database"]
-        with transaction.atomic(using=using), connections[using].cursor() as cursor:
-            interrupted = mark_interrupted(cursor, time.time())
+        backend = DjangoBackend(using)
+        try:
+            interrupted = backend.mark_interrupted(time.time())
+        finally:
+            backend.close()
         purged = site_store().purge_expired_leases() if using == "default" else 0
         counted = fold() if using == "default" else 0
         self.stdout.write(f"{interrupted} turn record(s) marked interrupted; {purged} expired lease/waiter row(s) "
