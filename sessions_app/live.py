@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import hashlib
 import json
 import logging
@@ -74,6 +75,7 @@ BROADCAST_ACTIONS = frozenset({"force_handoff", "rollback", "delete", "resend_re
                                "takeover_idle"})
 
 
+@functools.lru_cache(maxsize=4096)  # ~18 run events a turn name the same session's group
 def group_for_session(session_id: str) -> str:
     """The channel layer group of one session: valid for any session id, 50 ASCII characters."""
     digest = hashlib.sha256(session_id.encode("utf-8", "surrogatepass")).hexdigest()[:40]
