@@ -18,7 +18,10 @@ The Runner awaits its subscribers inside the turn, so :class:`Publisher` only pu
 per-event-loop queue and returns; one drain task per loop sends them in order. A send that fails is
 logged, never raised into the turn: while the layer is unreachable (Redis down) its messages are dropped
 with one warning for the whole outage, and one line when a send succeeds again (:class:`LayerOutage`).
-Operator actions are published after their transaction commits.
+Operator actions are published after their transaction commits. A run event nobody can receive is not
+encoded at all (:func:`has_receivers`): on the in-memory layer, when neither its session's group nor
+(for the list's kinds) the list's group has a member in this process — a standalone worker's ~18 events
+a turn cost nothing then.
 
 With the in-memory channel layer only the serving process sees its own events: a second process
 (``manage.py chatflow_chat``, ``chatflow_worker``) that runs turns warns loudly (log and stderr) when it
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import hashlib
 import json
 import logging
@@ -41,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
+from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.conf import settings
 from django.db import transaction
 from pydantic import BaseModel
@@ -51,7 +55,8 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from chatflow_agent.jsonsafe import json_safe
 
 __all__ = [
-    "LIST_GROUP", "LayerOutage", "Publisher", "encode_event", "group_for_session", "group_send", "mark_serving",
+    "LIST_GROUP", "LayerOutage", "Publisher", "encode_event", "group_for_session", "group_send", "has_receivers",
+    "mark_serving",
     "flush_before_close", "outage", "publish_action", "publish_reply", "publisher",
     "warn_if_isolated", "warn_unless_serving",
 ]
@@ -70,6 +75,7 @@ BROADCAST_ACTIONS = frozenset({"force_handoff", "rollback", "delete", "resend_re
                                "takeover_idle"})
 
 
+@functools.lru_cache(maxsize=4096)  # ~18 run events a turn name the same session's group
 def group_for_session(session_id: str) -> str:
     """The channel layer group of one session: valid for any session id, 50 ASCII characters."""
     digest = hashlib.sha256(session_id.encode("utf-8", "surrogatepass")).hexdigest()[:40]
@@ -101,12 +107,20 @@ def encode_event(event: Any) -> dict[str, Any]:
     return out
 
 
-def _messages_for(event: Any) -> list[tuple[str, dict[str, Any]]]:
-    message = {"type": "live.event", "event": encode_event(event)}
-    out = [(group_for_session(event.session_id), message)]
+def _groups_for(event: Any) -> list[str]:
+    groups = [group_for_session(event.session_id)]
     if event.type in LIST_KINDS:
-        out.append((LIST_GROUP, message))
-    return out
+        groups.append(LIST_GROUP)
+    return groups
+
+
+def has_receivers(layer: Any, groups: list[str]) -> bool:
+    """False when no message sent to ``groups`` can be received: ``layer`` is an in-memory layer (which
+    delivers only to this process's consumers) and none of the groups has a member now. True for every
+    other layer (Redis: other processes listen; the embedded worker's relay: the server does)."""
+    if not isinstance(layer, InMemoryChannelLayer):
+        return True
+    return any(layer.groups.get(group) for group in groups)
 
 
 #: What a send raises when the channel layer's server cannot be reached (as opposed to a bad message).
@@ -169,8 +183,12 @@ class Publisher:
         self._tasks: set[asyncio.Task[None]] = set()
 
     def __call__(self, event: Any) -> None:
+        groups = _groups_for(event)
+        if not has_receivers(get_channel_layer(), groups):
+            return  # nobody in this process listens (a standalone worker on the in-memory layer): no encoding
         try:
-            messages = _messages_for(event)
+            message = {"type": "live.event", "event": encode_event(event)}
+            messages = [(group, message) for group in groups]
         except Exception:
             logger.exception("Could not encode run event %s for the channel layer", getattr(event, "type", event))
             return

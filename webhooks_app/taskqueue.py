@@ -1,12 +1,12 @@
 """The durable queue on ``InboundDelivery``: claim with a visibility timeout, renew, finish, fail, release.
 
-Blocking functions (workers call them on their own threads). A claim is one short transaction. On
-SQLite it is one statement, ``UPDATE … WHERE id = (the oldest claimable) RETURNING …``, serialised by
-the write lock. On PostgreSQL the candidate is locked by a ``SELECT … FOR UPDATE SKIP LOCKED``, then
-leased by an ``UPDATE … WHERE id = … AND`` (still claimable) ``RETURNING …``, which tests the row
-again under its lock (a subquery inside the UPDATE is not re-tested when a concurrent claim changed
-the row first, so the one-statement form can lease a finished delivery again); several worker
-processes never block on, or take, the same delivery. A delivery is
+Blocking functions (workers call them on their own threads). A claim is one statement in autocommit.
+On SQLite, ``UPDATE … WHERE id = (the oldest claimable) RETURNING …``, serialised by the write lock
+(after a read, so an idle poll takes no lock). On PostgreSQL, ``UPDATE … WHERE id = (SELECT …
+FOR UPDATE SKIP LOCKED) AND`` (still claimable) ``RETURNING …``; the second condition tests the row
+again under its lock (the subquery's choice alone is not re-tested when a concurrent claim changed the
+row first, and can lease a finished delivery again); several worker processes never block on, or
+take, the same delivery. A delivery is
 claimable when queued, or running with an expired lease (its worker died: the visibility timeout),
 and only when no earlier delivery of the same session is still queued or running, so one sender's
 messages are played in the order they arrived even with many workers. Every later write is guarded
@@ -61,10 +61,12 @@ def _claim_sql(vendor: str, only: str) -> str:
     """One statement: pick the oldest claimable delivery, lease it, return it with its session's marker.
 
     PostgreSQL: the candidates are locked with ``FOR UPDATE SKIP LOCKED`` inside the statement, so two
-    claimers never wait for, or take, the same row. SQLite: statements are serialised by the write lock.
+    claimers never wait for, or take, the same row, and the leased row is tested again under its lock
+    (``_STILL``: the subquery's choice alone is not re-tested when a concurrent claim changed the row
+    first). SQLite: statements are serialised by the write lock.
     """
     if vendor == "postgresql":
-        pick = _pick(only, "FOR UPDATE SKIP LOCKED")
+        pick = f"{_pick(only, 'FOR UPDATE SKIP LOCKED')} AND {_STILL}"
     else:
         pick = (f"(SELECT min(x.id) FROM (SELECT id FROM ({_EXPIRED.format(only=only, lock='')}) "
                 f"UNION ALL SELECT id FROM ({_QUEUED.format(only=only, lock='')})) x)")
@@ -98,17 +100,7 @@ def _take(owner: str, visibility: float, delivery_id: int | None = None) -> Inbo
                 return None
     params = [owner, at(now + timedelta(seconds=visibility)), *candidates]
     if connection.vendor == "postgresql":
-        # The candidate is locked (SKIP LOCKED) and leased in one transaction, then leased by id: the
-        # one-statement form re-leased a finished delivery under concurrent claimers in the soak.
-        with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute(f"SELECT {_pick(only, 'FOR UPDATE SKIP LOCKED')}", candidates)
-            picked = cursor.fetchone()[0]
-            if picked is None:
-                return None
-            found = list(InboundDelivery.objects.raw(
-                f"{_SET} WHERE id = %s AND {_STILL} RETURNING {_COLUMNS}, {_MARKER['postgresql']} AS session_marker",
-                [*params[:2], picked, at(now)]))
-        return found[0] if found else None
+        params.append(at(now))  # the re-test under the row lock (_STILL)
     found = list(InboundDelivery.objects.raw(_claim_sql(connection.vendor, only), params))
     return found[0] if found else None
 
@@ -116,7 +108,7 @@ def _take(owner: str, visibility: float, delivery_id: int | None = None) -> Inbo
 def claim_next(owner: str, visibility: float) -> InboundDelivery | None:
     """Claim the oldest claimable delivery for ``owner`` for ``visibility`` seconds, or None.
 
-    One short transaction (see the module docstring): the delivery comes back leased (``status=running``,
+    One statement (see the module docstring): the delivery comes back leased (``status=running``,
     ``attempts`` counted), with ``session_marker`` — the session's marker when it was claimed (see
     :func:`played_before`). On SQLite an idle poll is one read and takes no lock.
     """

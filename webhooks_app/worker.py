@@ -89,7 +89,9 @@ class Worker:
         self._stopping = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
-        self._http: Any = None
+        # One reply client per slot: httpx checks every idle pooled connection before each request
+        # (a getpeername and a poll each), so one shared pool of ``slots`` connections cost ``slots`` checks.
+        self._http: dict[ThreadPoolExecutor, Any] = {}
 
     # ---- control ------------------------------------------------------------------------------
     def wake(self) -> None:
@@ -159,8 +161,8 @@ class Worker:
         finally:
             await heartbeat.stop(beating)
             embedded.unregister(self)
-            if self._http is not None:
-                await self._http.aclose()
+            for http in self._http.values():
+                await http.aclose()
             for ex in executors:
                 with contextlib.suppress(RuntimeError):  # executors already shut down at interpreter exit
                     ex.submit(connections.close_all).result()
@@ -176,7 +178,7 @@ class Worker:
             return loop.run_in_executor(ex, fn, *args)
 
         traced = await tracing.enter(delivery, db)  # the delivery's trace, when tracing is on
-        handling = asyncio.ensure_future(self._handle(delivery, db))
+        handling = asyncio.ensure_future(self._handle(delivery, db, ex))
         heartbeat = asyncio.ensure_future(self._heartbeat(delivery, db, handling))
         try:
             await asyncio.shield(handling)
@@ -197,7 +199,7 @@ class Worker:
     def _stage(self, name: str) -> contextlib.AbstractContextManager[None]:
         return self.costs.stage(name) if self.costs is not None else contextlib.nullcontext()
 
-    async def _handle(self, delivery: InboundDelivery, db: Any) -> None:
+    async def _handle(self, delivery: InboundDelivery, db: Any, slot: ThreadPoolExecutor) -> None:
         replies_out = delivery.provider in (InboundDelivery.Provider.WHATSAPP, InboundDelivery.Provider.TELEGRAM)
         reply = Reply.SENDING if replies_out else Reply.NONE
         if delivery.reply_status == Reply.SENDING:
@@ -217,7 +219,7 @@ class Worker:
                 with self._stage("finish"):
                     failed = await db(taskqueue.fail, delivery, self.owner, error, fallback, reply)
                 if failed and replies_out:
-                    await self._send(delivery, fallback, db)
+                    await self._send(delivery, fallback, db, slot)
                 return
             answer = await db(taskqueue.last_answer, delivery.session_id)
         if answer is None:  # held for the operator: stored, nothing to send
@@ -226,7 +228,7 @@ class Worker:
         with self._stage("finish"):
             finished = await db(taskqueue.finish, delivery, self.owner, answer, reply)
         if finished and reply == Reply.SENDING:
-            await self._send(delivery, answer, db)
+            await self._send(delivery, answer, db, slot)
 
     async def _play(self, delivery: InboundDelivery, db: Any) -> str | None:
         """The answer to send; None when the turn was held for an operator (nothing to send)."""
@@ -273,13 +275,14 @@ class Worker:
                 playing.cancel()
                 return
 
-    async def _send(self, delivery: InboundDelivery, text: str, db: Any) -> None:
+    async def _send(self, delivery: InboundDelivery, text: str, db: Any, slot: ThreadPoolExecutor) -> None:
         """Send, then record sent/failed and finish the delivery (``sending`` was committed before)."""
-        if self._http is None:
-            self._http = replies.client()
+        http = self._http.get(slot)
+        if http is None:
+            http = self._http[slot] = replies.client()
         try:
             with self._stage("reply send"):
-                await replies.send(self._http, delivery, text)
+                await replies.send(http, delivery, text)
         except Exception as err:  # noqa: BLE001 - recorded on the delivery, shown in the ledger
             logger.warning("Delivery %s: reply failed: %s", delivery.pk, err)
             outcome, error = Reply.FAILED, f"{type(err).__name__}: {err}"

@@ -13,16 +13,23 @@ __all__ = ["IdentityMap"]
 
 
 class IdentityMap:
-    """Session ids to the live ``SessionContext`` objects (weakly, plus the ``size`` most recently used
-    kept alive), and each live session object's ``SyncState``.
+    """Session ids to the live ``SessionContext`` objects (weakly, plus the most recently used kept
+    alive: at most ``size`` sessions holding at most ``messages`` messages of history between them, the
+    newest session always), and each live session object's ``SyncState``.
+
+    The message bound is what keeps a long-running process's memory flat: histories grow with every
+    turn (up to their ``max_turns``), so a bound on sessions alone lets the cache grow with the length
+    of the conversations it has seen. The bound is applied when a session is remembered (taken for a
+    turn or loaded); a session pushed out is loaded again on its next turn.
 
     The sync state belongs to the session object, not to the id: it lives as long as the object
     does, also once the id was forgotten (a deleted session's object keeps answering
     ``SessionDeletedError`` without a store lookup). Thread-safe.
     """
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, messages: int) -> None:
         self.size = size
+        self.messages = messages
         self._weak: weakref.WeakValueDictionary[str, SessionContext] = weakref.WeakValueDictionary()
         self._lru: OrderedDict[str, SessionContext] = OrderedDict()
         self._states: weakref.WeakKeyDictionary[SessionContext, SyncState] = weakref.WeakKeyDictionary()
@@ -40,6 +47,10 @@ class IdentityMap:
             self._lru.move_to_end(sid)
             while len(self._lru) > self.size:
                 self._lru.popitem(last=False)
+            held = sum(len(kept.history) for kept in self._lru.values())
+            while held > self.messages and len(self._lru) > 1:
+                _, dropped = self._lru.popitem(last=False)
+                held -= len(dropped.history)
 
     def forget(self, session_id: str) -> SessionContext | None:
         """Drop ``session_id``; returns the session object it mapped to, if any."""

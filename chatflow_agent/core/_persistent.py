@@ -3,8 +3,8 @@
 The store is composed of parts that each own their state:
 
 - the backend (``chatflow_agent.core.backend.SessionBackend``): one database's rows;
-- an ``IdentityMap``: one ``SessionContext`` per session id while it is in use (plus a small LRU)
-  and each live session's ``SyncState`` (which row holds each message, token, version),
+- an ``IdentityMap``: one ``SessionContext`` per session id while it is in use (plus an LRU bounded
+  in sessions and in messages) and each live session's ``SyncState`` (which row holds each message, token, version),
   revalidated against the row's *version* so a change made by another process is reloaded;
 - the pure diff functions of ``_sync``: what a commit writes, and the state after it;
 - a ``LeaseCore``: the cross-process *lease* of a turn (FIFO line, renewal while it runs,
@@ -67,7 +67,8 @@ class PersistentSessionStore(BaseSessionStore):
     """
 
     _BLOCKING_IO_WORKERS = 4
-    _CACHE_SIZE = 1024
+    _CACHE_SIZE = 1024  # sessions kept alive between turns (the identity map's LRU) …
+    _CACHE_MESSAGES = 4096  # … holding at most this many messages between them (a process's memory stays flat)
 
     def __init__(self, backend: SessionBackend, default_max_turns: int = 40,
                  dedup_ttl_hours: float = DEFAULT_DEDUP_TTL_HOURS,
@@ -77,7 +78,7 @@ class PersistentSessionStore(BaseSessionStore):
         self.dedup_ttl_hours = _positive_number("dedup_ttl_hours", dedup_ttl_hours)
         self.backend = backend
         self._bridge = BlockingBridge(backend.inline, self._BLOCKING_IO_WORKERS)
-        self._sessions = IdentityMap(self._CACHE_SIZE)
+        self._sessions = IdentityMap(self._CACHE_SIZE, self._CACHE_MESSAGES)
         self._leases = LeaseCore(backend, self._bridge, _positive_number("lease_ttl_seconds", lease_ttl_seconds))
         self._warned_agents: set[str] = set()
         self._beats: dict[str, tuple[str, Any]] = {}  # session id → (lease owner, heartbeat) of its async turn here

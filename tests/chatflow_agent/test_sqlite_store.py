@@ -713,3 +713,28 @@ async def test_a_runner_turn_cancelled_while_its_commit_is_written_reports_it_co
     assert [r[2] for r in raw_rows(db, "s")] == ["U1", "A1"]
     assert [m.content for m in store.get("s").history] == ["U1", "A1"]
     assert events[0] == "turn_started" and events[-1] == "turn_completed" and "turn_failed" not in events
+
+
+@pytest.mark.asyncio
+async def test_sessions_kept_between_turns_hold_a_bounded_number_of_messages(tmp_path, store_factory):
+    """A long-running process (a queue worker) plays turns for many growing conversations: the sessions
+    the store keeps alive between turns hold at most a few thousand messages, not every history it saw."""
+    import gc
+    import weakref
+
+    store = store_factory(str(tmp_path / "many.db"))
+    agent = Agent(name="Bot", instructions="x")
+    kept: list[weakref.ref] = []
+    for i in range(300):
+        async with store.turn(f"s{i}", agent) as session:
+            for k in range(10):
+                await session.aadd_message(Message(role=Role.USER, content=f"q{k}"))
+                await session.aadd_message(Message(role=Role.MODEL, content=f"a{k}"))
+        kept.append(weakref.ref(session))
+    gc.collect()
+    alive = [s for s in (ref() for ref in kept) if s is not None]
+    # the bound is applied when a session is taken for a turn: the last turn's 20 messages came after it
+    assert sum(len(s.history) for s in alive) <= 4096 + 20  # 300 sessions of 20 messages: 6,000 without it
+    assert kept[-1]() is not None  # the newest sessions stay cached: their next turn reads only the head
+    async with store.turn("s0", agent) as session:  # one pushed out is loaded again, whole
+        assert [m.content for m in session.history][:2] == ["q0", "a0"] and len(session.history) == 20

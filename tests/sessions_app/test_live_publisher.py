@@ -5,12 +5,15 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from channels.layers import BaseChannelLayer
+import pytest
+from channels.layers import BaseChannelLayer, channel_layers, get_channel_layer
 
 from chatflow_agent.core.events import MessageAppended, TurnCompleted
 from chatflow_agent.types import AgentResponse, Message, Role, ToolCall
-from sessions_app.live import LIST_GROUP, encode_event, group_for_session, warn_if_isolated
+from sessions_app import live
+from sessions_app.live import LIST_GROUP, encode_event, group_for_session, has_receivers, publisher, warn_if_isolated
 from tests.processes import REPO, site_env
+from webhooks_app.relay import RelayChannelLayer
 
 
 def test_group_names_are_valid_for_any_session_id():
@@ -96,3 +99,66 @@ def test_live_fragments_escape_what_users_and_models_wrote():
         html = render_event(view, encode_event(event))
         assert html and "<script>" not in html, event.type
         assert "&lt;script&gt;" in html, event.type
+
+
+# ---- a run event nobody can receive is not encoded ---------------------------------------------
+def _turn_events(session_id: str) -> list:
+    from chatflow_agent.core.events import TextDelta, TurnStarted
+
+    return [TurnStarted(session_id=session_id, turn_id="t", agent_name="A", user_message="hi"),
+            TextDelta(session_id=session_id, turn_id="t", text="hel", agent_name="A")]
+
+
+@pytest.fixture
+def memory_layer(settings):
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    channel_layers.backends.clear()
+    yield get_channel_layer()
+    channel_layers.backends.clear()
+
+
+@pytest.fixture
+def encoded(monkeypatch):
+    """The kinds of the events the publisher encoded (a spy around the real encoder)."""
+    kinds: list[str] = []
+
+    def spy(event):
+        kinds.append(event.type)
+        return encode_event(event)
+
+    monkeypatch.setattr(live, "encode_event", spy)
+    return kinds
+
+
+@pytest.mark.asyncio
+async def test_events_without_a_listener_in_the_in_memory_layer_are_not_encoded(memory_layer, encoded):
+    for event in _turn_events("s-nobody"):
+        publisher(event)
+    await publisher.flush()
+    assert encoded == []
+    assert not has_receivers(memory_layer, [group_for_session("s-nobody"), LIST_GROUP])
+
+
+@pytest.mark.asyncio
+async def test_a_listener_of_the_session_or_of_the_list_gets_its_events(memory_layer, encoded):
+    session = await memory_layer.new_channel()
+    await memory_layer.group_add(group_for_session("s-watched"), session)
+    for event in _turn_events("s-watched"):
+        publisher(event)
+    await publisher.flush()
+    got = [(await memory_layer.receive(session))["event"]["kind"] for _ in range(2)]
+    assert got == ["turn_started", "text_delta"] and encoded == got
+
+    encoded.clear()
+    listing = await memory_layer.new_channel()
+    await memory_layer.group_add(LIST_GROUP, listing)
+    for event in _turn_events("s-other"):  # only the list listens: its kinds are encoded, a text delta is not
+        publisher(event)
+    await publisher.flush()
+    assert (await memory_layer.receive(listing))["event"]["kind"] == "turn_started"
+    assert encoded == ["turn_started"]
+
+
+def test_other_layers_always_have_receivers():
+    assert has_receivers(RelayChannelLayer(fd=1), [group_for_session("s")])
+    assert has_receivers(BaseChannelLayer(), [LIST_GROUP])
