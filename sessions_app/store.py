@@ -31,6 +31,7 @@ failing when it upgrades a read lock.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 import weakref
@@ -63,7 +64,7 @@ from chatflow_agent.jsonsafe import json_object
 from chatflow_agent.types import Role
 from turns_app import records
 
-__all__ = ["DjangoBackend", "DjangoSessionStore", "session_committing"]
+__all__ = ["DjangoBackend", "DjangoSessionStore", "immediate", "session_committing"]
 
 _T = TypeVar("_T")
 # The statements run on the driver's own cursor (``?`` for sqlite3, ``%s`` for psycopg).
@@ -252,7 +253,7 @@ class DjangoBackend(SQLLeasesAndClaims):
                 records.open_turn(cursor, self._dialect, session_id, report)
             return True
 
-        return self._on_driver(conn, take) if outer else self._autocommit(lambda c: _immediate(c, take))
+        return self._on_driver(conn, take) if outer else self._autocommit(lambda c: immediate(c, take))
 
     def release_lease(self, session_id: str, owner: str, report: TurnReport | None = None) -> None:
         if report is None:
@@ -340,18 +341,28 @@ class DjangoBackend(SQLLeasesAndClaims):
         self._call(self._transaction, lambda c: clear_sessions(c, self._dialect))
 
 
-def _immediate(cursor: Cursor, fn: Callable[[Cursor], _T]) -> _T:
+def immediate(cursor: Cursor, fn: Callable[[Cursor], _T]) -> _T:
     """SQLite, outside Django's transactions: ``fn(cursor)`` in one ``BEGIN IMMEDIATE`` transaction on the
     driver's connection (``transaction.atomic``'s autocommit switching costs more than the statements
-    of a lease; nothing in that transaction needs Django to know of it)."""
+    of a lease; nothing in that transaction needs Django to know of it).
+
+    Returns what ``fn`` returns. Whatever fails — ``fn`` or the ``COMMIT`` itself (a deferred constraint,
+    a busy or full database) — the transaction is rolled back before the error propagates, so the
+    connection is back in autocommit as Django believes it is; a rollback's own error never hides
+    the first one. ``RuntimeError`` when the connection is already in a transaction.
+    """
+    driver: Any = cursor.connection  # type: ignore[attr-defined]  # sqlite3.Cursor.connection
+    if driver.in_transaction:
+        raise RuntimeError("immediate() needs a connection in autocommit; a transaction is open on it")
     cursor.execute("BEGIN IMMEDIATE", ())
     try:
         result = fn(cursor)
-    except BaseException:
-        cursor.execute("ROLLBACK", ())
-        raise
-    cursor.execute("COMMIT", ())
-    return result
+        cursor.execute("COMMIT", ())
+        return result
+    finally:
+        if driver.in_transaction:
+            with contextlib.suppress(Exception):
+                driver.rollback()
 
 
 def _first_user_id(changes: Changes, new_ids: list[int]) -> int | None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sqlite3
+
 import pytest
 from django.db import connection, transaction
 
@@ -82,3 +84,38 @@ def test_a_lease_taken_inside_an_operator_transaction_leaves_its_durability_alon
                     assert cursor.fetchone()[0] == "on"
         assert SessionLease.objects.filter(pk="s").count() == 0  # released in the commit
     assert ChatMessage.objects.filter(session_id="s").count() == 1
+
+
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="the BEGIN IMMEDIATE path is SQLite's")
+def test_a_commit_that_fails_leaves_the_connection_in_autocommit_and_raises_its_error():
+    from sessions_app.store import immediate
+
+    connection.ensure_connection()
+    driver = connection.connection
+    setup = driver.cursor()
+    setup.execute("CREATE TEMP TABLE parent (id INTEGER PRIMARY KEY)")
+    setup.execute("CREATE TEMP TABLE child (parent_id INTEGER REFERENCES parent (id) DEFERRABLE INITIALLY DEFERRED)")
+    cursor = driver.cursor()
+
+    # A deferred foreign key fails at COMMIT, which leaves SQLite's transaction open.
+    with pytest.raises(sqlite3.IntegrityError):
+        immediate(cursor, lambda c: c.execute("INSERT INTO child VALUES (99)", ()))
+
+    assert not driver.in_transaction
+    assert immediate(cursor, lambda c: c.execute("INSERT INTO parent VALUES (1)", ()).rowcount) == 1
+    assert not driver.in_transaction  # committed, not joined to a forgotten transaction
+    assert ChatSession.objects.count() == 0  # Django's autocommit queries run as before
+
+
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="the BEGIN IMMEDIATE path is SQLite's")
+def test_immediate_refuses_a_connection_already_in_a_transaction():
+    from sessions_app.store import immediate
+
+    connection.ensure_connection()
+    cursor = connection.connection.cursor()
+    cursor.execute("BEGIN", ())
+    try:
+        with pytest.raises(RuntimeError, match="autocommit"):
+            immediate(cursor, lambda c: None)
+    finally:
+        cursor.execute("ROLLBACK", ())
