@@ -58,9 +58,12 @@ def dashboard_page(request: HttpRequest) -> HttpResponse:
 
 
 def _done(request: HttpRequest, note: str, refused: bool, status: int = 200) -> HttpResponse:
-    if refused:
+    htmx = getattr(request, "htmx", False)
+    if refused and not (htmx and status >= 400):
+        # A 4xx answer is logged by django.request in one line; a redirect or a 200 that refused some
+        # rows would be logged nowhere.
         logger.info("Health action refused for %s: %s", request.user, note)
-    if getattr(request, "htmx", False):
+    if htmx:
         return render(request, f"{PAGE}#health", report.context(request, note, refused), status=status)
     (messages.error if refused else messages.success)(request, note)
     return redirect("health-show-health")

@@ -8,7 +8,6 @@ POST is redirected back to the session page (a refusal renders the panel page wi
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from django.contrib import messages
@@ -23,8 +22,6 @@ from sessions_app.access import console_required
 from sessions_app.actions import ActionError, InvalidAction
 from takeover_app import service
 from takeover_app.models import OperatorReply
-
-logger = logging.getLogger("takeover_app")
 
 TAKE_OVER = "takeover_app.take_over"
 REPLY = "takeover_app.reply_as_operator"
@@ -48,7 +45,7 @@ def _done(request: HttpRequest, session_id: str, note: str) -> HttpResponse:
 
 
 def _refused(request: HttpRequest, session_id: str, err: ActionError) -> HttpResponse:
-    logger.info("Refused %s on %r: %s %s", request.path, session_id, err.status, err)
+    # Answered with err.status (a 4xx): django.request logs it in one line.
     ctx = {"error": str(err), "owner": getattr(err, "owner", "")}
     if getattr(request, "htmx", False):
         response = render(request, f"{PANEL}#takeover-error", ctx, status=err.status)
@@ -117,7 +114,6 @@ def resend(request: HttpRequest, reply_id: int) -> HttpResponse:
     if found is None:
         if getattr(request, "htmx", False):
             return _refused(request, "", _NotFound("No such reply."))
-        logger.info("Refused %s: no such reply", request.path)
         return not_found(request, Http404("No such reply."))
     try:
         sent = service.resend(request.user, reply_id)

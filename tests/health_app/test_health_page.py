@@ -4,6 +4,7 @@ failed deliveries and replies with bulk Retry/Resend, worker heartbeats; who may
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import re
 import socket
@@ -288,3 +289,22 @@ def test_bulk_resend_of_operator_replies_needs_the_reply_permission_csrf_and_ids
     assert olga.post(url, {"reply": [made["otto"].pk]}, HTTP_HX_REQUEST="true").status_code == 409
     assert OperatorReply.objects.get(pk=made["failed"].pk).status == "failed"
     assert not OperatorAction.objects.filter(action="operator_reply").exists()
+
+
+def test_each_refusal_is_logged_in_exactly_one_line_under_the_sites_logging(client, caplog):
+    # No caplog.set_level: what is captured is what the site's LOGGING lets through.
+    d = failed_delivery(client, 1)
+    operator = personas.client_for(personas.operator())
+    assert operator.post("/health/deliveries/retry/", {"delivery": [d.pk]}).status_code == 302
+    caplog.clear()
+
+    # A redirect (no htmx) that refused the row: django.request logs nothing, the health page does.
+    assert operator.post("/health/deliveries/retry/", {"delivery": [d.pk]}).status_code == 302
+    lines = [r for r in caplog.records if r.levelno >= logging.INFO and "retried" in r.getMessage()]
+    assert len(lines) == 1 and lines[0].name == "health_app.views" and "\n" not in lines[0].getMessage()
+    caplog.clear()
+
+    # A 409 (htmx): django.request's one line, not a second one from the page.
+    assert operator.post("/health/deliveries/retry/", {"delivery": [d.pk]}, HTTP_HX_REQUEST="true").status_code == 409
+    lines = [r for r in caplog.records if r.levelno >= logging.INFO and r.name.startswith(("health_app", "django"))]
+    assert [r.name for r in lines] == ["django.request"] and lines[0].exc_info is None
