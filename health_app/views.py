@@ -11,6 +11,9 @@ the page with a message. The page polls its partial, so every open health page s
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable, Iterable
+from functools import partial
 from typing import Any
 
 from django.contrib import messages
@@ -95,6 +98,28 @@ def retry_deliveries(request: HttpRequest) -> HttpResponse:
     return _done(request, note, bool(refused), 409 if refused and not done else 200)
 
 
+#: Seconds a bulk resend keeps starting sends (each is bounded on its own); the rest are named, not tried,
+#: so a slow provider cannot hold the request past a proxy's timeout.
+BULK_SEND_SECONDS = 20.0
+
+
+def _send_each(sends: Iterable[tuple[str, Callable[[], str | None]]]) -> tuple[int, list[str]]:
+    """Call each ``(label, send)`` in turn — ``send()`` is None when the reply went out, else the problem —
+    until ``BULK_SEND_SECONDS`` have passed. Returns (how many were sent, one note per reply not sent)."""
+    sent, problems = 0, []
+    deadline = time.monotonic() + BULK_SEND_SECONDS
+    for label, send in sends:
+        if time.monotonic() >= deadline:
+            problems.append(f"{label}: not tried (the batch ran out of time); resend it again.")
+            continue
+        problem = send()
+        if problem is None:
+            sent += 1
+        else:
+            problems.append(f"{label}: {problem}")
+    return sent, problems
+
+
 @require_POST
 @console_required(RESEND)
 def resend_replies(request: HttpRequest) -> HttpResponse:
@@ -102,17 +127,16 @@ def resend_replies(request: HttpRequest) -> HttpResponse:
     ids = _selected(request)
     if not ids:
         return _done(request, "Select at least one reply to resend.", True, 400)
-    sent, problems = 0, []
-    for delivery in InboundDelivery.objects.filter(pk__in=ids):
+
+    def resend(delivery: InboundDelivery) -> str | None:
         try:
             result = ledger.resend(request.user, delivery)
         except ledger.ResendRefused as err:
-            problems.append(f"{delivery.provider_message_id}: {err}")
-            continue
-        if result.reply_status == InboundDelivery.Reply.SENT:
-            sent += 1
-        else:
-            problems.append(f"{delivery.provider_message_id}: the send failed: {result.reply_error}")
+            return str(err)
+        return None if result.reply_status == InboundDelivery.Reply.SENT else f"the send failed: {result.reply_error}"
+
+    sent, problems = _send_each((d.provider_message_id, partial(resend, d))
+                                for d in InboundDelivery.objects.filter(pk__in=ids))
     note = f"{sent} repl{'y' if sent == 1 else 'ies'} sent again." + "".join(f" {p}" for p in problems)
     return _done(request, note, bool(problems), 409 if problems and not sent else 200)
 
@@ -129,20 +153,18 @@ def resend_operator_replies(request: HttpRequest) -> HttpResponse:
     if not ids:
         return _done(request, "Select at least one operator reply to resend.", True, 400)
     found = dict(OperatorReply.objects.filter(pk__in=ids).values_list("pk", "session_id"))
-    sent, problems = 0, [f"Reply {i}: no such reply." for i in ids if i not in found]
-    for reply_id, session_id in found.items():
+
+    def resend(reply_id: int) -> str | None:
         try:
             reply = service.resend(request.user, reply_id)
         except ActionError as err:
-            problems.append(f"Reply {reply_id} on {session_id}: {err}")
-            continue
+            return str(err)
         except Http404:
-            problems.append(f"Reply {reply_id} on {session_id}: the session no longer exists.")
-            continue
-        if reply.status == OperatorReply.Status.SENT:
-            sent += 1
-        else:
-            problems.append(f"Reply {reply_id} on {session_id}: the send failed: {reply.error}")
+            return "the session no longer exists."
+        return None if reply.status == OperatorReply.Status.SENT else f"the send failed: {reply.error}"
+
+    sent, problems = _send_each((f"Reply {i} on {sid}", partial(resend, i)) for i, sid in found.items())
+    problems = [f"Reply {i}: no such reply." for i in ids if i not in found] + problems
     note = f"{sent} operator repl{'y' if sent == 1 else 'ies'} sent again." + "".join(f" {p}" for p in problems)
     return _done(request, note, bool(problems), 409 if problems and not sent else 200)
 

@@ -308,3 +308,25 @@ def test_each_refusal_is_logged_in_exactly_one_line_under_the_sites_logging(clie
     assert operator.post("/health/deliveries/retry/", {"delivery": [d.pk]}, HTTP_HX_REQUEST="true").status_code == 409
     lines = [r for r in caplog.records if r.levelno >= logging.INFO and r.name.startswith(("health_app", "django"))]
     assert [r.name for r in lines] == ["django.request"] and lines[0].exc_info is None
+
+
+def test_a_bulk_resend_past_its_time_budget_names_the_replies_it_did_not_try(client, apis, monkeypatch):  # noqa: F811
+    from health_app import views
+
+    wa, _ = apis
+    post_wa(client, p.whatsapp(p.wa_text("wamid.T1", "hello", wa_id="15550001")))
+    dead = Worker(slots=1)
+    d = taskqueue.claim_next(dead.owner, 30)
+    assert taskqueue.finish(d, dead.owner, "the answer", InboundDelivery.Reply.SENDING)
+    InboundDelivery.objects.update(lease_expires_at=timezone.now() - timedelta(seconds=1))  # its worker died
+    monkeypatch.setattr(views, "BULK_SEND_SECONDS", 0)
+    operator = personas.client_for(personas.operator())
+
+    r = operator.post("/health/replies/resend/", {"delivery": [d.pk]}, HTTP_HX_REQUEST="true")
+
+    assert r.status_code == 409 and "wamid.T1: not tried (the batch ran out of time)" in r.content.decode()
+    assert wa.bodies() == [] and not OperatorAction.objects.filter(action="resend_reply").exists()
+    monkeypatch.setattr(views, "BULK_SEND_SECONDS", 20.0)
+    assert "1 reply sent again." in operator.post("/health/replies/resend/", {"delivery": [d.pk]},
+                                                  HTTP_HX_REQUEST="true").content.decode()
+    assert [b["text"]["body"] for b in wa.bodies()] == ["the answer"]
