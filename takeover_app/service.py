@@ -38,12 +38,12 @@ from chatflow_agent.jsonsafe import clean_text
 from chatflow_agent.types import Message, Role
 from sessions_app import live
 from sessions_app.actions import ActionError, InvalidAction, SessionBusy, audit, site_store
-from sessions_app.models import ChatMessage, ChatSession, SessionLease
+from sessions_app.models import ChatMessage, ChatSession, OperatorAction, SessionLease
 from takeover_app.models import OperatorReply, SessionMode
 
-__all__ = ["ACTIONS", "TakenOver", "WHATSAPP_WINDOW", "cancel_turn", "channel_of", "ends_with_customer", "hand_back",
-           "idle_sweep", "mode_of", "note_failed_turn", "request_human", "resend", "send_reply", "start_waiting",
-           "take_over"]
+__all__ = ["ACTIONS", "TakenOver", "WHATSAPP_WINDOW", "cancel_turn", "cancelled_by_operator", "channel_of",
+           "ends_with_customer", "hand_back", "idle_sweep", "mode_of", "note_failed_turn", "request_human", "resend",
+           "send_reply", "start_waiting", "take_over"]
 
 logger = logging.getLogger("takeover_app")
 
@@ -154,7 +154,7 @@ def take_over(user: Any, session_id: str, *, when: Literal["after_turn", "now"] 
     if current.mode == Mode.HUMAN and current.owner_username != _name(user):
         raise _taken(current)  # before stopping anything
     if when == "now":
-        cancel_turn(user, session_id, "Stopped to take the session over.")
+        cancel_turn(user, session_id, "Stopped to take the session over.", replay=True)
     taken: SessionMode | None = None
     try:
         with _turn(session_id, wait=True) as session, transaction.atomic():
@@ -303,12 +303,16 @@ def idle_sweep(now: Any = None) -> int:
 
 
 # ---- cancel a running turn ----------------------------------------------------------------------
-def cancel_turn(user: Any, session_id: str, reason: str, *, only_expired: bool = False) -> bool:
+def cancel_turn(user: Any, session_id: str, reason: str, *, only_expired: bool = False,
+                replay: bool = False) -> bool:
     """Stop the turn running on ``session_id``, in this process or another: its lease is taken away, so
     its commit is refused (nothing half-written) and the turn is rolled back at its next lease renewal
     (at once when it runs in this process). A stale lease (its holder died) is released. Audited.
-    ``only_expired``: only an expired lease is released (a live turn is left alone). Returns True when
-    a lease was taken away, False when no (expired, with ``only_expired``) lease held the session.
+    ``only_expired``: only an expired lease is released (a live turn is left alone). ``replay``: a
+    webhook delivery whose turn this stops is played again (a takeover: it is then held for the
+    operator); otherwise it ends failed with the operator's reason (:func:`cancelled_by_operator`).
+    Returns True when a lease was taken away, False when no (expired, with ``only_expired``) lease held
+    the session.
     """
     with transaction.atomic():
         leases = SessionLease.objects.select_for_update().filter(session_id=session_id)
@@ -320,9 +324,22 @@ def cancel_turn(user: Any, session_id: str, reason: str, *, only_expired: bool =
         before = {"lease_owner": lease.owner, "expired": lease.expired,
                   "acquired_at": lease.acquired.isoformat() if lease.acquired else None}
         lease.delete()
-        audit(user, "cancel_turn", session_id, before, {"reason": clean_text(reason or "")[:2000]})
+        audit(user, "cancel_turn", session_id, before, {"reason": clean_text(reason or "")[:2000], "replay": replay})
     site_store().stop_turn(session_id, owner=before["lease_owner"])  # that turn, not one that began since
     return True
+
+
+def cancelled_by_operator(session_id: str, owner: str) -> str | None:
+    """``"Cancelled by <operator>: <reason>"`` when an operator's :func:`cancel_turn` (without ``replay``)
+    stopped the turn that held ``session_id``'s lease as ``owner``; None when none did (a takeover
+    stopped it, or it lost its lease otherwise: it is to be played again)."""
+    if not owner:
+        return None
+    entry = (OperatorAction.objects.filter(action="cancel_turn", session_id=session_id, before__lease_owner=owner)
+             .order_by("-id").values_list("actor_username", "after").first())
+    if entry is None or entry[1].get("replay"):
+        return None
+    return f"Cancelled by {entry[0] or 'an operator'}: {entry[1].get('reason') or 'no reason given'}"
 
 
 # ---- operator replies ---------------------------------------------------------------------------

@@ -24,7 +24,8 @@ Human takeover: while the session waits for or is owned by an operator, the site
 holds the turn (the message is stored with the marker, no model call); the delivery is done with
 ``reply_status=held`` and nothing is sent. A turn stopped because an operator took the session over
 ("now") is played again once, in line behind the operator: it is then held, never answered with the
-fallback.
+fallback. A turn an operator cancelled (Cancel turn on the health or session page) is not played again:
+the delivery ends failed with who cancelled it and why, nothing is sent, and the console can retry it.
 """
 
 from __future__ import annotations
@@ -70,6 +71,10 @@ def _turn_metadata(delivery: InboundDelivery) -> dict[str, Any]:
     channel must not, say, turn a WhatsApp customer's session into one the live chat may write to)."""
     fresh = {k: v for k, v in delivery.metadata.items() if k != "channel"}
     return {**fresh, taskqueue.MARKER_KEY: delivery.marker}
+
+
+class CancelledByOperator(Exception):
+    """The delivery's turn was stopped by an operator's Cancel turn (its message: who and why)."""
 
 
 class Worker:
@@ -210,6 +215,11 @@ class Worker:
             return
         try:
             answer = await self._play(delivery, db)
+        except CancelledByOperator as err:  # rolled back; the customer gets nothing, the console a Retry
+            logger.info("Delivery %s: %s", delivery.pk, err)
+            with self._stage("finish"):
+                await db(taskqueue.fail, delivery, self.owner, str(err), "", Reply.NONE)
+            return
         except Exception as err:  # noqa: BLE001 - an engine or store failure: the turn was rolled back
             if not await db(taskqueue.turn_committed, delivery):
                 logger.warning("Delivery %s failed: %s: %s", delivery.pk, type(err).__name__, err)
@@ -241,26 +251,32 @@ class Worker:
             return None if await db(takeover.ends_with_customer, delivery.session_id) else await db(
                 taskqueue.last_answer, delivery.session_id)
         with settle.playing(delivery), self._stage("turn"):  # its commit is refused if the session is deleted
+            report = self._report(delivery)
             try:
-                return await self._play_turn(delivery)
+                return await self._play_turn(delivery, report)
             except SessionBusyError:
-                # Stopped (an operator took the session over "now", or the lease was lost): nothing was
-                # written; played again in line behind whoever holds the session now.
+                # Stopped: nothing was written. An operator's Cancel turn ends the delivery; a takeover
+                # "now" or a lost lease plays it again, in line behind whoever holds the session now.
+                cancelled = await db(takeover.cancelled_by_operator, delivery.session_id, report.owner)
+                if cancelled is not None:
+                    raise CancelledByOperator(cancelled) from None
                 logger.info("Delivery %s: its turn was stopped; playing it again", delivery.pk)
-                return await self._play_turn(delivery)
+                return await self._play_turn(delivery, self._report(delivery))
 
-    async def _play_turn(self, delivery: InboundDelivery) -> str | None:
+    @staticmethod
+    def _report(delivery: InboundDelivery) -> TurnReport:
+        queued_ms = max(0.0, (time.time() - delivery.first_seen.timestamp()) * 1000)  # first seen → claimed
+        return TurnReport(source="webhook", queue_wait_ms=queued_ms, trace_id=tracing.current_trace_id())
+
+    async def _play_turn(self, delivery: InboundDelivery, report: TurnReport) -> str | None:
         runner = runtime.site_runner()
         if delivery.kind == Kind.RESET:
             async with runner.session_store.turn(delivery.session_id, runner.starting_agent, delivery.metadata) as s:
                 s.clear_history()  # inside the turn: committed with the marker, under the session lock
                 s.metadata.update(_turn_metadata(delivery))
             return RESET_REPLY
-        queued_ms = max(0.0, (time.time() - delivery.first_seen.timestamp()) * 1000)  # first seen → claimed
         response = await runner.run_async(delivery.session_id, delivery.text, delivery.metadata,
-                                          turn_metadata=_turn_metadata(delivery),
-                                          report=TurnReport(source="webhook", queue_wait_ms=queued_ms,
-                                                            trace_id=tracing.current_trace_id()))
+                                          turn_metadata=_turn_metadata(delivery), report=report)
         return None if response.held and not response.content else response.content
 
     async def _heartbeat(self, delivery: InboundDelivery, db: Any, playing: asyncio.Future[Any]) -> None:

@@ -17,6 +17,7 @@ from tests.webhooks_app import servers as s
 from tests.webhooks_app.fakes import FakeProviderAPI
 from tests.webhooks_app.test_endpoints import post_wa
 from turns_app.models import TurnRecord
+from webhooks_app.models import InboundDelivery
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -71,7 +72,7 @@ def test_a_killed_worker_shows_as_a_stuck_turn_an_expired_lease_and_a_stale_work
 
 def test_cancel_from_the_health_page_rolls_the_running_turn_back_audited(client, world, tmp_path):
     pytest.importorskip("takeover_app.service", reason="cancel_turn lives in takeover_app")
-    env, started, _ = world
+    env, started, wa = world
     post_wa(client, p.whatsapp(p.wa_text("wamid.before", "first")))
     first = s.start_worker(env, tmp_path / "first.log", "--slots", "1", "--drain")
     started.append(first)
@@ -91,3 +92,9 @@ def test_cancel_from_the_health_page_rolls_the_running_turn_back_audited(client,
     assert history("15550100") == before
     entry = OperatorAction.objects.get(session_id="15550100")
     assert entry.actor_username == "olga.operator"
+    # Not played again: the delivery ends failed with who cancelled it, nothing is sent, Retry is offered.
+    delivery = InboundDelivery.objects.get(provider_message_id="wamid.1")
+    s.wait_until(lambda: InboundDelivery.objects.get(pk=delivery.pk).status == "failed", 30, "the delivery to end")
+    ended = InboundDelivery.objects.get(pk=delivery.pk)
+    assert ended.error == "Cancelled by olga.operator: Cancelled from the health page" and ended.reply_status == "none"
+    assert len(s.engine_calls(tmp_path)) == 2 and [b["text"]["body"] for b in wa.bodies()] == ["echo: first"]
