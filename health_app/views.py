@@ -49,13 +49,14 @@ def health_page(request: HttpRequest) -> HttpResponse:
 def dashboard_page(request: HttpRequest) -> HttpResponse:
     """Charts of the turns, latency, failures, cost, handoffs and queue over ``?range=`` (24h, 7d, 30d);
     an unknown range answers 400 with the reason on the page (``django.request`` logs it in one line).
-    htmx polls get the ``dashboard`` partial."""
+    htmx requests get the ``dashboard`` partial, or the ``range-error`` one with the 400."""
     ctx: dict[str, Any] = {"ranges": [(name, label) for name, (label, _, _) in dashboard.RANGES.items()]}
     try:
         ctx["range"] = dashboard.parse_range(request.GET.get("range"))
     except dashboard.RangeError as err:
         ctx.update(range="", range_error=str(err))
-        return render(request, DASHBOARD, ctx, status=400)
+        page = f"{DASHBOARD}#range-error" if getattr(request, "htmx", False) else DASHBOARD
+        return render(request, page, ctx, status=400)
     ctx["board"] = dashboard.build(ctx["range"])
     return render(request, f"{DASHBOARD}#dashboard" if getattr(request, "htmx", False) else DASHBOARD, ctx)
 

@@ -272,6 +272,9 @@ def test_a_bad_range_answers_400_with_the_reason_on_the_page(viewer, caplog):
     assert "<script>" not in html.split("<main>")[1] and 'href="?range=7d"' in html
     [line] = [r for r in caplog.records if r.name == "django.request"]
     assert line.getMessage() == "Bad Request: /dashboard/" and line.exc_info is None  # one line
+    fragment = personas.client_for(viewer).get(URL, {"range": "1y"}, HTTP_HX_REQUEST="true")
+    assert fragment.status_code == 400 and "<html" not in fragment.content.decode()
+    assert fragment.content.decode().startswith('<p class="note alert error" role="alert" id="range-error">Unknown')
 
 
 def test_anonymous_visitors_go_to_the_login_and_every_console_user_may_look(client):
