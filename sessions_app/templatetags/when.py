@@ -2,8 +2,9 @@
 
 ``{{ value|ago }}`` — a ``<time>`` element reading "5 min ago" (relative to now), with the machine
 datetime in ``datetime`` and the absolute time with its time zone in ``title`` (shown on hover).
+``{{ value|ago_seconds }}`` — the same, counting seconds under a minute ("32 s ago"), for what moves fast.
 ``{{ value|stamp }}`` — the absolute time as text: ``2026-01-10 09:00 UTC`` (site time zone).
-``{{ value|stamp_time }}`` — the same inside a ``<time datetime=…>`` element.
+``{{ value|stamp_time }}`` — the same inside a ``<time datetime=…>`` element; ``stamp_seconds`` with seconds.
 Values that are not datetimes render as an em dash.
 """
 
@@ -35,12 +36,14 @@ def absolute(value: datetime, seconds: bool = False) -> str:
     return f"{local.strftime(FORMAT_SECONDS if seconds else FORMAT)} {local.tzname()}" if local else "—"
 
 
-def relative(value: datetime, now: datetime | None = None) -> str:
+def relative(value: datetime, now: datetime | None = None, seconds_under_a_minute: bool = False) -> str:
     """How long ago ``value`` was: ``just now``, ``5 min ago``, ``3 h ago``, ``2 d ago``; a date after 30 days
-    (``in 5 min`` for a time in the future)."""
+    (``in 5 min`` for a time in the future). ``seconds_under_a_minute``: ``32 s ago`` / ``in 8 s`` below 60 s."""
     now = now or timezone.now()
     seconds = (now - value).total_seconds()
     ahead, seconds = seconds < 0, abs(seconds)
+    if seconds_under_a_minute and seconds < 60:
+        return f"in {int(seconds)} s" if ahead else f"{int(seconds)} s ago"
     if seconds < 45:
         return "just now"
     for size, unit in ((86_400, "d"), (3_600, "h"), (60, "min")):
@@ -62,6 +65,15 @@ def ago(value: object) -> str:
 
 
 @register.filter
+def ago_seconds(value: object) -> str:
+    local = _local(value)
+    if local is None:
+        return "—"
+    return format_html('<time datetime="{}" title="{}">{}</time>', local.isoformat(), absolute(local, True),
+                       relative(local, seconds_under_a_minute=True))
+
+
+@register.filter
 def stamp(value: object) -> str:
     return absolute(value) if _local(value) else "—"
 
@@ -72,3 +84,11 @@ def stamp_time(value: object) -> str:
     if local is None:
         return "—"
     return format_html('<time datetime="{}">{}</time>', local.isoformat(), absolute(local))
+
+
+@register.filter
+def stamp_seconds(value: object) -> str:
+    local = _local(value)
+    if local is None:
+        return "—"
+    return format_html('<time datetime="{}">{}</time>', local.isoformat(), absolute(local, True))

@@ -102,6 +102,12 @@ def test_dates_have_one_format_with_the_time_zone():
     assert when.relative(moment, datetime(2026, 1, 10, 12, 0, tzinfo=UTC)) == "3 h ago"
     assert when.relative(moment, datetime(2026, 3, 10, 12, 0, tzinfo=UTC)) == "2026-01-10"
     assert when.stamp(None) == "—"
+    # What moves fast (a running turn, a lease, a heartbeat) counts seconds under a minute.
+    assert when.relative(moment, datetime(2026, 1, 10, 9, 0, 32, tzinfo=UTC)) == "just now"
+    assert when.relative(moment, datetime(2026, 1, 10, 9, 0, 32, tzinfo=UTC), seconds_under_a_minute=True) == "32 s ago"
+    assert when.relative(moment, datetime(2026, 1, 10, 8, 59, 52, tzinfo=UTC), seconds_under_a_minute=True) == "in 8 s"
+    assert when.relative(moment, datetime(2026, 1, 10, 9, 5, tzinfo=UTC), seconds_under_a_minute=True) == "5 min ago"
+    assert when.stamp_seconds(moment) == '<time datetime="2026-01-10T09:00:00+00:00">2026-01-10 09:00:00 UTC</time>'
 
 
 @pytest.mark.parametrize("debug", [True, False])
