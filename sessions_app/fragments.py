@@ -165,7 +165,8 @@ def committed_from_db(view: DetailView, clear_live: bool = True) -> tuple[str, l
         _with_takeover(view, ctx, [i for t in turns for i in t.items])
         body = "".join(render_to_string(f"{DETAIL}#turn", {**ctx, "turn": t}) for t in turns)
         html += _oob("beforeend:#turns", body)
-        html += '<p id="no-turns" hx-swap-oob="delete"></p>'
+        if not had:  # the page says "No turns." (htmx reports an out-of-band swap with no target)
+            html += '<p id="no-turns" hx-swap-oob="delete"></p>'
         html += _previous_turn_actions(ctx, had, chunks[0][0])
     else:
         html += ('<div id="live-turn" class="live-turn" hx-swap-oob="true"><p class="note" role="status">'

@@ -160,6 +160,7 @@ async def test_a_turn_with_a_tool_call_and_a_handoff_streams_in_order(people, st
     assert '<dl class="facts" id="session-facts" hx-swap-oob="true">' in frames[-1]  # the header too:
     assert "<dt>Active agent</dt><dd><strong>Billing</strong>" in frames[-1]  # the handoff stuck
     assert "<dt>Turns</dt><dd>4</dd>" in frames[-1]
+    assert 'id="no-turns"' not in text  # the page had turns: nothing to delete (no htmx oobErrorNoTarget)
     # The list: the session moved to the top twice (turn started: running; turn completed: idle), each
     # time the old row deleted in one frame and the new one inserted at the top in the next.
     assert len(rows) == 4 and "turn running" in rows[1] and "idle" in rows[3]
