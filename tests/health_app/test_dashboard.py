@@ -207,9 +207,23 @@ def test_turns_of_an_unpriced_model_are_counted_apart_never_as_zero_cost(store):
     asyncio.run(runner.run_async("u1", "hello"))
     html = dashboard()
     day = timezone.now().astimezone(UTC).strftime("%b %d")
-    assert [day, "$0.0000", "1"] in body_rows(figures(html), "cost")
+    assert [day, "unknown", "1"] in body_rows(figures(html), "cost")
     assert "1 turn used a model without a known price: not counted here" in html
-    assert "(+1 turn without a known price)" in html
+    assert '<dd id="fact-cost">unknown <span class="muted">(1 turn without a known price)</span></dd>' in html
+    assert "Known cost</dt><dd id=\"fact-cost\">$" not in html
+
+
+def test_a_free_model_costs_a_known_zero_and_shows_0_dollars(store):
+    free = PriceBook({"free-1": {"input": 0, "output": 0}}, library=False)
+    runner = Runner(Agent(name="Support", instructions="Help.", model="free-1",
+                          engine=ScriptedEngine(EngineTurnResult(text="Hi.", usage=ModelCallUsage(
+                              provider="scripted", model="free-1", input_tokens=5, output_tokens=1)))),
+                    session_store=store, prices=free)
+    asyncio.run(runner.run_async("u1", "hello"))
+    html = dashboard()
+    day = timezone.now().astimezone(UTC).strftime("%b %d")
+    assert [day, "$0.0000", "0"] in body_rows(figures(html), "cost")
+    assert '<dd id="fact-cost">$0.0000</dd>' in html and "unknown" not in html
 
 
 def test_the_week_and_month_ranges_count_per_day(store):
