@@ -14,10 +14,19 @@ from collections.abc import Sequence
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
-__all__ = ["bars", "hbars", "lines", "nice_top"]
+__all__ = ["bars", "hbars", "lines", "nice_top", "text_width"]
 
 WIDTH, HEIGHT = 720, 240
 LEFT, RIGHT, TOP, BOTTOM = 56, 12, 12, 30
+#: The largest size (SVG units) the stylesheet gives a tick's text: a phone draws the chart at about half
+#: size, so ``static/css/dashboard.css`` sets this size there (and a smaller one on wider screens).
+TICK_FONT = 18
+#: A tick text's advance per character, in ems, a little above the console's sans-serif fonts: wide
+#: characters, narrow ones (punctuation, space) and every other (digits, "$", letters).
+WIDE_EM, NARROW_EM, CHAR_EM = 0.95, 0.35, 0.66
+_WIDE, _NARROW = frozenset("%MWmw@"), frozenset(".,:;' |!ijl")
+#: The room (SVG units) kept between a y figure and the plot, and between two x labels.
+GAP = 6
 
 
 def nice_top(value: float, integer: bool = False) -> float:
@@ -46,30 +55,41 @@ def _svg(title: str, body: list[str], height: int = HEIGHT) -> SafeString:
                      f'role="img" aria-label="{escape(title)}" focusable="false">' + "".join(body) + "</svg>")
 
 
-def _axes(labels: Sequence[str], top: float, unit: str) -> tuple[list[str], float, float]:
-    """Grid lines with their figures, x labels (every n-th), and the plot's width and height."""
-    plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
+def text_width(text: str) -> float:
+    """The width (SVG units) a tick's ``text`` may take at :data:`TICK_FONT`, measured by characters."""
+    ems = sum(WIDE_EM if c in _WIDE else NARROW_EM if c in _NARROW else CHAR_EM for c in text)
+    return ems * TICK_FONT
+
+
+def _axes(labels: Sequence[str], top: float, unit: str) -> tuple[list[str], float, float, float]:
+    """Grid lines with their figures, x labels (every n-th, never overlapping), the plot's left edge, width
+    and height. The plot starts right of the widest y figure and ends where the last x label fits."""
+    ticks = [_fmt(top * i / 4, unit) for i in range(5)]
+    left = max(float(LEFT), max(text_width(t) for t in ticks) + 2 * GAP)
+    label_w = max((text_width(label) for label in labels), default=0.0)
+    n = max(1, len(labels))
+    right = max(float(RIGHT), label_w / 2 - (WIDTH - left - RIGHT) / n / 2 + 1)
+    plot_w, plot_h = WIDTH - left - right, HEIGHT - TOP - BOTTOM
+    slot = plot_w / n
+    every = max(1, math.ceil((label_w + GAP) / slot))
     out = []
-    for i in range(5):
-        value = top * i / 4
+    for i, tick in enumerate(ticks):
         y = TOP + plot_h - plot_h * i / 4
-        out.append(f'<line class="grid" x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{y:.1f}" y2="{y:.1f}"/>')
-        tick = escape(_fmt(value, unit))
-        out.append(f'<text class="tick" x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">{tick}</text>')
-    every = max(1, math.ceil(len(labels) / 12))
-    slot = plot_w / max(1, len(labels))
+        out.append(f'<line class="grid" x1="{left:.1f}" x2="{WIDTH - right:.1f}" y1="{y:.1f}" y2="{y:.1f}"/>')
+        out.append(f'<text class="tick" x="{left - GAP:.1f}" y="{y + 4:.1f}" text-anchor="end">{escape(tick)}</text>')
+    last = n - 1  # the labels drawn count back from the last bucket, so the newest one is always named
     for i, label in enumerate(labels):
-        if i % every == 0:
-            x = LEFT + slot * (i + 0.5)
+        if (last - i) % every == 0:
+            x = left + slot * (i + 0.5)
             out.append(f'<text class="tick" x="{x:.1f}" y="{HEIGHT - 10}" text-anchor="middle">{escape(label)}</text>')
-    return out, plot_w, plot_h
+    return out, left, plot_w, plot_h
 
 
 def bars(labels: Sequence[str], series: Sequence[tuple[str, str, Sequence[float]]], *, title: str,
          unit: str = "", integer: bool = False) -> SafeString:
     """Bars per label, the ``series`` (``(css class, name, values)``) stacked bottom up; ``integer``: counts."""
     top = nice_top(max((sum(s[2][i] for s in series) for i in range(len(labels))), default=0), integer)
-    body, plot_w, plot_h = _axes(labels, top, unit)
+    body, left, plot_w, plot_h = _axes(labels, top, unit)
     slot = plot_w / max(1, len(labels))
     width = max(1.0, slot * 0.72)
     for i, label in enumerate(labels):
@@ -80,7 +100,7 @@ def bars(labels: Sequence[str], series: Sequence[tuple[str, str, Sequence[float]
                 continue
             h = plot_h * value / top
             y = TOP + plot_h - plot_h * base / top - h
-            x = LEFT + slot * i + (slot - width) / 2
+            x = left + slot * i + (slot - width) / 2
             tip = escape(f"{label} · {name}: {_fmt(value, unit)}")
             body.append(f'<rect class="{css}" x="{x:.1f}" y="{y:.1f}" width="{width:.1f}" height="{h:.1f}" '
                         f'data-label="{escape(label)}" data-series="{escape(name)}" data-value="{value:g}">'
@@ -95,7 +115,7 @@ def lines(labels: Sequence[str], series: Sequence[tuple[str, str, Sequence[float
     ``top``: the axis' top (default: :func:`nice_top` of the highest value); ``integer``: counts."""
     highest = max((v for _, _, values in series for v in values if v is not None), default=0)
     top = top if top is not None else nice_top(highest, integer)
-    body, plot_w, plot_h = _axes(labels, top, unit)
+    body, left, plot_w, plot_h = _axes(labels, top, unit)
     slot = plot_w / max(1, len(labels))
     for css, name, values in series:
         run: list[str] = []
@@ -106,7 +126,7 @@ def lines(labels: Sequence[str], series: Sequence[tuple[str, str, Sequence[float
                     body.append(f'<polyline class="{css}" points="{" ".join(run)}"/>')
                 run = []
                 continue
-            x, y = LEFT + slot * (i + 0.5), TOP + plot_h - plot_h * min(value, top) / top
+            x, y = left + slot * (i + 0.5), TOP + plot_h - plot_h * min(value, top) / top
             run.append(f"{x:.1f},{y:.1f}")
             tip = escape(f"{labels[i]} · {name}: {_fmt(value, unit)}")
             dots.append(f'<circle class="{css}" cx="{x:.1f}" cy="{y:.1f}" r="3" data-label="{escape(labels[i])}" '

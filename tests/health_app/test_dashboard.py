@@ -21,7 +21,7 @@ from chatflow_agent import Agent, PriceBook, Runner
 from chatflow_agent.core.engines.base import EngineTurnResult
 from chatflow_agent.core.engines.scripted import ScriptedEngine
 from chatflow_agent.types import ModelCallUsage, ToolCall
-from health_app import heartbeat
+from health_app import charts, heartbeat
 from health_app.models import QueueSample
 from sessions_app.store import DjangoSessionStore
 from tests.sessions_app import personas
@@ -207,9 +207,23 @@ def test_turns_of_an_unpriced_model_are_counted_apart_never_as_zero_cost(store):
     asyncio.run(runner.run_async("u1", "hello"))
     html = dashboard()
     day = timezone.now().astimezone(UTC).strftime("%b %d")
-    assert [day, "$0.0000", "1"] in body_rows(figures(html), "cost")
+    assert [day, "unknown", "1"] in body_rows(figures(html), "cost")
     assert "1 turn used a model without a known price: not counted here" in html
-    assert "(+1 turn without a known price)" in html
+    assert '<dd id="fact-cost">unknown <span class="muted">(1 turn without a known price)</span></dd>' in html
+    assert "Known cost</dt><dd id=\"fact-cost\">$" not in html
+
+
+def test_a_free_model_costs_a_known_zero_and_shows_0_dollars(store):
+    free = PriceBook({"free-1": {"input": 0, "output": 0}}, library=False)
+    runner = Runner(Agent(name="Support", instructions="Help.", model="free-1",
+                          engine=ScriptedEngine(EngineTurnResult(text="Hi.", usage=ModelCallUsage(
+                              provider="scripted", model="free-1", input_tokens=5, output_tokens=1)))),
+                    session_store=store, prices=free)
+    asyncio.run(runner.run_async("u1", "hello"))
+    html = dashboard()
+    day = timezone.now().astimezone(UTC).strftime("%b %d")
+    assert [day, "$0.0000", "0"] in body_rows(figures(html), "cost")
+    assert '<dd id="fact-cost">$0.0000</dd>' in html and "unknown" not in html
 
 
 def test_the_week_and_month_ranges_count_per_day(store):
@@ -297,3 +311,53 @@ def test_agent_names_are_escaped_in_the_pictures_and_the_tables():
     html = dashboard()
     assert "<b>Sup</b>" not in html and "&lt;b&gt;Sup&lt;/b&gt; → B&amp;C&quot;&#x27;" in html
     assert body_rows(figures(html), "handoffs") == [["<b>Sup</b>", "B&C\"'", "1"]]
+
+
+class Ticks(HTMLParser):
+    """An SVG's tick texts: ``(x, text-anchor, text)``, the y figures (``end``) and the x labels (``middle``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ticks: list[tuple[float, str, str]] = []
+        self.open: tuple[float, str] | None = None
+
+    def handle_starttag(self, tag: str, attrs: list) -> None:
+        a = dict(attrs)
+        if tag == "text" and a.get("class") == "tick":
+            self.open = (float(a["x"]), a["text-anchor"])
+
+    def handle_data(self, data: str) -> None:
+        if self.open is not None:
+            self.ticks.append((*self.open, data))
+            self.open = None
+
+
+def ticks(svg: str) -> tuple[list[tuple[float, str]], list[tuple[float, str]]]:
+    parsed = Ticks()
+    parsed.feed(svg)
+    return ([(x, t) for x, anchor, t in parsed.ticks if anchor == "end"],
+            [(x, t) for x, anchor, t in parsed.ticks if anchor == "middle"])
+
+
+MONTH = [f"Nov {d:02d}" for d in range(3, 31)] + ["Dec 01", "Dec 02"]
+DAY = [f"{h:02d}:00" for h in range(24)]
+
+
+@pytest.mark.parametrize("labels", [MONTH, DAY, MONTH[-7:]], ids=["30d", "24h", "7d"])
+@pytest.mark.parametrize("draw", ["lines", "bars"])
+def test_tick_texts_fit_the_chart_and_never_overlap_at_the_phone_font(labels, draw):
+    values = [7.6 + i % 3 for i in range(len(labels))]  # an axis up to 10 ms: "7.5 ms" is the widest figure
+    if draw == "lines":
+        svg = charts.lines(labels, [("line-p50", "p50", values)], title="Latency", unit="ms")
+    else:
+        svg = charts.bars(labels, [("bar-cost", "Cost", values)], title="Cost", unit="$")
+    y_ticks, x_ticks = ticks(svg)
+    assert len(y_ticks) == 5 and ("7.5 ms" if draw == "lines" else "$7.5") in [t for _, t in y_ticks]
+    for x, text in y_ticks:  # right-aligned at x: the whole figure stays inside the picture
+        assert x - charts.text_width(text) >= 0, text
+    centres = [x for x, _ in x_ticks]
+    width = max(charts.text_width(t) for t in labels)
+    assert centres[0] - width / 2 >= 0 and centres[-1] + width / 2 <= charts.WIDTH
+    assert all(b - a >= width for a, b in zip(centres, centres[1:], strict=False))
+    assert x_ticks[-1][1] == labels[-1]  # the newest bucket is always named
+    assert len(x_ticks) >= min(len(labels), 5)  # thinned, not dropped
