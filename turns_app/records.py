@@ -12,6 +12,9 @@
   in the release statement itself (:func:`lease_closing_turn`), on SQLite with :func:`close_turn`
   in the release's transaction.
 - :func:`mark_interrupted` runs when expired leases are purged (and from ``chatflow_sweep``).
+- :func:`cancel_turn` runs when an operator takes a turn's lease away, in that transaction: the
+  record ends ``cancelled`` at once, so a turn that takes the lease before the cancelled one has
+  rolled back does not mark it ``interrupted``, and the cancelled turn's own close finds nothing running.
 
 Every function takes a DB-API cursor of the driver's connection and the connection's
 ``chatflow_agent.core.sql.Dialect`` (statements are written with ``?`` and rendered by it); none
@@ -31,8 +34,8 @@ from chatflow_agent.core.reports import TURN_SOURCES, TurnReport
 from chatflow_agent.core.sql import Dialect, LeaseRider
 from chatflow_agent.types import ModelCallUsage
 
-__all__ = ["INTERRUPTED_ERROR", "call_json", "close_turn", "forget_session", "lease_closing_turn",
-           "lease_opening_turn", "mark_interrupted", "open_turn"]
+__all__ = ["CANCELLED_ERROR", "INTERRUPTED_ERROR", "call_json", "cancel_turn", "close_turn", "forget_session",
+           "lease_closing_turn", "lease_opening_turn", "mark_interrupted", "open_turn"]
 
 #: The error text of a record marked ``interrupted``.
 INTERRUPTED_ERROR = "Interrupted: the process running this turn stopped (its session lease expired)."
@@ -40,6 +43,11 @@ INTERRUPTED_ERROR = "Interrupted: the process running this turn stopped (its ses
 _CALL_FIELDS = ("provider", "model", "input_tokens", "output_tokens", "cached_tokens", "latency_ms", "ttft_ms",
                 "finish_reason", "retries", "estimated", "agent_name")
 
+#: The error text of a record an operator cancelled (the turn's lease taken away) before its process closed it.
+CANCELLED_ERROR = "Cancelled by an operator: the turn's session lease was taken away."
+
+_CANCEL = ("UPDATE chatflow_turn_records SET status = 'cancelled', finished_at = ?, error = ? "
+           "WHERE session_id = ? AND owner = ? AND status = 'running'")
 _INTERRUPT = "UPDATE chatflow_turn_records SET status = 'interrupted', finished_at = ?, error = ? "
 _INTERRUPT_SESSION = _INTERRUPT + "WHERE status = 'running' AND session_id = ? AND owner <> ?"
 _INTERRUPT_ONE = _INTERRUPT + "WHERE id = ? AND status = 'running'"
@@ -189,17 +197,29 @@ def lease_closing_turn(dialect: Dialect, report: TurnReport, first_message_id: i
     return ride
 
 
-def _counts(report: TurnReport | None) -> tuple[Any, ...]:
-    if report is None:
-        return (0, 0, 0, 0, 0, Decimal(0), True)
+def _counts(report: TurnReport | None, turns: int = 0) -> tuple[Any, ...]:
+    if report is None:  # a record closed without its turn's figures (``turns``: whether it counts as a turn)
+        return (turns, 0, 0, 0, 0, Decimal(0), True)
     cost = report.cost
     return (1, report.input_tokens, report.output_tokens, report.cached_tokens,
             report.input_tokens + report.output_tokens, cost or Decimal(0), cost is not None)
 
 
 def _add_totals(cursor: Any, dialect: Dialect, session_id: str, report: TurnReport | None, last_error: str,
-                at: float | None) -> None:
-    cursor.execute(_sql(dialect, _TOTALS), (session_id, *_counts(report), last_error, _stamp(dialect, at)))
+                at: float | None, turns: int = 0) -> None:
+    cursor.execute(_sql(dialect, _TOTALS), (session_id, *_counts(report, turns), last_error, _stamp(dialect, at)))
+
+
+def cancel_turn(cursor: Any, dialect: Dialect, session_id: str, owner: str, now: float) -> bool:
+    """End ``owner``'s ``running`` record of ``session_id`` as ``cancelled`` (error :data:`CANCELLED_ERROR`,
+    finished at ``now``, unix seconds) and count it as a turn in the session's totals (without tokens or
+    cost: its process never reported them). Call it in the transaction that takes the turn's lease away.
+    True when a record was running; False (nothing written) otherwise."""
+    cursor.execute(_sql(dialect, _CANCEL), (_stamp(dialect, now), CANCELLED_ERROR, session_id, owner))
+    if not cursor.rowcount:
+        return False
+    _add_totals(cursor, dialect, session_id, None, CANCELLED_ERROR, now, turns=1)
+    return True
 
 
 def mark_interrupted(cursor: Any, dialect: Dialect, now: float) -> int:
