@@ -14,7 +14,8 @@
 - :func:`mark_interrupted` runs when expired leases are purged (and from ``chatflow_sweep``).
 - :func:`cancel_turn` runs when an operator takes a turn's lease away, in that transaction: the
   record ends ``cancelled`` at once, so a turn that takes the lease before the cancelled one has
-  rolled back does not mark it ``interrupted``, and the cancelled turn's own close finds nothing running.
+  rolled back does not mark it ``interrupted``. The cancelled turn's own close, when its process gets
+  to it, still fills in its figures (status kept) and counts it in the totals, as any close does.
 
 Every function takes a DB-API cursor of the driver's connection and the connection's
 ``chatflow_agent.core.sql.Dialect`` (statements are written with ``?`` and rendered by it); none
@@ -61,9 +62,11 @@ _RECORD_VALUES = (
 )
 _INSERT = _RECORD_COLUMNS + "VALUES (" + _RECORD_VALUES + ")"
 _CLOSE = (
-    "UPDATE chatflow_turn_records SET status = ?, finished_at = ?, duration_ms = ?, first_message_id = ?, "
+    "UPDATE chatflow_turn_records SET status = CASE WHEN status = 'running' THEN ? ELSE status END, "
+    "finished_at = ?, duration_ms = ?, first_message_id = ?, "
     "agents = {json}, error = ?, calls = {json}, tools = {json}, input_tokens = ?, output_tokens = ?, "
-    "cached_tokens = ?, cost = ?, user_text = ? WHERE owner = ? AND status = 'running'"
+    "cached_tokens = ?, cost = ?, user_text = ? "
+    "WHERE owner = ? AND (status = 'running' OR (status = 'cancelled' AND error = ?))"
 )
 _TOTALS_COLUMNS = (
     "INSERT INTO chatflow_session_totals AS t (session_id, turns, input_tokens, output_tokens, cached_tokens, "
@@ -167,6 +170,7 @@ def _close_params(dialect: Dialect, report: TurnReport, first_message_id: int | 
         _dumps(report.agents), report.error, _dumps([call_json(c) for c in report.calls]),
         _dumps([{"name": t.name, "duration_ms": t.duration_ms, "outcome": t.outcome} for t in report.tools]),
         report.input_tokens, report.output_tokens, report.cached_tokens, report.cost, report.user_text, report.owner,
+        CANCELLED_ERROR,
     )
 
 
@@ -177,7 +181,8 @@ def _last_error(report: TurnReport) -> str:
 def close_turn(cursor: Any, dialect: Dialect, session_id: str, report: TurnReport,
                first_message_id: int | None = None) -> None:
     """End the record ``report.owner`` opened with ``report``'s status, calls, tools and times, and add the
-    turn to the session's totals. A record no longer ``running`` (marked interrupted meanwhile) stays."""
+    turn to the session's totals. A record no longer ``running`` (marked interrupted meanwhile) stays; one an
+    operator cancelled (:func:`cancel_turn`) gets the figures and stays ``cancelled``."""
     cursor.execute(_sql(dialect, _CLOSE), _close_params(dialect, report, first_message_id))
     if cursor.rowcount:
         _add_totals(cursor, dialect, session_id, report, _last_error(report), report.finished_at)
@@ -197,28 +202,30 @@ def lease_closing_turn(dialect: Dialect, report: TurnReport, first_message_id: i
     return ride
 
 
-def _counts(report: TurnReport | None, turns: int = 0) -> tuple[Any, ...]:
-    if report is None:  # a record closed without its turn's figures (``turns``: whether it counts as a turn)
-        return (turns, 0, 0, 0, 0, Decimal(0), True)
+def _counts(report: TurnReport | None) -> tuple[Any, ...]:
+    if report is None:
+        return (0, 0, 0, 0, 0, Decimal(0), True)
     cost = report.cost
     return (1, report.input_tokens, report.output_tokens, report.cached_tokens,
             report.input_tokens + report.output_tokens, cost or Decimal(0), cost is not None)
 
 
 def _add_totals(cursor: Any, dialect: Dialect, session_id: str, report: TurnReport | None, last_error: str,
-                at: float | None, turns: int = 0) -> None:
-    cursor.execute(_sql(dialect, _TOTALS), (session_id, *_counts(report, turns), last_error, _stamp(dialect, at)))
+                at: float | None) -> None:
+    cursor.execute(_sql(dialect, _TOTALS), (session_id, *_counts(report), last_error, _stamp(dialect, at)))
 
 
 def cancel_turn(cursor: Any, dialect: Dialect, session_id: str, owner: str, now: float) -> bool:
     """End ``owner``'s ``running`` record of ``session_id`` as ``cancelled`` (error :data:`CANCELLED_ERROR`,
-    finished at ``now``, unix seconds) and count it as a turn in the session's totals (without tokens or
-    cost: its process never reported them). Call it in the transaction that takes the turn's lease away.
+    finished at ``now``, unix seconds) and set the session's ``last_error``. Call it in the transaction that
+    takes the turn's lease away. The turn's own close (:func:`close_turn`, :func:`lease_closing_turn`), if
+    its process gets to it, then writes its figures (the status stays ``cancelled``) and counts it in the
+    totals once; a turn whose process died is not counted as a turn (as an ``interrupted`` one).
     True when a record was running; False (nothing written) otherwise."""
     cursor.execute(_sql(dialect, _CANCEL), (_stamp(dialect, now), CANCELLED_ERROR, session_id, owner))
     if not cursor.rowcount:
         return False
-    _add_totals(cursor, dialect, session_id, None, CANCELLED_ERROR, now, turns=1)
+    _add_totals(cursor, dialect, session_id, None, CANCELLED_ERROR, now)
     return True
 
 
