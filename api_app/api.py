@@ -43,6 +43,7 @@ from chatflow_agent.jsonsafe import clean_text, json_safe
 from sessions_app import actions, export, listing
 from sessions_app.access import EXPORT, may
 from sessions_app.models import ChatSession, OperatorAction
+from takeover_app.access import TAKE_OVER
 from turns_app.console import session_usage, totals_for, totals_of
 
 
@@ -222,7 +223,7 @@ def _redacted(redact: str) -> bool:
 
 
 #: What the transcript's ``view=operator`` needs besides the export permission (operators, not viewers).
-OPERATOR_VIEW = "takeover_app.take_over"
+OPERATOR_VIEW = TAKE_OVER
 
 
 def _operator_view(caller: Caller, view: str, format: str) -> bool:

@@ -23,8 +23,8 @@ from django.utils import timezone
 from health_app.models import WorkerHeartbeat
 from sessions_app.access import may
 from sessions_app.models import SessionLease, SessionWaiter
+from takeover_app.access import REPLY  # the session page's Resend of an operator reply needs the same
 from takeover_app.models import OperatorReply
-from takeover_app.views import REPLY  # the session page's Resend of an operator reply needs the same
 from turns_app.models import TurnRecord
 from webhooks_app import ledger
 from webhooks_app.models import InboundDelivery

@@ -24,7 +24,7 @@ from django.views.decorators.http import require_GET, require_POST
 from health_app import dashboard, report
 from sessions_app.access import console_required
 from sessions_app.actions import ActionError
-from takeover_app.views import REPLY
+from takeover_app.access import REPLY
 from webhooks_app import inbox, ledger
 from webhooks_app.models import InboundDelivery
 from webhooks_app.views import RESEND, RETRY

@@ -24,7 +24,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 
 from sessions_app import fragments
 from sessions_app.access import VIEW, may
-from sessions_app.live import LIST_GROUP, group_for_session
+from sessions_app.live import LIST_GROUP, group_for_session, join, leave
 from sessions_app.models import ChatSession
 
 logger = logging.getLogger("sessions_app.live")
@@ -47,7 +47,7 @@ class _ConsoleConsumer(AsyncWebsocketConsumer):
 
     async def disconnect(self, code: int) -> None:
         if self.group:
-            await self.channel_layer.group_discard(self.group, self.channel_name)
+            await leave(self.channel_layer, self.group, self.channel_name)
 
 
 class SessionListConsumer(_ConsoleConsumer):
@@ -59,7 +59,7 @@ class SessionListConsumer(_ConsoleConsumer):
         query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
         self.top = query.get("mode") == ["top"]
         self.group = LIST_GROUP
-        await self.channel_layer.group_add(self.group, self.channel_name)
+        await join(self.channel_layer, self.group, self.channel_name)
         await self.accept()
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
@@ -105,7 +105,7 @@ class SessionConsumer(_ConsoleConsumer):
         self.view = fragments.DetailView(self.scope["user"], session_id, csrf_token=cookies.get("csrftoken", ""))
         self.pending: list[dict[str, Any]] | None = []  # None once resumed
         self.group = group_for_session(session_id)
-        await self.channel_layer.group_add(self.group, self.channel_name)
+        await join(self.channel_layer, self.group, self.channel_name)
         await self.accept()
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:

@@ -20,8 +20,9 @@ logged, never raised into the turn: while the layer is unreachable (Redis down) 
 with one warning for the whole outage, and one line when a send succeeds again (:class:`LayerOutage`).
 Operator actions are published after their transaction commits. A run event nobody can receive is not
 encoded at all (:func:`has_receivers`): on the in-memory layer, when neither its session's group nor
-(for the list's kinds) the list's group has a member in this process — a standalone worker's ~18 events
-a turn cost nothing then.
+(for the list's kinds) the list's group has a member in this process — a standalone worker's run events
+cost nothing then. Who is a member is this module's own record (:data:`receivers`): the console's
+consumers join and leave groups through :func:`join` and :func:`leave`, which keep it.
 
 With the in-memory channel layer only the serving process sees its own events: a second process
 (``manage.py chatflow_chat``, ``chatflow_worker``) that runs turns warns loudly (log and stderr) when it
@@ -55,8 +56,8 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from chatflow_agent.jsonsafe import json_safe
 
 __all__ = [
-    "LIST_GROUP", "LayerOutage", "Publisher", "encode_event", "group_for_session", "group_send", "has_receivers",
-    "mark_serving",
+    "LIST_GROUP", "LayerOutage", "Publisher", "Receivers", "encode_event", "group_for_session", "group_send",
+    "has_receivers", "join", "leave", "mark_serving", "receivers",
     "flush_before_close", "outage", "publish_action", "publish_reply", "publisher",
     "warn_if_isolated", "warn_unless_serving",
 ]
@@ -73,9 +74,11 @@ BROADCAST_ACTIONS = frozenset({"force_handoff", "rollback", "delete", "resend_re
                                # human takeover (takeover_app.service.ACTIONS)
                                "take_over", "hand_back", "operator_reply", "human_requested", "cancel_turn",
                                "takeover_idle"})
+#: Session ids whose group names are cached (every run event of a turn names its session's group).
+GROUP_NAME_CACHE = 4096
 
 
-@functools.lru_cache(maxsize=4096)  # ~18 run events a turn name the same session's group
+@functools.lru_cache(maxsize=GROUP_NAME_CACHE)
 def group_for_session(session_id: str) -> str:
     """The channel layer group of one session: valid for any session id, 50 ASCII characters."""
     digest = hashlib.sha256(session_id.encode("utf-8", "surrogatepass")).hexdigest()[:40]
@@ -114,13 +117,62 @@ def _groups_for(event: Any) -> list[str]:
     return groups
 
 
+class Receivers:
+    """The channel layer groups this process's consumers are members of, per layer object: group name →
+    channel names (a layer built afresh, e.g. after ``channel_layers.backends.clear()``, has none).
+
+    Kept by :func:`join` and :func:`leave` (idempotent: a channel leaving a group it never joined, or
+    twice, changes nothing). Thread-safe: consumers run on the serving loop, publishers on any loop.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._members: weakref.WeakKeyDictionary[Any, dict[str, set[str]]] = weakref.WeakKeyDictionary()
+
+    def joined(self, layer: Any, group: str, channel: str) -> None:
+        with self._lock:
+            self._members.setdefault(layer, {}).setdefault(group, set()).add(channel)
+
+    def left(self, layer: Any, group: str, channel: str) -> None:
+        with self._lock:
+            groups = self._members.get(layer, {})
+            members = groups.get(group)
+            if members is not None:
+                members.discard(channel)
+                if not members:
+                    del groups[group]
+
+    def any(self, layer: Any, groups: list[str]) -> bool:
+        """True when one of ``groups`` of ``layer`` has a member in this process."""
+        with self._lock:
+            joined = self._members.get(layer, {})
+            return any(group in joined for group in groups)
+
+
+#: This process's consumers' group memberships (the in-memory layer delivers to nobody else).
+receivers = Receivers()
+
+
+async def join(layer: Any, group: str, channel: str) -> None:
+    """``layer.group_add(group, channel)``, recorded in :data:`receivers` once the layer accepted it."""
+    await layer.group_add(group, channel)
+    receivers.joined(layer, group, channel)
+
+
+async def leave(layer: Any, group: str, channel: str) -> None:
+    """``layer.group_discard(group, channel)``; the channel is no longer a receiver even if that raises."""
+    receivers.left(layer, group, channel)
+    await layer.group_discard(group, channel)
+
+
 def has_receivers(layer: Any, groups: list[str]) -> bool:
     """False when no message sent to ``groups`` can be received: ``layer`` is an in-memory layer (which
-    delivers only to this process's consumers) and none of the groups has a member now. True for every
-    other layer (Redis: other processes listen; the embedded worker's relay: the server does)."""
+    delivers only to this process's consumers) and no consumer of this process joined one of the groups
+    (:data:`receivers`). True for every other layer (Redis: other processes listen; the embedded worker's
+    relay: the server does)."""
     if not isinstance(layer, InMemoryChannelLayer):
         return True
-    return any(layer.groups.get(group) for group in groups)
+    return receivers.any(layer, groups)
 
 
 #: What a send raises when the channel layer's server cannot be reached (as opposed to a bad message).

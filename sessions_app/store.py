@@ -283,6 +283,12 @@ class DjangoBackend(SQLLeasesAndClaims):
             self._on_driver(connections[self.using], lambda c: records.mark_interrupted(c, self._dialect, time.time()))
             return self._rules.purge_leases(self._transaction, before)
 
+    def cancel_record(self, session_id: str, owner: str, now: float) -> bool:
+        """Close ``owner``'s running turn record of ``session_id`` as ``cancelled`` (``turns_app.records.
+        cancel_turn``), in the caller's transaction (a savepoint of it): call it from sync code where the
+        lease is taken away. True when a record was running."""
+        return self._transaction(lambda c: records.cancel_turn(c, self._dialect, session_id, owner, now))
+
     def mark_interrupted(self, now: float) -> int:
         """Mark ``interrupted`` the ``running`` turn records whose lease is gone or expired at ``now``
         (unix seconds), in one transaction; how many (``turns_app.records.mark_interrupted``)."""

@@ -14,14 +14,13 @@ from typing import Any
 
 from sessions_app.access import may
 from sessions_app.timeline import Item
+from takeover_app.access import REPLY, TAKE_OVER
 from takeover_app.models import OperatorReply, SessionMode
 
-__all__ = ["CUSTOMER_CHANNELS", "REPLY", "TAKE_OVER", "attach_replies", "takeover_ctx"]
+__all__ = ["CUSTOMER_CHANNELS", "attach_replies", "takeover_ctx"]
 
 #: Channels whose sessions are real customers' conversations (the live chat page refuses to play turns on them).
 CUSTOMER_CHANNELS = frozenset({"whatsapp", "telegram"})
-TAKE_OVER = "takeover_app.take_over"
-REPLY = "takeover_app.reply_as_operator"
 
 
 def _channel(metadata: Any) -> str:

@@ -324,7 +324,12 @@ def cancel_turn(user: Any, session_id: str, reason: str, *, only_expired: bool =
         before = {"lease_owner": lease.owner, "expired": lease.expired,
                   "acquired_at": lease.acquired.isoformat() if lease.acquired else None}
         lease.delete()
-        audit(user, "cancel_turn", session_id, before, {"reason": clean_text(reason or "")[:2000], "replay": replay})
+        if not lease.expired:  # (a stale lease's holder died: its record ends interrupted, as any such)
+            # The turn's record ends cancelled now: a turn that takes the lease before this one has rolled
+            # back would mark it interrupted, and this one's own close then finds nothing running.
+            site_store().backend.cancel_record(session_id, lease.owner, time.time())
+        audit(user, "cancel_turn", session_id, before, {"reason": clean_text(reason or "")[:2000],
+                                                          "replay": replay})
     site_store().stop_turn(session_id, owner=before["lease_owner"])  # that turn, not one that began since
     return True
 

@@ -21,10 +21,9 @@ from chatflow_site.errors import not_found
 from sessions_app.access import console_required
 from sessions_app.actions import ActionError, InvalidAction
 from takeover_app import service
+from takeover_app.access import REPLY, TAKE_OVER
 from takeover_app.models import OperatorReply
 
-TAKE_OVER = "takeover_app.take_over"
-REPLY = "takeover_app.reply_as_operator"
 PANEL = "takeover_app/panel.html"
 MAX_REPLY = 32 * 1024  # characters: far more than any channel takes in one message; split as bot replies are
 

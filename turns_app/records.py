@@ -12,6 +12,10 @@
   in the release statement itself (:func:`lease_closing_turn`), on SQLite with :func:`close_turn`
   in the release's transaction.
 - :func:`mark_interrupted` runs when expired leases are purged (and from ``chatflow_sweep``).
+- :func:`cancel_turn` runs when an operator takes a turn's lease away, in that transaction: the
+  record ends ``cancelled`` at once, so a turn that takes the lease before the cancelled one has
+  rolled back does not mark it ``interrupted``. The cancelled turn's own close, when its process gets
+  to it, still fills in its figures (status kept) and counts it in the totals, as any close does.
 
 Every function takes a DB-API cursor of the driver's connection and the connection's
 ``chatflow_agent.core.sql.Dialect`` (statements are written with ``?`` and rendered by it); none
@@ -31,8 +35,8 @@ from chatflow_agent.core.reports import TURN_SOURCES, TurnReport
 from chatflow_agent.core.sql import Dialect, LeaseRider
 from chatflow_agent.types import ModelCallUsage
 
-__all__ = ["INTERRUPTED_ERROR", "call_json", "close_turn", "forget_session", "lease_closing_turn",
-           "lease_opening_turn", "mark_interrupted", "open_turn"]
+__all__ = ["CANCELLED_ERROR", "INTERRUPTED_ERROR", "call_json", "cancel_turn", "close_turn", "forget_session",
+           "lease_closing_turn", "lease_opening_turn", "mark_interrupted", "open_turn"]
 
 #: The error text of a record marked ``interrupted``.
 INTERRUPTED_ERROR = "Interrupted: the process running this turn stopped (its session lease expired)."
@@ -40,6 +44,11 @@ INTERRUPTED_ERROR = "Interrupted: the process running this turn stopped (its ses
 _CALL_FIELDS = ("provider", "model", "input_tokens", "output_tokens", "cached_tokens", "latency_ms", "ttft_ms",
                 "finish_reason", "retries", "estimated", "agent_name")
 
+#: The error text of a record an operator cancelled (the turn's lease taken away) before its process closed it.
+CANCELLED_ERROR = "Cancelled by an operator: the turn's session lease was taken away."
+
+_CANCEL = ("UPDATE chatflow_turn_records SET status = 'cancelled', finished_at = ?, error = ? "
+           "WHERE session_id = ? AND owner = ? AND status = 'running'")
 _INTERRUPT = "UPDATE chatflow_turn_records SET status = 'interrupted', finished_at = ?, error = ? "
 _INTERRUPT_SESSION = _INTERRUPT + "WHERE status = 'running' AND session_id = ? AND owner <> ?"
 _INTERRUPT_ONE = _INTERRUPT + "WHERE id = ? AND status = 'running'"
@@ -53,9 +62,11 @@ _RECORD_VALUES = (
 )
 _INSERT = _RECORD_COLUMNS + "VALUES (" + _RECORD_VALUES + ")"
 _CLOSE = (
-    "UPDATE chatflow_turn_records SET status = ?, finished_at = ?, duration_ms = ?, first_message_id = ?, "
+    "UPDATE chatflow_turn_records SET status = CASE WHEN status = 'running' THEN ? ELSE status END, "
+    "finished_at = ?, duration_ms = ?, first_message_id = ?, "
     "agents = {json}, error = ?, calls = {json}, tools = {json}, input_tokens = ?, output_tokens = ?, "
-    "cached_tokens = ?, cost = ?, user_text = ? WHERE owner = ? AND status = 'running'"
+    "cached_tokens = ?, cost = ?, user_text = ? "
+    "WHERE owner = ? AND (status = 'running' OR (status = 'cancelled' AND error = ?))"
 )
 _TOTALS_COLUMNS = (
     "INSERT INTO chatflow_session_totals AS t (session_id, turns, input_tokens, output_tokens, cached_tokens, "
@@ -159,6 +170,7 @@ def _close_params(dialect: Dialect, report: TurnReport, first_message_id: int | 
         _dumps(report.agents), report.error, _dumps([call_json(c) for c in report.calls]),
         _dumps([{"name": t.name, "duration_ms": t.duration_ms, "outcome": t.outcome} for t in report.tools]),
         report.input_tokens, report.output_tokens, report.cached_tokens, report.cost, report.user_text, report.owner,
+        CANCELLED_ERROR,
     )
 
 
@@ -169,7 +181,8 @@ def _last_error(report: TurnReport) -> str:
 def close_turn(cursor: Any, dialect: Dialect, session_id: str, report: TurnReport,
                first_message_id: int | None = None) -> None:
     """End the record ``report.owner`` opened with ``report``'s status, calls, tools and times, and add the
-    turn to the session's totals. A record no longer ``running`` (marked interrupted meanwhile) stays."""
+    turn to the session's totals. A record no longer ``running`` (marked interrupted meanwhile) stays; one an
+    operator cancelled (:func:`cancel_turn`) gets the figures and stays ``cancelled``."""
     cursor.execute(_sql(dialect, _CLOSE), _close_params(dialect, report, first_message_id))
     if cursor.rowcount:
         _add_totals(cursor, dialect, session_id, report, _last_error(report), report.finished_at)
@@ -200,6 +213,20 @@ def _counts(report: TurnReport | None) -> tuple[Any, ...]:
 def _add_totals(cursor: Any, dialect: Dialect, session_id: str, report: TurnReport | None, last_error: str,
                 at: float | None) -> None:
     cursor.execute(_sql(dialect, _TOTALS), (session_id, *_counts(report), last_error, _stamp(dialect, at)))
+
+
+def cancel_turn(cursor: Any, dialect: Dialect, session_id: str, owner: str, now: float) -> bool:
+    """End ``owner``'s ``running`` record of ``session_id`` as ``cancelled`` (error :data:`CANCELLED_ERROR`,
+    finished at ``now``, unix seconds) and set the session's ``last_error``. Call it in the transaction that
+    takes the turn's lease away. The turn's own close (:func:`close_turn`, :func:`lease_closing_turn`), if
+    its process gets to it, then writes its figures (the status stays ``cancelled``) and counts it in the
+    totals once; a turn whose process died is not counted as a turn (as an ``interrupted`` one).
+    True when a record was running; False (nothing written) otherwise."""
+    cursor.execute(_sql(dialect, _CANCEL), (_stamp(dialect, now), CANCELLED_ERROR, session_id, owner))
+    if not cursor.rowcount:
+        return False
+    _add_totals(cursor, dialect, session_id, None, CANCELLED_ERROR, now)
+    return True
 
 
 def mark_interrupted(cursor: Any, dialect: Dialect, now: float) -> int:

@@ -19,8 +19,12 @@ class IdentityMap:
 
     The message bound is what keeps a long-running process's memory flat: histories grow with every
     turn (up to their ``max_turns``), so a bound on sessions alone lets the cache grow with the length
-    of the conversations it has seen. The bound is applied when a session is remembered (taken for a
-    turn or loaded); a session pushed out is loaded again on its next turn.
+    of the conversations it has seen. What is bounded exactly: right after :meth:`remember` (a session
+    taken for a turn or loaded), the kept sessions' histories hold at most ``messages`` messages between
+    them, counted then, unless the newest session alone holds more. Histories that grow afterwards (the
+    turn a session was taken for appends to it) are counted at the next :meth:`remember`, so between
+    two calls the kept messages can exceed the bound by what the turns in progress appended. A session
+    pushed out is loaded again on its next turn.
 
     The sync state belongs to the session object, not to the id: it lives as long as the object
     does, also once the id was forgotten (a deleted session's object keeps answering

@@ -207,14 +207,14 @@ def test_chatflow_chat_sends_a_turns_last_live_updates_before_it_goes_on(setting
     from asgiref.sync import async_to_sync
     from channels.layers import channel_layers, get_channel_layer
 
-    from sessions_app.live import group_for_session
+    from sessions_app.live import group_for_session, join, leave
 
     settings.CHANNEL_LAYERS = {"default": {"BACKEND": "tests.agents_app.slow_layer.SlowInMemoryChannelLayer"}}
     channel_layers.backends.clear()
     try:
         layer = get_channel_layer()
         channel = async_to_sync(layer.new_channel)()
-        async_to_sync(layer.group_add)(group_for_session("web-live-1"), channel)
+        async_to_sync(join)(layer, group_for_session("web-live-1"), channel)
 
         run("chatflow_chat", session="web-live-1", stdin=io.StringIO("Where is order A-1001?\n"))
 
@@ -228,6 +228,7 @@ def test_chatflow_chat_sends_a_turns_last_live_updates_before_it_goes_on(setting
                 kinds.append(message["event"]["kind"])
 
         kinds = async_to_sync(take_all)()
+        async_to_sync(leave)(layer, group_for_session("web-live-1"), channel)
     finally:
         channel_layers.backends.clear()
     assert kinds[0] == "turn_started" and kinds[-1] == "turn_completed", kinds

@@ -8,11 +8,12 @@ from urllib.parse import quote
 
 import pytest
 from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
 
 from chatflow_agent.core.engines.base import EngineTurnResult
 from chatflow_agent.types import ToolCall
 from sessions_app import actions
-from sessions_app.live import publisher
+from sessions_app.live import LIST_GROUP, group_for_session, has_receivers, publisher
 from sessions_app.models import ChatMessage
 from tests.sessions_app import conversations as cv
 from tests.sessions_app import personas
@@ -68,6 +69,19 @@ async def test_it_accepts_a_viewer(people, story, path):
     async with connected(path, people["viewer"]) as ws:
         accepted, _ = await ws.connect()
         assert accepted
+
+
+@pytest.mark.parametrize(("path", "group"), [("/ws/sessions/", LIST_GROUP),
+                                             ("/ws/sessions/tg:998877/", group_for_session("tg:998877"))])
+async def test_an_open_page_is_a_receiver_of_its_group_until_it_disconnects(people, story, path, group, settings):
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    layer = get_channel_layer()
+    assert not has_receivers(layer, [group])
+    async with connected(path, people["viewer"]) as ws:
+        assert (await ws.connect())[0]
+        assert has_receivers(layer, [group])
+        await ws.disconnect()
+    assert not has_receivers(layer, [group])
 
 
 @pytest.mark.parametrize("session_id", ["a/b", "olá 👋", "line1\nline2", "cr\r\nlf\n", "ends/with/slash/"])

@@ -11,7 +11,16 @@ from channels.layers import BaseChannelLayer, channel_layers, get_channel_layer
 from chatflow_agent.core.events import MessageAppended, TurnCompleted
 from chatflow_agent.types import AgentResponse, Message, Role, ToolCall
 from sessions_app import live
-from sessions_app.live import LIST_GROUP, encode_event, group_for_session, has_receivers, publisher, warn_if_isolated
+from sessions_app.live import (
+    LIST_GROUP,
+    encode_event,
+    group_for_session,
+    has_receivers,
+    join,
+    leave,
+    publisher,
+    warn_if_isolated,
+)
 from tests.processes import REPO, site_env
 from webhooks_app.relay import RelayChannelLayer
 
@@ -142,7 +151,7 @@ async def test_events_without_a_listener_in_the_in_memory_layer_are_not_encoded(
 @pytest.mark.asyncio
 async def test_a_listener_of_the_session_or_of_the_list_gets_its_events(memory_layer, encoded):
     session = await memory_layer.new_channel()
-    await memory_layer.group_add(group_for_session("s-watched"), session)
+    await join(memory_layer, group_for_session("s-watched"), session)
     for event in _turn_events("s-watched"):
         publisher(event)
     await publisher.flush()
@@ -151,12 +160,31 @@ async def test_a_listener_of_the_session_or_of_the_list_gets_its_events(memory_l
 
     encoded.clear()
     listing = await memory_layer.new_channel()
-    await memory_layer.group_add(LIST_GROUP, listing)
+    await join(memory_layer, LIST_GROUP, listing)
     for event in _turn_events("s-other"):  # only the list listens: its kinds are encoded, a text delta is not
         publisher(event)
     await publisher.flush()
     assert (await memory_layer.receive(listing))["event"]["kind"] == "turn_started"
     assert encoded == ["turn_started"]
+    await leave(memory_layer, LIST_GROUP, listing)
+    await leave(memory_layer, group_for_session("s-watched"), session)
+
+
+@pytest.mark.asyncio
+async def test_once_its_last_listener_left_a_group_has_no_receivers(memory_layer, encoded):
+    group = group_for_session("s-left")
+    first, second = await memory_layer.new_channel(), await memory_layer.new_channel()
+    await join(memory_layer, group, first)
+    await join(memory_layer, group, second)
+    await leave(memory_layer, group, first)
+    await leave(memory_layer, group, first)  # twice: changes nothing
+    assert has_receivers(memory_layer, [group])
+    await leave(memory_layer, group, second)
+    assert not has_receivers(memory_layer, [group])
+    for event in _turn_events("s-left"):
+        publisher(event)
+    await publisher.flush()
+    assert encoded == []
 
 
 def test_other_layers_always_have_receivers():

@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
+from chatflow_agent.core.reports import TurnReport
 from chatflow_agent.exceptions import SessionBusyError
+from chatflow_agent.types import ModelCallUsage
+from sessions_app.actions import site_store
 from sessions_app.models import ChatSession, OperatorAction, SessionLease
 from takeover_app import service
 from takeover_app.models import SessionMode
 from tests.sessions_app import personas
 from tests.takeover_app.conftest import BackgroundTurn, drain, texts, wa_message, wait_until
+from turns_app import records
+from turns_app.models import SessionTotals, TurnRecord
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -159,6 +165,36 @@ def test_take_over_now_stops_the_running_turn_and_rolls_it_back(session, env):
     cancel = OperatorAction.objects.get(action="cancel_turn")
     assert cancel.actor_username == "olga.operator" and cancel.before["lease_owner"]
     env.block.unlink()
+
+
+def test_a_cancelled_turns_record_ends_cancelled_when_another_turn_takes_the_lease_before_it_rolls_back(session):
+    backend = site_store().backend
+    cancelled = TurnReport(source="api", user_text="stuck", owner="otherhost:1:cancelled:1")
+    cancelled.started_at = time.time()
+    assert backend.acquire_lease(SID, cancelled.owner, 30.0, False, cancelled)  # a turn of another process
+    before = SessionTotals.objects.get(pk=SID)
+
+    assert service.cancel_turn(personas.operator(), SID, "stuck") is True
+    following = TurnReport(source="api", user_text="next", owner="otherhost:1:next:1")
+    following.started_at = time.time()
+    assert backend.acquire_lease(SID, following.owner, 30.0, False, following)  # before the cancelled one rolled back
+    record = TurnRecord.objects.get(owner=cancelled.owner)
+    assert (record.status, record.error) == ("cancelled", records.CANCELLED_ERROR)
+    assert TurnRecord.objects.get(owner=following.owner).status == "running"
+    assert SessionTotals.objects.get(pk=SID).last_error == records.CANCELLED_ERROR
+
+    cancelled.calls.append(ModelCallUsage(provider="p", model="m", input_tokens=7, output_tokens=3))
+    cancelled.ended_by(SessionBusyError(SID))
+    backend.release_lease(SID, cancelled.owner, cancelled)  # its late close: no lease, its record cancelled
+    backend.release_lease(SID, cancelled.owner, cancelled)  # (twice: changes nothing more)
+
+    record = TurnRecord.objects.get(owner=cancelled.owner)
+    assert (record.status, record.input_tokens, record.output_tokens) == ("cancelled", 7, 3)
+    assert record.error.startswith("SessionBusyError")
+    assert TurnRecord.objects.get(owner=following.owner).status == "running"
+    totals = SessionTotals.objects.get(pk=SID)
+    assert (totals.turns, totals.input_tokens) == (before.turns + 1, before.input_tokens + 7)  # counted once
+    backend.release_lease(SID, following.owner)
 
 
 def test_cancel_turn_releases_a_stale_lease_and_says_when_nothing_ran(session):

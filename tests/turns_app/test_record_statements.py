@@ -1,6 +1,8 @@
-"""On PostgreSQL a turn record rides on the lease's own statements: the upsert that takes a session's
-lease also opens the turn's record (and marks a dead turn's record interrupted), and the delete that
-releases it also closes the record and adds it to the session's totals, each one statement."""
+"""A turn record rides on the lease's own statements: taking a session's lease also opens the turn's
+record (and marks a dead turn's record interrupted), releasing it also closes the record and adds it to
+the session's totals, and a record that is no longer running adds nothing. PostgreSQL spells each as one
+statement (data-modifying CTEs), SQLite as statements in the lease's transaction: the scenarios run
+through ``DjangoBackend`` on whichever database the tests use, so both spellings keep one behaviour."""
 
 from __future__ import annotations
 
@@ -13,13 +15,13 @@ from django.db import connection
 
 from chatflow_agent.core.reports import TurnReport
 from chatflow_agent.core.sql import POSTGRESQL, SessionRules
+from sessions_app.store import DjangoBackend
 from turns_app import records
 from turns_app.models import SessionTotals, TurnRecord
 
-pytestmark = [
-    pytest.mark.django_db(transaction=True),
-    pytest.mark.skipif(connection.vendor != "postgresql", reason="the riders are PostgreSQL's (data-modifying CTEs)"),
-]
+pytestmark = pytest.mark.django_db(transaction=True)
+postgresql_only = pytest.mark.skipif(connection.vendor != "postgresql",
+                                     reason="the riders are PostgreSQL's (data-modifying CTEs)")
 
 
 class CountingCursor:
@@ -52,10 +54,68 @@ def cursor() -> Iterator[CountingCursor]:
     raw.close()
 
 
+@pytest.fixture
+def backend() -> Iterator[DjangoBackend]:
+    backend = DjangoBackend()
+    yield backend
+    backend.close()
+
+
 def started(owner: str) -> TurnReport:
     report = TurnReport(source="api", user_text="where is order 7?", owner=owner)
     report.started_at = time.time()
     return report
+
+
+def ended(report: TurnReport, status: str = "completed") -> TurnReport:
+    report.finished_at = time.time()
+    report.status = status
+    return report
+
+
+def test_taking_the_lease_opens_the_record_and_marks_a_dead_turn_interrupted(backend):
+    TurnRecord.objects.create(session_id="s1", owner="dead-process", status="running")  # its lease is gone
+
+    assert backend.acquire_lease("s1", "me", 30.0, False, started("me")) is True
+
+    statuses = dict(TurnRecord.objects.filter(session_id="s1").values_list("owner", "status"))
+    assert statuses == {"dead-process": "interrupted", "me": "running"}
+    assert TurnRecord.objects.get(owner="me").user_text == "where is order 7?"
+    totals = SessionTotals.objects.get(pk="s1")
+    assert (totals.turns, totals.last_error) == (0, records.INTERRUPTED_ERROR)
+
+
+def test_a_lease_held_by_a_live_turn_opens_no_record_and_interrupts_nothing(backend):
+    assert backend.acquire_lease("s1", "me", 30.0, False, started("me")) is True
+
+    assert backend.acquire_lease("s1", "other", 30.0, False, started("other")) is False
+
+    assert dict(TurnRecord.objects.filter(session_id="s1").values_list("owner", "status")) == {"me": "running"}
+    assert not SessionTotals.objects.filter(pk="s1").exists()  # nothing was marked: no totals row
+
+
+def test_releasing_the_lease_closes_the_record_and_adds_the_totals_once(backend):
+    report = started("me")
+    backend.acquire_lease("s1", "me", 30.0, False, report)
+
+    backend.release_lease("s1", "me", ended(report, "failed"))
+    backend.release_lease("s1", "me", report)  # no lease, no running record: changes nothing
+
+    record = TurnRecord.objects.get(owner="me")
+    assert record.status == "failed" and record.finished_at is not None and record.duration_ms is not None
+    totals = SessionTotals.objects.get(pk="s1")
+    assert totals.turns == 1  # a record no longer running is not counted again
+
+
+def test_a_record_marked_interrupted_meanwhile_stays_so_and_adds_nothing_when_its_turn_ends(backend):
+    report = started("me")
+    backend.acquire_lease("s1", "me", 30.0, False, report)
+    TurnRecord.objects.filter(owner="me").update(status="interrupted", error=records.INTERRUPTED_ERROR)
+
+    backend.release_lease("s1", "me", ended(report))
+
+    assert TurnRecord.objects.get(owner="me").status == "interrupted"
+    assert not SessionTotals.objects.filter(pk="s1").exists()  # no row changed: the totals were not touched
 
 
 def take(cursor: CountingCursor, rules: SessionRules, report: TurnReport) -> bool:
@@ -63,40 +123,20 @@ def take(cursor: CountingCursor, rules: SessionRules, report: TurnReport) -> boo
     return rules.acquire_lease(cursor, lambda fn: fn(cursor), "s1", report.owner, 30.0, False, rider)
 
 
-def test_one_statement_takes_the_lease_opens_the_record_and_marks_a_dead_turn_interrupted(cursor):
+@postgresql_only
+def test_on_postgresql_taking_or_releasing_a_lease_with_its_record_is_one_statement(cursor):
     TurnRecord.objects.create(session_id="s1", owner="dead-process", status="running")  # its lease is gone
-
-    assert take(cursor, SessionRules(POSTGRESQL), started("me")) is True
-
-    assert cursor.statements == 1
-    statuses = dict(TurnRecord.objects.filter(session_id="s1").values_list("owner", "status"))
-    assert statuses == {"dead-process": "interrupted", "me": "running"}
-    assert TurnRecord.objects.get(owner="me").user_text == "where is order 7?"
-    assert SessionTotals.objects.get(pk="s1").last_error == records.INTERRUPTED_ERROR
-
-
-def test_a_lease_held_by_a_live_turn_opens_no_record_and_interrupts_nothing(cursor):
-    rules = SessionRules(POSTGRESQL)
-    assert take(cursor, rules, started("me")) is True
-
-    assert take(cursor, rules, started("other")) is False
-
-    assert cursor.statements == 2
-    assert dict(TurnRecord.objects.filter(session_id="s1").values_list("owner", "status")) == {"me": "running"}
-
-
-def test_one_statement_releases_the_lease_closes_the_record_and_adds_the_totals(cursor):
     rules = SessionRules(POSTGRESQL)
     report = started("me")
-    take(cursor, rules, report)
-    report.finished_at = time.time()
-    report.status = "completed"
 
-    released = rules.release_lease(cursor, "s1", "me", records.lease_closing_turn(POSTGRESQL, report))
+    assert take(cursor, rules, report) is True  # the lease, the record, the interrupted mark and its totals
+    assert take(cursor, rules, started("other")) is False
+    assert cursor.statements == 2
+    released = rules.release_lease(cursor, "s1", "me", records.lease_closing_turn(POSTGRESQL, ended(report)))
     again = rules.release_lease(cursor, "s1", "me", records.lease_closing_turn(POSTGRESQL, report))
 
     assert (released, again) == (True, False)  # the row count still says whether the lease was released
-    assert cursor.statements == 3
-    record = TurnRecord.objects.get(owner="me")
-    assert record.status == "completed" and record.finished_at is not None and record.duration_ms is not None
-    assert SessionTotals.objects.get(pk="s1").turns == 1  # a record no longer running is not counted again
+    assert cursor.statements == 4
+    statuses = dict(TurnRecord.objects.filter(session_id="s1").values_list("owner", "status"))
+    assert statuses == {"dead-process": "interrupted", "me": "completed"}
+    assert SessionTotals.objects.get(pk="s1").turns == 1

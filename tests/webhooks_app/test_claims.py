@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import threading
 import time
+from datetime import timedelta
 
 import pytest
-from django.db import connections
+from django.db import connections, transaction
+from django.utils import timezone
 
 from sessions_app.models import ProcessedMessage
 from webhooks_app import inbox, taskqueue
@@ -96,3 +98,46 @@ def test_complete_marks_done_or_failed_with_the_claim_released():
     assert (b.status, b.reply_status, b.error) == ("failed", "sent", "RuntimeError: down")
     assert ProcessedMessage.objects.filter(pk=a.claim_key).exists()
     assert not ProcessedMessage.objects.filter(pk=b.claim_key).exists()  # a failure gives its id back
+
+
+@pytest.mark.skipif(connections["default"].vendor != "postgresql", reason="the PostgreSQL claim's row lock")
+def test_a_delivery_being_finished_while_a_claim_runs_is_not_leased_again():
+    """Connection 1 is a worker finishing a delivery whose lease expired (it holds the row's lock); connection
+    2's claim runs meanwhile; connection 1 marks the delivery done and commits: the claim did not take it,
+    and did not wait for the worker either."""
+    (d,) = queue("r1", 1)
+    assert taskqueue.claim_next("worker:old", 30).pk == d.pk
+    InboundDelivery.objects.filter(pk=d.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    locked, release = threading.Event(), threading.Event()
+    claimed: list[InboundDelivery | None] = []
+
+    def worker_finishing() -> None:
+        try:
+            with transaction.atomic():
+                InboundDelivery.objects.select_for_update().get(pk=d.pk)
+                locked.set()
+                release.wait(30)  # a hang guard
+                InboundDelivery.objects.filter(pk=d.pk).update(status=Status.DONE, finished_at=timezone.now())
+        finally:
+            connections.close_all()
+
+    def claimer() -> None:
+        try:
+            claimed.append(taskqueue.claim_next("worker:new", 30))
+        finally:
+            connections.close_all()
+
+    finishing = threading.Thread(target=worker_finishing)
+    finishing.start()
+    try:
+        assert locked.wait(30)
+        claiming = threading.Thread(target=claimer)
+        claiming.start()
+        claiming.join(30)  # returns while connection 1 still holds the row: locked rows are skipped
+        assert not claiming.is_alive() and claimed == [None]
+    finally:
+        release.set()
+        finishing.join()
+    d.refresh_from_db()
+    assert (d.status, d.lease_owner) == (Status.DONE, "worker:old")
+    assert taskqueue.claim_next("worker:new", 30) is None  # finished: not claimable once the lock is gone
