@@ -21,7 +21,8 @@ Every function takes a DB-API cursor of the driver's connection and the connecti
 ``chatflow_agent.core.sql.Dialect`` (statements are written with ``?`` and rendered by it); none
 opens a transaction of its own. Records are keyed by the lease owner (unique per turn).
 ``chatflow_session_totals`` is kept in step: a closed turn adds its tokens and cost (what was spent,
-whatever the status), and sets ``last_error`` (cleared by a completed turn).
+whatever the status), and sets ``last_error`` (cleared by a completed turn); an interrupted turn counts
+as a turn whose spend is unknown (the session's cost is then known only as "at least").
 """
 
 from __future__ import annotations
@@ -93,8 +94,8 @@ _CLOSE_WITH_RELEASE = (
 _OPEN_WITH_LEASE = (
     "WITH lease AS ({lease} RETURNING session_id), "
     "interrupted AS (" + _INTERRUPT_SESSION + " AND EXISTS (SELECT 1 FROM lease) RETURNING session_id), "
-    "marked AS (" + _TOTALS_COLUMNS + "SELECT DISTINCT session_id, 0, 0, 0, 0, 0, 0, TRUE, ?, ?::timestamptz "
-    "FROM interrupted" + _TOTALS_MERGE + " RETURNING 1) "
+    "marked AS (" + _TOTALS_COLUMNS + "SELECT session_id, COUNT(*), 0, 0, 0, 0, 0, FALSE, ?, ?::timestamptz "
+    "FROM interrupted GROUP BY session_id" + _TOTALS_MERGE + " RETURNING 1) "
     + _RECORD_COLUMNS + "SELECT " + _RECORD_VALUES + " FROM lease{condition}"
 )
 _ORPHANS = (
@@ -143,7 +144,8 @@ def open_turn(cursor: Any, dialect: Dialect, session_id: str, report: TurnReport
     now = _stamp(dialect, report.started_at)
     cursor.execute(_sql(dialect, _INTERRUPT_SESSION), (now, INTERRUPTED_ERROR, session_id, report.owner))
     if cursor.rowcount:
-        _add_totals(cursor, dialect, session_id, None, INTERRUPTED_ERROR, report.started_at)
+        _add_totals(cursor, dialect, session_id, None, INTERRUPTED_ERROR, report.started_at,
+                    interrupted=cursor.rowcount)
     cursor.execute(_sql(dialect, _INSERT), _record_params(dialect, session_id, report))
 
 
@@ -202,17 +204,20 @@ def lease_closing_turn(dialect: Dialect, report: TurnReport, first_message_id: i
     return ride
 
 
-def _counts(report: TurnReport | None) -> tuple[Any, ...]:
+def _counts(report: TurnReport | None, interrupted: int = 0) -> tuple[Any, ...]:
+    """The totals a closed ``report`` adds; None: only ``last_error``, or ``interrupted`` turns, each
+    counted as a turn whose spend is unknown (its process died before it could say)."""
     if report is None:
-        return (0, 0, 0, 0, 0, Decimal(0), True)
+        return (interrupted, 0, 0, 0, 0, Decimal(0), not interrupted)
     cost = report.cost
     return (1, report.input_tokens, report.output_tokens, report.cached_tokens,
             report.input_tokens + report.output_tokens, cost or Decimal(0), cost is not None)
 
 
 def _add_totals(cursor: Any, dialect: Dialect, session_id: str, report: TurnReport | None, last_error: str,
-                at: float | None) -> None:
-    cursor.execute(_sql(dialect, _TOTALS), (session_id, *_counts(report), last_error, _stamp(dialect, at)))
+                at: float | None, interrupted: int = 0) -> None:
+    cursor.execute(_sql(dialect, _TOTALS), (session_id, *_counts(report, interrupted), last_error,
+                                            _stamp(dialect, at)))
 
 
 def cancel_turn(cursor: Any, dialect: Dialect, session_id: str, owner: str, now: float) -> bool:
@@ -237,7 +242,7 @@ def mark_interrupted(cursor: Any, dialect: Dialect, now: float) -> int:
     for record_id, session_id in found:
         cursor.execute(_sql(dialect, _INTERRUPT_ONE), (_stamp(dialect, now), INTERRUPTED_ERROR, record_id))
         if cursor.rowcount:
-            _add_totals(cursor, dialect, session_id, None, INTERRUPTED_ERROR, now)
+            _add_totals(cursor, dialect, session_id, None, INTERRUPTED_ERROR, now, interrupted=1)
     return len(found)
 
 

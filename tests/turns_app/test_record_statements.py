@@ -81,8 +81,8 @@ def test_taking_the_lease_opens_the_record_and_marks_a_dead_turn_interrupted(bac
     statuses = dict(TurnRecord.objects.filter(session_id="s1").values_list("owner", "status"))
     assert statuses == {"dead-process": "interrupted", "me": "running"}
     assert TurnRecord.objects.get(owner="me").user_text == "where is order 7?"
-    totals = SessionTotals.objects.get(pk="s1")
-    assert (totals.turns, totals.last_error) == (0, records.INTERRUPTED_ERROR)
+    totals = SessionTotals.objects.get(pk="s1")  # a recorded turn, whose spend nobody learned
+    assert (totals.turns, totals.cost_known, totals.last_error) == (1, False, records.INTERRUPTED_ERROR)
 
 
 def test_a_lease_held_by_a_live_turn_opens_no_record_and_interrupts_nothing(backend):
@@ -139,4 +139,4 @@ def test_on_postgresql_taking_or_releasing_a_lease_with_its_record_is_one_statem
     assert cursor.statements == 4
     statuses = dict(TurnRecord.objects.filter(session_id="s1").values_list("owner", "status"))
     assert statuses == {"dead-process": "interrupted", "me": "completed"}
-    assert SessionTotals.objects.get(pk="s1").turns == 1
+    assert SessionTotals.objects.get(pk="s1").turns == 2  # the interrupted turn counts too
