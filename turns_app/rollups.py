@@ -178,7 +178,7 @@ def fold(batch: int = BATCH, batches: int | None = None) -> int:
     counted, done = 0, 0
     while batches is None or done < batches:
         if not _unfolded().exists():  # the partial index: no write transaction when there is nothing to do
-            return counted
+            break
         with transaction.atomic():
             _lock()
             rows = list(_unfolded().select_for_update(skip_locked=True).order_by("id").values(*_FIELDS)[:batch])
@@ -189,8 +189,21 @@ def fold(batch: int = BATCH, batches: int | None = None) -> int:
             TurnRecord.objects.filter(id__in=[row["id"] for row in rows]).update(folded=True)
         counted, done = counted + len(rows), done + 1
         if len(rows) < batch:
-            return counted
+            break
+    if counted >= batch:
+        _restat()
     return counted
+
+
+def _restat() -> None:
+    """After a large fold on SQLite, re-measure the partial index (cheap: it holds only the unfolded
+    records). SQLite never updates its statistics by itself: had they been taken while many records were
+    unfolded, the planner would keep scanning the whole table for the few left (PostgreSQL's autovacuum
+    re-analyses on its own)."""
+    connection = connections[TurnRecord.objects.db]
+    if connection.vendor == "sqlite":
+        with connection.cursor() as cursor:
+            cursor.execute("ANALYZE idx_turn_records_unfolded")
 
 
 _UPSERT_TURNS = (

@@ -172,3 +172,14 @@ def test_a_fold_skips_a_record_another_transaction_holds_and_takes_it_later():
     release.set()
     thread.join()
     assert rollups.fold() == 1 and turns_rolled_up() == 2
+
+
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite keeps its statistics until told")
+def test_after_a_large_fold_the_read_of_the_unfolded_records_uses_their_index_again():
+    TurnRecord.objects.bulk_create(TurnRecord(session_id=f"st{n}", owner="h:1:st:", status="completed")
+                                   for n in range(2000))
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")  # statistics taken while every record was unfolded
+    assert rollups.fold() == 2000
+    plan = TurnRecord.objects.filter(folded=False).exclude(status="running").order_by().values("status").explain()
+    assert "USING INDEX idx_turn_records_unfolded" in plan
