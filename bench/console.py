@@ -132,24 +132,34 @@ def measure(client, runs: int) -> dict[str, dict[str, float]]:
     }
 
 
-def measure_here(db: Path, runs: int) -> None:
-    """Child process: Django on ``db``, the measurements as one JSON line on stdout."""
+def staff_client(db: Path, runs: int):
+    """In a bench's child process: Django on ``db`` (migrated), then a test client logged in as the bench
+    superuser (created the first time); None when ``runs`` is 0 (the child was run to migrate only)."""
     setup_django(db)
     if runs == 0:
-        return  # migrate only
+        return None
     from django.contrib.auth.models import User
     from django.test import Client
 
     user = User.objects.filter(username="bench").first() or User.objects.create_superuser("bench", "b@x.test", "x")
     client = Client()
     client.force_login(user)
-    print(json.dumps(measure(client, runs)))
+    return client
 
 
-def child(db: Path, runs: int) -> dict:
-    done = subprocess.run([sys.executable, __file__, "--measure", str(db), "--runs", str(runs)],
+def child(script: str, db: Path, runs: int) -> dict:
+    """Run ``script --measure db --runs runs`` in a fresh process (``runs`` 0: migrate only, returns {});
+    its last stdout line parsed as JSON."""
+    done = subprocess.run([sys.executable, script, "--measure", str(db), "--runs", str(runs)],
                           capture_output=True, text=True, check=True)
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return json.loads(done.stdout.strip().splitlines()[-1]) if runs else {}
+
+
+def measure_here(db: Path, runs: int) -> None:
+    """Child process: Django on ``db``, the measurements as one JSON line on stdout."""
+    client = staff_client(db, runs)
+    if client is not None:
+        print(json.dumps(measure(client, runs)))
 
 
 def main() -> None:
@@ -163,7 +173,7 @@ def main() -> None:
     sizes = [int(s) for s in args.sizes.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "console.db"
-        subprocess.run([sys.executable, __file__, "--measure", str(db), "--runs", "0"], check=True)  # migrate
+        child(__file__, db, 0)  # migrate
         big_session(db)
         results, have = {}, 0
         for size in sizes:
@@ -172,7 +182,7 @@ def main() -> None:
             have = size
             print(f"{size:>7} sessions written in {time.perf_counter() - t0:.1f}s", file=sys.stderr)
             # Measured in a fresh process, so the bulk load's memory and caches do not weigh on it.
-            results[size] = child(db, args.runs)
+            results[size] = child(__file__, db, args.runs)
     names = list(next(iter(results.values())))
     print(f"{'page (ms, p50 / p95)':<28}" + "".join(f"{s:>18,}" for s in sizes))
     for name in names:

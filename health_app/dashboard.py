@@ -2,9 +2,10 @@
 queue depth over the last day, read from the hourly and daily rollups (``turns_app.rollups``) and the
 queue samples.
 
-:func:`build` folds the turn records written since the last read, then reads one rollup row per bucket
-(hour for 24 h, day for 7 and 30 days) and status plus one per bucket and agent pair, whatever the
-number of sessions, the days the range touches for the cost chart, and the last day's queue samples.
+:func:`build` only reads (it works on a read-only connection): one rollup row per bucket (hour for 24 h, day
+for 7 and 30 days) and status plus one per bucket and agent pair, whatever the number of sessions, the ended
+records not folded yet (``turns_app.rollups.read``), the days the range touches for the cost chart, and the
+last day's queue samples.
 Hours and days are UTC. Each chart is a :class:`Chart`: the rows of its accessible table and the SVG
 drawn from the same rows (``health_app.charts``).
 """
@@ -119,7 +120,6 @@ def build(range_name: str, now: datetime | None = None) -> Dashboard:
     day = timedelta(days=1)
     days = [_floor(buckets[0], day) + day * i for i in range((_floor(now, day) - _floor(buckets[0], day)) // day + 1)]
     hourly = step < day
-    rollups.fold()
     tally = rollups.read(buckets[0], "hour" if hourly else "day")  # keyed by the buckets' own starts
     per: dict[datetime, dict[str, rollups.Cell]] = defaultdict(lambda: defaultdict(rollups.Cell))
     for (start, status), cell in tally.cells.items():

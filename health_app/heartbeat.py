@@ -2,9 +2,11 @@
 
 The beat runs as its own task on the worker's event loop, with its own thread (and so its own database
 connection), so it never waits behind a turn and a turn never waits behind it. Each beat is one
-``UPDATE`` (an ``INSERT`` the first time) and, once a minute, the deletion of rows silent for a day and a
+``UPDATE`` (an ``INSERT`` the first time) and, once a minute, the deletion of rows silent for a day, a
 sample of the webhook queue's depth for the dashboard (``QueueSample``: one ``COUNT`` by status and one
-``INSERT``; samples older than :data:`KEEP_SAMPLES` are deleted).
+``INSERT``; samples older than :data:`KEEP_SAMPLES` are deleted) and a fold of the ended turn records into
+the dashboard's rollups (``turns_app.rollups.fold``, at most :data:`FOLD_BATCHES` batches a minute, so a
+backlog is worked off over the next minutes rather than in one long pause of the beats).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from django.db.models import Count
 from django.utils import timezone
 
 from health_app.models import QueueSample, WorkerHeartbeat
+from turns_app import rollups
 from webhooks_app.models import InboundDelivery
 
 __all__ = ["start", "stop", "beat", "forget", "sample_queue"]
@@ -34,6 +37,8 @@ logger = logging.getLogger("health_app.heartbeat")
 FORGET_AFTER = timedelta(days=1)
 KEEP_SAMPLES = timedelta(days=2)
 _PURGE_EVERY = 60.0
+#: Fold batches (``turns_app.rollups.BATCH`` records each) a worker runs per minute at most.
+FOLD_BATCHES = 10
 
 
 def beat(owner: str, started_at: Any, processed: int, purge: bool = False) -> None:
@@ -46,6 +51,7 @@ def beat(owner: str, started_at: Any, processed: int, purge: bool = False) -> No
     if purge:
         WorkerHeartbeat.objects.filter(last_beat__lt=now - FORGET_AFTER).delete()
         sample_queue(now)
+        rollups.fold(batches=FOLD_BATCHES)
 
 
 def sample_queue(now: Any) -> QueueSample:

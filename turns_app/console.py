@@ -15,6 +15,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
+from django.db import transaction
 from django.db.models import BooleanField, DecimalField, IntegerField, OuterRef, Q, Subquery, Sum, TextField, Value
 from django.db.models.functions import Coalesce
 
@@ -105,8 +106,9 @@ def mark_rolled_back(session_id: str, first_message_ids: list[int]) -> int:
     count them as rolled back from then on."""
     records = TurnRecord.objects.filter(session_id=session_id, first_message_id__in=first_message_ids,
                                         status="completed")
-    restatus(list(records.values_list("id", flat=True)), "completed", "rolled_back")
-    return records.update(status="rolled_back")
+    with transaction.atomic():  # the rollups' lock is held until the status change commits with it
+        restatus(list(records.values_list("id", flat=True)), "completed", "rolled_back")
+        return records.update(status="rolled_back")
 
 
 def _total(column: str, output_field: Any = None) -> Subquery:

@@ -62,6 +62,9 @@ class TurnRecord(models.Model):
     cached_tokens = models.BigIntegerField(default=0)
     cost = models.DecimalField(max_digits=20, decimal_places=10, null=True, blank=True)
     trace_id = models.CharField(max_length=32, blank=True, default="")
+    # Counted in the dashboard's rollups yet (turns_app.rollups.fold sets it); a database default, so the
+    # turn path's INSERT needs no change.
+    folded = models.BooleanField(default=False, db_default=False)
 
     class Meta:
         db_table = "chatflow_turn_records"
@@ -71,6 +74,8 @@ class TurnRecord(models.Model):
             models.Index(fields=["status", "started_at"], name="idx_turn_records_status"),
             models.Index(fields=["finished_at"], name="idx_turn_records_finished"),
             models.Index(fields=["owner"], name="idx_turn_records_owner"),
+            # Only the records the rollups have not counted yet: small whatever the table's size.
+            models.Index(fields=["id"], condition=models.Q(folded=False), name="idx_turn_records_unfolded"),
         ]
 
     def __str__(self) -> str:
@@ -156,16 +161,17 @@ class HandoffRollup(models.Model):
         return f"{self.span} {self.start:%Y-%m-%d %H}:00 {self.source} → {self.target}: {self.handoffs}"
 
 
-class RollupWatermark(models.Model):
-    """How far the rollups have read the turn records: every record with an id up to ``last_id`` is
-    counted, except the ``pending`` ids (records still running when they were read)."""
+class RollupState(models.Model):
+    """The rollups' lock row: a fold or a restatus updates it first, so they run one at a time;
+    ``generation`` moves with each of them (a read compares it before and after), ``folded_at`` is when
+    the last one ran."""
 
     name = models.CharField(max_length=32, primary_key=True)
-    last_id = models.BigIntegerField(default=0)
-    pending = models.JSONField(default=list, blank=True)
+    generation = models.BigIntegerField(default=0)
+    folded_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         db_table = "chatflow_rollup_watermarks"
 
     def __str__(self) -> str:
-        return f"{self.name}: {self.last_id} (+{len(self.pending)} pending)"
+        return f"{self.name}: generation {self.generation}"

@@ -1,17 +1,16 @@
-"""Hourly and daily rollups of the turn records, computed incrementally by id watermark (never on the turn
-path).
+"""Hourly and daily rollups of the turn records, computed incrementally by a ``folded`` flag on each record
+(never on the turn path, never by a read).
 
-:func:`fold` reads the records written since the last fold (ids above the watermark, in batches) and adds
-each closed one to its UTC hour's and its UTC day's ``TurnRollup`` (by status) and ``HandoffRollup`` rows
-(agent pairs of its trail), in one transaction with the watermark's move. A record still ``running`` when
-read is kept in the watermark's ``pending`` list and counted once it ends. Records younger than
-:data:`SETTLE_SECONDS` are not folded yet (on PostgreSQL a record with a lower id may still be
-uncommitted): :func:`read` counts them live, with the same :class:`Tally`, so what it returns is exact at
-read time.
+:func:`fold` takes the ended records whose ``folded`` is still false (a partial index holds just those), adds
+each to its UTC hour's and its UTC day's ``TurnRollup`` (by status) and ``HandoffRollup`` rows (agent pairs
+of its trail) and sets their flag, in one transaction. Whatever the order records commit in, each is folded
+exactly once: no id or clock decides what is "old enough". A record still ``running`` stays unfolded until
+it ends. :func:`read` adds the ended unfolded records live, with the same :class:`Tally`, so what it returns
+is exact at read time, and it writes nothing.
 
-The dashboard calls :func:`fold` before it reads, and ``manage.py chatflow_sweep`` calls it too, so a read
-only folds what arrived since the last one. ``turns_app.console.mark_rolled_back`` moves already-folded
-records to ``rolled_back`` with :func:`restatus`, in the rollback's transaction.
+The queue workers' heartbeat folds once a minute (``health_app.heartbeat``) and ``manage.py chatflow_sweep``
+folds everything left. ``turns_app.console.mark_rolled_back`` moves already-folded records to
+``rolled_back`` with :func:`restatus`, in the rollback's transaction.
 """
 
 from __future__ import annotations
@@ -19,24 +18,24 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
 from django.db import connections, transaction
+from django.db.models import F
 from django.utils import timezone
 
-from turns_app.models import HandoffRollup, RollupWatermark, TurnRecord, TurnRollup
+from turns_app.models import HandoffRollup, RollupState, TurnRecord, TurnRollup
 
-__all__ = ["RATIO", "SETTLE_SECONDS", "SPANS", "Tally", "bucket_of", "floor", "fold", "handoff_pairs", "quantile",
+__all__ = ["RATIO", "SPANS", "Tally", "bucket_of", "floor", "fold", "handoff_pairs", "quantile",
            "read", "restatus"]
 
 #: Width of a latency histogram bucket: each bucket's upper edge is ``RATIO`` times the one below (10 %).
 RATIO = 1.1
-#: Records started less than this many seconds ago are counted live, not folded yet.
-SETTLE_SECONDS = 120
-BATCH = 5000
-WATERMARK = "turns"
+#: Records a fold transaction takes at most (on SQLite it holds the write lock that long).
+BATCH = 2000
+STATE = "turns"
 _FIELDS = ("id", "status", "started_at", "duration_ms", "cost", "agents", "input_tokens", "output_tokens")
 _LOG_RATIO = math.log(RATIO)
 
@@ -149,52 +148,62 @@ def _cell_of(row: dict[str, Any]) -> Cell:
                 1 if row["cost"] is None else 0, row["input_tokens"], row["output_tokens"])
 
 
-def _watermark(lock: bool) -> RollupWatermark:
-    qs = RollupWatermark.objects.select_for_update() if lock else RollupWatermark.objects
-    try:
-        return qs.get(name=WATERMARK)
-    except RollupWatermark.DoesNotExist:
-        RollupWatermark.objects.get_or_create(name=WATERMARK)
-        return qs.get(name=WATERMARK)
+def _lock() -> None:
+    """Take the rollups' lock for the rest of the transaction (one folder or restatus at a time): an
+    ``UPDATE`` of the state row, so on SQLite the write lock is taken before anything is read, and on
+    PostgreSQL the row stays locked until commit. It moves ``generation``, which :func:`read` watches."""
+    bump = {"generation": F("generation") + 1, "folded_at": timezone.now()}
+    if not RollupState.objects.filter(name=STATE).update(**bump):
+        RollupState.objects.get_or_create(name=STATE)
+        RollupState.objects.filter(name=STATE).update(**bump)
 
 
-def _settled_before() -> datetime:
-    return timezone.now() - timedelta(seconds=SETTLE_SECONDS)
+def _generation() -> int:
+    """The state row's ``generation`` (0 before the first fold): a plain read, no lock."""
+    return RollupState.objects.filter(name=STATE).values_list("generation", flat=True).first() or 0
 
 
-def fold(batch: int = BATCH) -> int:
-    """Add the settled records written since the last fold to the rollups; how many were counted.
-    One transaction per batch of ``batch`` records (the watermark moves with the rows it counted)."""
-    counted = 0
-    mark = _watermark(lock=False)
-    newer = TurnRecord.objects.filter(id__gt=mark.last_id).order_by("id").values_list("started_at", flat=True)
-    cutoff = _settled_before()
-    if not mark.pending and not any(at < cutoff for at in newer[:batch]):  # by primary key: a short range
-        return 0  # nothing to fold: no write transaction (on SQLite, no write lock taken from the turns)
-    while True:
+def _unfolded() -> Any:
+    """The ended records not in the rollups yet (``folded`` false: the partial index's rows)."""
+    return TurnRecord.objects.filter(folded=False).exclude(status="running")
+
+
+def fold(batch: int = BATCH, batches: int | None = None) -> int:
+    """Add the ended records not folded yet to the rollups and flag them ``folded``; how many were counted.
+    One transaction per batch of ``batch`` records (oldest id first), at most ``batches`` batches (None: until
+    none is left). Records locked by a transaction in progress are skipped on PostgreSQL (``SKIP LOCKED``)
+    and taken by a later fold; a record committed after a fold read is still unfolded, so the next fold
+    takes it. Two folders never count a record twice: the state row's lock serialises them and each takes
+    only the records still unfolded once it holds it."""
+    counted, done = 0, 0
+    while batches is None or done < batches:
+        if not _unfolded().exists():  # the partial index: no write transaction when there is nothing to do
+            break
         with transaction.atomic():
-            mark = _watermark(lock=True)
-            tally, pending, last_id = Tally(), set(mark.pending), mark.last_id
-            for row in TurnRecord.objects.filter(id__in=mark.pending).exclude(status="running").values(*_FIELDS):
+            _lock()
+            rows = list(_unfolded().select_for_update(skip_locked=True).order_by("id").values(*_FIELDS)[:batch])
+            tally = Tally()
+            for row in rows:
                 tally.add_record(row)
-                pending.discard(row["id"])
-            rows = list(TurnRecord.objects.filter(id__gt=mark.last_id).order_by("id").values(*_FIELDS)[:batch])
-            cutoff = _settled_before()
-            settled = [row for row in rows if row["started_at"] < cutoff]
-            for row in rows[: rows.index(settled[-1]) + 1] if settled else []:
-                if row["status"] == "running":
-                    pending.add(row["id"])
-                else:
-                    tally.add_record(row)
-                last_id = row["id"]
-            if last_id == mark.last_id and pending == set(mark.pending):
-                return counted
             _store(tally)
-            mark.last_id, mark.pending = last_id, sorted(pending)
-            mark.save(update_fields=["last_id", "pending"])
-            counted += sum(c.turns for c in tally.cells.values())
-        if len(rows) < batch or not settled:
-            return counted
+            TurnRecord.objects.filter(id__in=[row["id"] for row in rows]).update(folded=True)
+        counted, done = counted + len(rows), done + 1
+        if len(rows) < batch:
+            break
+    if counted >= batch:
+        _restat()
+    return counted
+
+
+def _restat() -> None:
+    """After a large fold on SQLite, re-measure the partial index (cheap: it holds only the unfolded
+    records). SQLite never updates its statistics by itself: had they been taken while many records were
+    unfolded, the planner would keep scanning the whole table for the few left (PostgreSQL's autovacuum
+    re-analyses on its own)."""
+    connection = connections[TurnRecord.objects.db]
+    if connection.vendor == "sqlite":
+        with connection.cursor() as cursor:
+            cursor.execute("ANALYZE idx_turn_records_unfolded")
 
 
 _UPSERT_TURNS = (
@@ -214,7 +223,7 @@ _UPSERT_HANDOFFS = (
 def _store(tally: Tally, sign: int = 1) -> None:
     """Add (``sign`` -1: take away) ``tally`` (by hour) to the hour and the day rollup rows, creating the
     missing ones: the touched rows are read, merged here (histograms are JSON) and written back in one
-    batch of upserts. The caller holds the watermark's lock, so no one else writes them meanwhile."""
+    batch of upserts. The caller holds the rollups' lock (``_lock``), so no one else writes them meanwhile."""
     connection = connections[TurnRollup.objects.db]
     ops, latency = connection.ops, TurnRollup._meta.get_field("latency")
     rows, pairs = [], []
@@ -245,15 +254,14 @@ def _cell_of_rollup(row: TurnRollup) -> Cell:
 
 def restatus(record_ids: list[int], old: str, new: str) -> None:
     """Records ``record_ids`` go from ``old`` to ``new`` (call it before their update, in its transaction):
-    move the folded ones between their hours' status rows. Handoffs stay (they happened)."""
+    move the folded ones between their hours' status rows (the unfolded ones are counted under their new
+    status by the fold that takes them). Handoffs stay (they happened)."""
     if not record_ids:
         return
     with transaction.atomic():
-        mark = _watermark(lock=True)
-        pending = set(mark.pending)
-        folded = [i for i in record_ids if i <= mark.last_id and i not in pending]
+        _lock()
         taken, given = Tally(), Tally()
-        for row in TurnRecord.objects.filter(id__in=folded, status=old).values(*_FIELDS):
+        for row in TurnRecord.objects.filter(id__in=record_ids, status=old, folded=True).values(*_FIELDS):
             taken.add_record(row, handoffs=False)
             given.add_record(row, status=new, handoffs=False)
         _store(taken, -1)
@@ -261,21 +269,20 @@ def restatus(record_ids: list[int], old: str, new: str) -> None:
 
 
 def read(since: datetime, span: str = "hour") -> Tally:
-    """Every record that started at or after ``since``, summed by UTC hour or day (``span``): the rollups
-    plus the records not folded yet (younger than :data:`SETTLE_SECONDS` or pending), counted live.
-    Records still running are not counted. A fold committed by another process meanwhile (seen as a
-    moved watermark) makes it read again, so no record is counted twice or missed."""
+    """Every ended record that started at or after ``since``, summed by UTC hour or day (``span``): the
+    rollups plus the ended records not folded yet, counted live (running ones are not counted). Reads only,
+    so it works on a read-only connection. A fold or restatus committed by another process meanwhile (seen
+    as a moved ``generation``) makes it read again, so no record is counted twice or missed."""
     since = floor(since, span)
     for _ in range(3):
-        mark = _watermark(lock=False)
-        tally = _read(since, span, mark)
-        again = _watermark(lock=False)
-        if (again.last_id, again.pending) == (mark.last_id, mark.pending):
+        before = _generation()
+        tally = _read(since, span)
+        if _generation() == before:
             break
     return tally
 
 
-def _read(since: datetime, span: str, mark: RollupWatermark) -> Tally:
+def _read(since: datetime, span: str) -> Tally:
     tally = Tally(span)
     # Tuples, not model instances, and one Cell per row (the rows are unique by span, start and status;
     # their starts are stored floored, so they key the tally as they come).
@@ -286,8 +293,9 @@ def _read(since: datetime, span: str, mark: RollupWatermark) -> Tally:
     for start, source, target, n in HandoffRollup.objects.filter(span=span, start__gte=since).values_list(
             "start", "source", "target", "handoffs"):
         tally.handoffs[(start, source, target)] += n
-    # Two queries, not one with OR: each stays on the primary key (an OR would scan every record).
-    for fresh in (TurnRecord.objects.filter(id__gt=mark.last_id), TurnRecord.objects.filter(id__in=mark.pending)):
-        for row in fresh.filter(started_at__gte=since).exclude(status="running").values(*_FIELDS):
+    # The range is checked here, not in SQL: only the partial index then fits the query, whatever the
+    # planner's statistics say (a started_at condition let SQLite scan a month of records instead).
+    for row in _unfolded().order_by().values(*_FIELDS):
+        if row["started_at"] >= since:
             tally.add_record(row)
     return tally

@@ -1,6 +1,7 @@
 """The dashboard: charts drawn from known traffic (turns played through the site's DjangoSessionStore and a
-real Runner), each chart's accessible table holding the numbers its SVG draws, the hourly rollups folded
-by id watermark, the queue samples of the workers' heartbeat, the time range, and who may look."""
+real Runner), each chart's accessible table holding the numbers its SVG draws, reads that write nothing (on a
+read-only connection too) and the rollups folded outside them, the queue samples of the workers' heartbeat,
+the time range, and who may look."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from html.parser import HTMLParser
 import pytest
 from django.contrib.auth.models import User
 from django.core.management import call_command
+from django.db import DatabaseError, connection
 from django.utils import timezone
 
 from chatflow_agent import Agent, PriceBook, Runner
@@ -163,22 +165,53 @@ def test_the_charts_and_their_tables_show_the_known_traffic(store):
     assert re.search(r'<dd id="fact-turns">4</dd>', html) and '<dd id="fact-failure">25.0 %</dd>' in html
 
 
-def test_settled_records_are_folded_into_hourly_rollups_and_read_the_same(store):
+def test_a_read_writes_nothing_and_the_folded_rollups_read_the_same(store):
     play(store)
     before = figures(dashboard())
-    assert not TurnRollup.objects.exists()  # younger than SETTLE_SECONDS: counted live, not folded
+    assert not TurnRollup.objects.exists() and not TurnRecord.objects.filter(folded=True).exists()  # counted live
     earlier = timezone.now() - timedelta(hours=2)
     TurnRecord.objects.update(started_at=earlier)  # two hours pass
-    assert rollups.fold() == 4 and rollups.fold() == 0  # once: the watermark moved
+    moved = figures(dashboard())
+    assert rollups.fold() == 4 and rollups.fold() == 0  # once: the records are flagged folded
     assert {(r.span, r.status, r.turns) for r in TurnRollup.objects.all()} == {
         (span, status, n) for span in ("hour", "day") for status, n in (("completed", 3), ("failed", 1))}
     after = figures(dashboard())
     hour = earlier.astimezone(UTC).strftime("%H:00")
     assert {(s, label) for s, label, _ in after.marks["turns"]} == {("Completed", hour), ("Failed", hour)}
     assert [r[1:] for r in body_rows(after, "turns") if r[0] == hour] == [["3", "1", "0", "0", "0", "4"]]
+    assert body_rows(after, "turns") == body_rows(moved, "turns")
     assert body_rows(after, "handoffs") == body_rows(before, "handoffs")
     assert body_rows(after, "cost") == body_rows(before, "cost")
     assert [v for s, _, v in after.marks["latency"]] == [v for s, _, v in before.marks["latency"]]
+
+
+@pytest.fixture
+def read_only_database() -> Iterator[None]:
+    """The default connection refuses every write from now on (as a read-only replica would)."""
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("SET default_transaction_read_only = on")
+        else:
+            cursor.execute("PRAGMA query_only = ON")
+    yield
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("SET default_transaction_read_only = off")
+        else:
+            cursor.execute("PRAGMA query_only = OFF")
+
+
+def test_the_page_and_its_poll_work_on_a_read_only_connection(store, request):
+    play(store)
+    assert rollups.fold(batch=2, batches=1) == 2  # two folded, two counted live
+    client = personas.client_for(User.objects.get(username="victor.viewer"))
+    request.getfixturevalue("read_only_database")
+    for headers in ({}, {"HTTP_HX_REQUEST": "true"}):
+        answer = client.get(URL, **headers)
+        assert answer.status_code == 200
+        assert '<dd id="fact-turns">4</dd>' in answer.content.decode()
+    with pytest.raises(DatabaseError):  # the connection really refuses writes
+        TurnRecord.objects.update(error="x")
 
 
 def test_a_rollback_moves_folded_turns_to_rolled_back_and_a_running_record_counts_once_ended(store):
@@ -192,7 +225,8 @@ def test_a_rollback_moves_folded_turns_to_rolled_back_and_a_running_record_count
     TurnRecord.objects.filter(pk=running.pk).update(status="failed", duration_ms=5.0, finished_at=timezone.now())
     rows = body_rows(figures(dashboard()), "turns")
     assert sum(int(r[1]) for r in rows) == 2 and sum(int(r[5]) for r in rows) == 1  # completed, rolled back
-    assert sum(int(r[2]) for r in rows) == 2  # failed: s3's, and s9's once it ended
+    assert sum(int(r[2]) for r in rows) == 2  # failed: s3's, and s9's once it ended (counted live)
+    assert rollups.fold() == 1  # s9's, now it ended
     assert {(r.status, r.turns) for r in TurnRollup.objects.filter(span="hour", turns__gt=0)} == {
         ("completed", 2), ("rolled_back", 1), ("failed", 2)}
     week = body_rows(figures(dashboard("7d")), "turns")  # the day rows moved the same way
@@ -263,7 +297,7 @@ def test_a_worker_beat_samples_the_queue_once_a_minute_and_forgets_old_samples()
     assert (fresh.queued, fresh.running) == (0, 0)
 
 
-def test_the_sweep_folds_the_settled_records(store):
+def test_the_sweep_folds_the_ended_records(store):
     play(store)
     TurnRecord.objects.update(started_at=timezone.now() - timedelta(hours=1))
     out = io.StringIO()

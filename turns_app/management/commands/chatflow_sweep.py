@@ -4,9 +4,9 @@ session leases and waiters.
 A turn record says ``running`` while its turn holds the session's lease; once that lease expired (its process
 stopped renewing it) the record is marked ``interrupted`` — by the next turn on the session, by the lease
 purge turns run now and then, or by this command (run it from cron or a scheduler for sessions that get no
-next turn). It then folds the turn records written since the last fold into the dashboard's hourly and daily
-rollups (``turns_app.rollups.fold``), so the dashboard's own read has little to add. Prints what it did;
-exit status 0.
+next turn). It then folds every ended turn record not counted yet into the dashboard's hourly and daily
+rollups (``turns_app.rollups.fold``; the queue workers' heartbeat does the same once a minute), so the
+dashboard's read, which never writes, has few records to add live. Prints what it did; exit status 0.
 """
 
 from __future__ import annotations
