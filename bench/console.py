@@ -162,6 +162,14 @@ def measure_here(db: Path, runs: int) -> None:
         print(json.dumps(measure(client, runs)))
 
 
+def report(key: str, heading: str, results: dict[int, dict], sizes: list[int]) -> None:
+    """Print ``results`` (size → case → p50/p95 ms) as a table, a case per row, then as one JSON line."""
+    print(f"{heading:<28}" + "".join(f"{s:>18,}" for s in sizes))
+    for name in next(iter(results.values())):
+        print(f"{name:<28}" + "".join(f"{results[s][name]['p50']:>10} / {results[s][name]['p95']:<7}" for s in sizes))
+    print(json.dumps({key: {str(s): r for s, r in results.items()}}))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="1000,10000,100000")
@@ -183,11 +191,7 @@ def main() -> None:
             print(f"{size:>7} sessions written in {time.perf_counter() - t0:.1f}s", file=sys.stderr)
             # Measured in a fresh process, so the bulk load's memory and caches do not weigh on it.
             results[size] = child(__file__, db, args.runs)
-    names = list(next(iter(results.values())))
-    print(f"{'page (ms, p50 / p95)':<28}" + "".join(f"{s:>18,}" for s in sizes))
-    for name in names:
-        print(f"{name:<28}" + "".join(f"{results[s][name]['p50']:>10} / {results[s][name]['p95']:<5}" for s in sizes))
-    print(json.dumps({"console": {str(s): r for s, r in results.items()}}))
+    report("console", "page (ms, p50 / p95)", results, sizes)
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.console import child, staff_client, stamp, timed  # noqa: E402 - after the path
+from bench.console import child, report, staff_client, stamp, timed  # noqa: E402 - after the path
 
 AGENTS = ("Support", "Billing", "Tech")
 STATUSES = ("completed",) * 92 + ("failed",) * 5 + ("interrupted",) * 2 + ("cancelled",)
@@ -159,11 +159,7 @@ def main() -> None:
             print(f"{size:>7} sessions ({size * TURNS_PER_SESSION:,} turn records) written in "
                   f"{time.perf_counter() - t0:.1f}s", file=sys.stderr)
             results[size] = child(__file__, db, args.runs)
-    names = list(next(iter(results.values())))
-    print(f"{'dashboard (ms, p50 / p95)':<28}" + "".join(f"{s:>18,}" for s in sizes))
-    for name in names:
-        print(f"{name:<28}" + "".join(f"{results[s][name]['p50']:>10} / {results[s][name]['p95']:<7}" for s in sizes))
-    print(json.dumps({"dashboard": {str(s): r for s, r in results.items()}}))
+    report("dashboard", "dashboard (ms, p50 / p95)", results, sizes)
 
 
 if __name__ == "__main__":

@@ -55,22 +55,22 @@ def relative(value: datetime, now: datetime | None = None, seconds_under_a_minut
     return "just now"  # pragma: no cover - the loop always returns
 
 
-@register.filter
-def ago(value: object) -> str:
+def _ago(value: object, seconds_under_a_minute: bool) -> str:
     local = _local(value)
     if local is None:
         return "—"
     return format_html('<time datetime="{}" title="{}">{}</time>', local.isoformat(), absolute(local, True),
-                       relative(local))
+                       relative(local, seconds_under_a_minute=seconds_under_a_minute))
+
+
+@register.filter
+def ago(value: object) -> str:
+    return _ago(value, False)
 
 
 @register.filter
 def ago_seconds(value: object) -> str:
-    local = _local(value)
-    if local is None:
-        return "—"
-    return format_html('<time datetime="{}" title="{}">{}</time>', local.isoformat(), absolute(local, True),
-                       relative(local, seconds_under_a_minute=True))
+    return _ago(value, True)
 
 
 @register.filter
