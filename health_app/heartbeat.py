@@ -22,7 +22,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import connections
+from django.db import DatabaseError, connections
 from django.db.models import Count
 from django.utils import timezone
 
@@ -51,7 +51,11 @@ def beat(owner: str, started_at: Any, processed: int, purge: bool = False) -> No
     if purge:
         WorkerHeartbeat.objects.filter(last_beat__lt=now - FORGET_AFTER).delete()
         sample_queue(now)
-        rollups.fold(batches=FOLD_BATCHES)
+        try:
+            rollups.fold(batches=FOLD_BATCHES)
+        except DatabaseError:  # the beat and the purge are written; the next minute's fold tries again
+            logger.warning("Worker %s: folding turn records into the dashboard's rollups failed", owner,
+                           exc_info=True)
 
 
 def sample_queue(now: Any) -> QueueSample:

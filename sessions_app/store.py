@@ -280,7 +280,8 @@ class DjangoBackend(SQLLeasesAndClaims):
 
     def _purge_recorded(self, before: float) -> int:
         with transaction.atomic(using=self.using):
-            self._on_driver(connections[self.using], lambda c: records.mark_interrupted(c, self._dialect, time.time()))
+            self._on_driver(connections[self.using],
+                            lambda c: records.mark_interrupted(c, self._dialect, time.time(), cancelled_before=before))
             return self._rules.purge_leases(self._transaction, before)
 
     def cancel_record(self, session_id: str, owner: str, now: float) -> bool:
@@ -289,10 +290,12 @@ class DjangoBackend(SQLLeasesAndClaims):
         lease is taken away. True when a record was running."""
         return self._transaction(lambda c: records.cancel_turn(c, self._dialect, session_id, owner, now))
 
-    def mark_interrupted(self, now: float) -> int:
+    def mark_interrupted(self, now: float, cancelled_before: float | None = None) -> int:
         """Mark ``interrupted`` the ``running`` turn records whose lease is gone or expired at ``now``
-        (unix seconds), in one transaction; how many (``turns_app.records.mark_interrupted``)."""
-        return self._call(self._transaction, lambda c: records.mark_interrupted(c, self._dialect, now))
+        (unix seconds), and count the cancelled ones no close can reach any more (``cancelled_before``), in
+        one transaction; how many were marked (``turns_app.records.mark_interrupted``)."""
+        return self._call(self._transaction,
+                          lambda c: records.mark_interrupted(c, self._dialect, now, cancelled_before))
 
     # ---- sessions -----------------------------------------------------------------------------
     def head(self, session_id: str) -> StoredSession | None:

@@ -328,8 +328,9 @@ def cancel_turn(user: Any, session_id: str, reason: str, *, only_expired: bool =
             # The turn's record ends cancelled now: a turn that takes the lease before this one has rolled
             # back would mark it interrupted, and this one's own close then finds nothing running.
             site_store().backend.cancel_record(session_id, lease.owner, time.time())
+        # A released stale lease's turn (its holder stalled, if alive) would have lost it anyway: replayed.
         audit(user, "cancel_turn", session_id, before, {"reason": clean_text(reason or "")[:2000],
-                                                          "replay": replay})
+                                                          "replay": replay or lease.expired})
     site_store().stop_turn(session_id, owner=before["lease_owner"])  # that turn, not one that began since
     return True
 

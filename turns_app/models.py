@@ -163,8 +163,7 @@ class HandoffRollup(models.Model):
 
 class RollupState(models.Model):
     """The rollups' lock row: a fold or a restatus updates it first, so they run one at a time;
-    ``generation`` moves with each of them (a read compares it before and after), ``folded_at`` is when
-    the last one ran."""
+    ``generation`` counts them (the update that takes the lock), ``folded_at`` is when the last one ran."""
 
     name = models.CharField(max_length=32, primary_key=True)
     generation = models.BigIntegerField(default=0)

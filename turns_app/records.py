@@ -36,8 +36,8 @@ from chatflow_agent.core.reports import TURN_SOURCES, TurnReport
 from chatflow_agent.core.sql import Dialect, LeaseRider
 from chatflow_agent.types import ModelCallUsage
 
-__all__ = ["CANCELLED_ERROR", "INTERRUPTED_ERROR", "call_json", "cancel_turn", "close_turn", "forget_session",
-           "lease_closing_turn", "lease_opening_turn", "mark_interrupted", "open_turn"]
+__all__ = ["CANCELLED_ERROR", "CANCELLED_UNREPORTED_ERROR", "INTERRUPTED_ERROR", "call_json", "cancel_turn",
+           "close_turn", "forget_session", "lease_closing_turn", "lease_opening_turn", "mark_interrupted", "open_turn"]
 
 #: The error text of a record marked ``interrupted``.
 INTERRUPTED_ERROR = "Interrupted: the process running this turn stopped (its session lease expired)."
@@ -48,6 +48,12 @@ _CALL_FIELDS = ("provider", "model", "input_tokens", "output_tokens", "cached_to
 #: The error text of a record an operator cancelled (the turn's lease taken away) before its process closed it.
 CANCELLED_ERROR = "Cancelled by an operator: the turn's session lease was taken away."
 
+#: The error text of a cancelled record whose process never reported the turn's figures (it died).
+CANCELLED_UNREPORTED_ERROR = "Cancelled by an operator; the turn's process stopped before it reported its usage."
+
+_UNREPORTED = ("SELECT id, session_id FROM chatflow_turn_records WHERE status = 'cancelled' AND error = ? "
+               "AND finished_at < ?")
+_UNREPORTED_ONE = "UPDATE chatflow_turn_records SET error = ? WHERE id = ? AND status = 'cancelled' AND error = ?"
 _CANCEL = ("UPDATE chatflow_turn_records SET status = 'cancelled', finished_at = ?, error = ? "
            "WHERE session_id = ? AND owner = ? AND status = 'running'")
 _INTERRUPT = "UPDATE chatflow_turn_records SET status = 'interrupted', finished_at = ?, error = ? "
@@ -225,7 +231,8 @@ def cancel_turn(cursor: Any, dialect: Dialect, session_id: str, owner: str, now:
     finished at ``now``, unix seconds) and set the session's ``last_error``. Call it in the transaction that
     takes the turn's lease away. The turn's own close (:func:`close_turn`, :func:`lease_closing_turn`), if
     its process gets to it, then writes its figures (the status stays ``cancelled``) and counts it in the
-    totals once; a turn whose process died is not counted as a turn (as an ``interrupted`` one).
+    totals once; a turn whose process died is counted by :func:`mark_interrupted` (``cancelled_before``),
+    as an ``interrupted`` one is: a turn of unknown spend.
     True when a record was running; False (nothing written) otherwise."""
     cursor.execute(_sql(dialect, _CANCEL), (_stamp(dialect, now), CANCELLED_ERROR, session_id, owner))
     if not cursor.rowcount:
@@ -234,15 +241,24 @@ def cancel_turn(cursor: Any, dialect: Dialect, session_id: str, owner: str, now:
     return True
 
 
-def mark_interrupted(cursor: Any, dialect: Dialect, now: float) -> int:
+def mark_interrupted(cursor: Any, dialect: Dialect, now: float, cancelled_before: float | None = None) -> int:
     """Mark ``interrupted`` every ``running`` record whose lease is gone or expired at ``now`` (unix
-    seconds); how many."""
+    seconds); how many. With ``cancelled_before`` (unix seconds: later than any close of a cancelled turn
+    could still come, e.g. a lease TTL ago), the records an operator cancelled before then whose turn
+    never reported its figures get :data:`CANCELLED_UNREPORTED_ERROR` and are counted in the totals as
+    turns of unknown spend (not in the returned count)."""
     cursor.execute(_sql(dialect, _ORPHANS), (now,))
     found = cursor.fetchall()
     for record_id, session_id in found:
         cursor.execute(_sql(dialect, _INTERRUPT_ONE), (_stamp(dialect, now), INTERRUPTED_ERROR, record_id))
         if cursor.rowcount:
             _add_totals(cursor, dialect, session_id, None, INTERRUPTED_ERROR, now, interrupted=1)
+    if cancelled_before is not None:
+        cursor.execute(_sql(dialect, _UNREPORTED), (CANCELLED_ERROR, _stamp(dialect, cancelled_before)))
+        for record_id, session_id in cursor.fetchall():
+            cursor.execute(_sql(dialect, _UNREPORTED_ONE), (CANCELLED_UNREPORTED_ERROR, record_id, CANCELLED_ERROR))
+            if cursor.rowcount:
+                _add_totals(cursor, dialect, session_id, None, CANCELLED_UNREPORTED_ERROR, now, interrupted=1)
     return len(found)
 
 

@@ -22,10 +22,11 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
-from django.db import connections, transaction
+from django.db import connection, connections, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from turns_app import records
 from turns_app.models import HandoffRollup, RollupState, TurnRecord, TurnRollup
 
 __all__ = ["RATIO", "SPANS", "Tally", "bucket_of", "floor", "fold", "handoff_pairs", "quantile",
@@ -151,21 +152,23 @@ def _cell_of(row: dict[str, Any]) -> Cell:
 def _lock() -> None:
     """Take the rollups' lock for the rest of the transaction (one folder or restatus at a time): an
     ``UPDATE`` of the state row, so on SQLite the write lock is taken before anything is read, and on
-    PostgreSQL the row stays locked until commit. It moves ``generation``, which :func:`read` watches."""
+    PostgreSQL the row stays locked until commit. It moves ``generation`` (the update that takes the lock)."""
     bump = {"generation": F("generation") + 1, "folded_at": timezone.now()}
     if not RollupState.objects.filter(name=STATE).update(**bump):
         RollupState.objects.get_or_create(name=STATE)
         RollupState.objects.filter(name=STATE).update(**bump)
 
 
-def _generation() -> int:
-    """The state row's ``generation`` (0 before the first fold): a plain read, no lock."""
-    return RollupState.objects.filter(name=STATE).values_list("generation", flat=True).first() or 0
-
-
 def _unfolded() -> Any:
     """The ended records not in the rollups yet (``folded`` false: the partial index's rows)."""
     return TurnRecord.objects.filter(folded=False).exclude(status="running")
+
+
+def _foldable() -> Any:
+    """:func:`_unfolded` but for records an operator cancelled whose turn has not reported its figures yet
+    (``turns_app.records.CANCELLED_ERROR``): folded now they would stay in the rollups without them. The
+    turn's late close, or the lease purge once it can no longer come, ends that wait."""
+    return _unfolded().exclude(status="cancelled", error=records.CANCELLED_ERROR)
 
 
 def fold(batch: int = BATCH, batches: int | None = None) -> int:
@@ -177,11 +180,11 @@ def fold(batch: int = BATCH, batches: int | None = None) -> int:
     only the records still unfolded once it holds it."""
     counted, done = 0, 0
     while batches is None or done < batches:
-        if not _unfolded().exists():  # the partial index: no write transaction when there is nothing to do
+        if not _foldable().exists():  # the partial index: no write transaction when there is nothing to do
             break
         with transaction.atomic():
             _lock()
-            rows = list(_unfolded().select_for_update(skip_locked=True).order_by("id").values(*_FIELDS)[:batch])
+            rows = list(_foldable().select_for_update(skip_locked=True).order_by("id").values(*_FIELDS)[:batch])
             tally = Tally()
             for row in rows:
                 tally.add_record(row)
@@ -271,15 +274,29 @@ def restatus(record_ids: list[int], old: str, new: str) -> None:
 def read(since: datetime, span: str = "hour") -> Tally:
     """Every ended record that started at or after ``since``, summed by UTC hour or day (``span``): the
     rollups plus the ended records not folded yet, counted live (running ones are not counted). Reads only,
-    so it works on a read-only connection. A fold or restatus committed by another process meanwhile (seen
-    as a moved ``generation``) makes it read again, so no record is counted twice or missed."""
+    so it works on a read-only connection. Its queries share one snapshot (a read-only transaction,
+    REPEATABLE READ on PostgreSQL), so a fold or restatus another process commits meanwhile is seen
+    whole or not at all: no record is counted twice or missed. Inside a transaction of the caller's it
+    reads in that transaction."""
     since = floor(since, span)
-    for _ in range(3):
-        before = _generation()
-        tally = _read(since, span)
-        if _generation() == before:
-            break
-    return tally
+    if connection.in_atomic_block:
+        return _read(since, span)
+    if connection.vendor == "postgresql":
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            return _read(since, span)
+    # SQLite: Django's atomic() would BEGIN IMMEDIATE (the site's transaction mode), a write a read-only
+    # database refuses; a deferred BEGIN on the driver's connection takes the snapshot at the first read.
+    connection.ensure_connection()
+    driver = connection.connection
+    if driver.in_transaction:
+        return _read(since, span)
+    driver.execute("BEGIN")
+    try:
+        return _read(since, span)
+    finally:
+        if driver.in_transaction:
+            driver.rollback()  # nothing was written: ending the read transaction
 
 
 def _read(since: datetime, span: str) -> Tally:

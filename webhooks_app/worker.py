@@ -257,11 +257,21 @@ class Worker:
             except SessionBusyError:
                 # Stopped: nothing was written. An operator's Cancel turn ends the delivery; a takeover
                 # "now" or a lost lease plays it again, in line behind whoever holds the session now.
-                cancelled = await db(takeover.cancelled_by_operator, delivery.session_id, report.owner)
-                if cancelled is not None:
-                    raise CancelledByOperator(cancelled) from None
+                await self._unless_cancelled(delivery, db, report)
                 logger.info("Delivery %s: its turn was stopped; playing it again", delivery.pk)
-                return await self._play_turn(delivery, self._report(delivery))
+            report = self._report(delivery)
+            try:
+                return await self._play_turn(delivery, report)
+            except SessionBusyError:
+                await self._unless_cancelled(delivery, db, report)  # the replay cancelled too
+                raise
+
+    @staticmethod
+    async def _unless_cancelled(delivery: InboundDelivery, db: Any, report: TurnReport) -> None:
+        """Raise ``CancelledByOperator`` when an operator's Cancel turn stopped the turn ``report`` played."""
+        cancelled = await db(takeover.cancelled_by_operator, delivery.session_id, report.owner)
+        if cancelled is not None:
+            raise CancelledByOperator(cancelled)
 
     @staticmethod
     def _report(delivery: InboundDelivery) -> TurnReport:

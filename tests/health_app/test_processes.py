@@ -86,7 +86,8 @@ def test_cancel_from_the_health_page_rolls_the_running_turn_back_audited(client,
     r = operator.post("/health/sessions/15550100/cancel/", HTTP_HX_REQUEST="true")
     assert r.status_code == 200 and "was cancelled" in r.content.decode()
     # The engine is still blocked: the turn is stopped at its next lease renewal, not by finishing.
-    s.wait_until(lambda: TurnRecord.objects.get(pk=record.pk).status != "running", 30, "the turn to end")
+    s.wait_until(lambda: TurnRecord.objects.get(pk=record.pk).error.startswith("SessionBusyError"), 30,
+                 "the turn's own close (the record itself was closed cancelled by the Cancel)")
     ended = TurnRecord.objects.get(pk=record.pk)
     assert ended.status == "cancelled", ended.error
     assert history("15550100") == before

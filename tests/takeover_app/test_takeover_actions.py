@@ -197,6 +197,54 @@ def test_a_cancelled_turns_record_ends_cancelled_when_another_turn_takes_the_lea
     backend.release_lease(SID, following.owner)
 
 
+def test_a_fold_between_the_cancel_and_the_turns_late_close_waits_for_its_figures(session):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from turns_app import rollups
+
+    backend = site_store().backend
+    rollups.fold()
+    cancelled = TurnReport(source="api", user_text="stuck", owner="otherhost:1:cancelled:1")
+    cancelled.started_at = time.time()
+    assert backend.acquire_lease(SID, cancelled.owner, 30.0, False, cancelled)
+    assert service.cancel_turn(personas.operator(), SID, "stuck") is True
+
+    assert rollups.fold() == 0  # the heartbeat's fold lands here: the record waits for its turn's figures
+    live = rollups.read(timezone.now() - timedelta(hours=2)).cells
+    assert sum(c.turns for (_, status), c in live.items() if status == "cancelled") == 1  # counted live meanwhile
+    cancelled.calls.append(ModelCallUsage(provider="p", model="m", input_tokens=7, output_tokens=3))
+    cancelled.ended_by(SessionBusyError(SID))
+    backend.release_lease(SID, cancelled.owner, cancelled)  # its late close
+    assert rollups.fold() == 1
+
+    cells = rollups.read(timezone.now() - timedelta(hours=2)).cells
+    [cell] = [c for (_, status), c in cells.items() if status == "cancelled"]
+    assert (cell.turns, cell.input_tokens) == (1, 7)  # as the record and the session's totals say
+
+
+def test_a_cancelled_turn_whose_process_died_counts_once_its_close_can_no_longer_come(session):
+    backend = site_store().backend
+    cancelled = TurnReport(source="api", user_text="stuck", owner="otherhost:1:dead:1")
+    cancelled.started_at = time.time()
+    assert backend.acquire_lease(SID, cancelled.owner, 30.0, False, cancelled)
+    before = SessionTotals.objects.get(pk=SID)
+    assert service.cancel_turn(personas.operator(), SID, "stuck") is True
+    assert backend.mark_interrupted(time.time(), cancelled_before=time.time() - 30) == 0  # its close may still come
+    assert SessionTotals.objects.get(pk=SID).turns == before.turns
+
+    backend.mark_interrupted(time.time(), cancelled_before=time.time() + 1)  # a lease TTL later: it cannot
+
+    record = TurnRecord.objects.get(owner=cancelled.owner)
+    assert (record.status, record.error) == ("cancelled", records.CANCELLED_UNREPORTED_ERROR)
+    totals = SessionTotals.objects.get(pk=SID)
+    assert (totals.turns, totals.cost_known) == (before.turns + 1, False)  # a turn of unknown spend
+    cancelled.ended_by(SessionBusyError(SID))
+    backend.release_lease(SID, cancelled.owner, cancelled)  # a close after all: changes nothing
+    assert SessionTotals.objects.get(pk=SID).turns == before.turns + 1
+
+
 def test_cancel_turn_releases_a_stale_lease_and_says_when_nothing_ran(session):
     c = personas.client_for(personas.operator())
     r = c.post(url("cancel-turn"), HTTP_HX_REQUEST="true")

@@ -20,7 +20,8 @@ class Migration(migrations.Migration):
         migrations.AddIndex(
             model_name="turnrecord",
             index=models.Index(condition=models.Q(folded=False), fields=["id"], name="idx_turn_records_unfolded")),
-        migrations.RunPython(flag_counted, migrations.RunPython.noop),
+        # Irreversible: going back would bring the watermark back at 0 and fold every record again.
+        migrations.RunPython(flag_counted),
         migrations.RemoveField(model_name="rollupwatermark", name="last_id"),
         migrations.RemoveField(model_name="rollupwatermark", name="pending"),
         migrations.AddField(model_name="rollupwatermark", name="generation", field=models.BigIntegerField(default=0)),

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 
+from django.conf import settings
 from django.core.management.base import BaseCommand
 
 from sessions_app.store import DjangoBackend
@@ -31,7 +32,8 @@ class Command(BaseCommand):
         using = options["database"]
         backend = DjangoBackend(using)
         try:
-            interrupted = backend.mark_interrupted(time.time())
+            now = time.time()
+            interrupted = backend.mark_interrupted(now, cancelled_before=now - settings.CHATFLOW_LEASE_SECONDS)
         finally:
             backend.close()
         purged = site_store().purge_expired_leases() if using == "default" else 0
