@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import shutil
 import sqlite3
+import subprocess
+import sys
 from datetime import datetime
 from pathlib import Path
 
@@ -237,3 +239,26 @@ def test_a_new_postgresql_database_gets_the_equivalent_columns():
     assert columns[("chatflow_messages", "content")] == ("text", "YES")
     assert columns[("chatflow_messages", "created_at")][0] == "timestamp with time zone"
     assert columns[("chatflow_session_leases", "expires_at")] == ("double precision", "NO")
+
+
+MIGRATE_SECOND = """
+import sys
+from django.conf import settings
+settings.DATABASES["second"] = {**settings.DATABASES["default"], "NAME": sys.argv[1]}
+import django
+django.setup()
+from django.core.management import call_command
+call_command("migrate", verbosity=0)
+call_command("migrate", database="second", verbosity=0)
+"""
+
+
+def test_migrate_database_runs_every_data_migration_on_that_database(tmp_path):
+    # The default database is migrated first, so a data migration that queried it instead of the one being
+    # migrated would read tables already in their final shape.
+    env = site_env(DATABASE_URL=f"sqlite:///{tmp_path / 'default.db'}", DJANGO_SETTINGS_MODULE="chatflow_site.settings")
+    done = subprocess.run([sys.executable, "-c", MIGRATE_SECOND, str(tmp_path / "second.db")], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    with sqlite3.connect(tmp_path / "second.db") as second:
+        assert second.execute("SELECT COUNT(*) FROM chatflow_turn_records WHERE folded").fetchone() == (0,)

@@ -5,9 +5,10 @@ from django.db import migrations, models
 
 
 def flag_counted(apps, schema_editor):
+    db = schema_editor.connection.alias  # the database being migrated (``migrate --database``), not default
     records = apps.get_model("turns_app", "TurnRecord")
-    for mark in apps.get_model("turns_app", "RollupWatermark").objects.all():
-        records.objects.filter(id__lte=mark.last_id).exclude(id__in=mark.pending or []).exclude(
+    for mark in apps.get_model("turns_app", "RollupWatermark").objects.using(db).all():
+        records.objects.using(db).filter(id__lte=mark.last_id).exclude(id__in=mark.pending or []).exclude(
             status="running").update(folded=True)
 
 
