@@ -120,7 +120,9 @@
   else setupList();
 
   // The page re-reads its workspace after a takeover action (#session-panel, above): a reply being typed
-  // meanwhile stays in the new box, with its focus and selection.
+  // meanwhile stays in the new box, with its focus and selection. Restored as the swap ends (afterSwap, the
+  // same task as the swap), not at settle: keys typed in the settle delay go into the new box, which then
+  // was no longer empty, and the draft (the reply's first words) was dropped.
   var panelDraft = null;
   document.addEventListener("htmx:beforeSwap", function (e) {
     var t = e.detail.target;
@@ -129,7 +131,7 @@
     panelDraft = box.value ? {value: box.value, focused: document.activeElement === box,
                               start: box.selectionStart, end: box.selectionEnd} : null;
   });
-  document.addEventListener("htmx:afterSettle", function () {
+  document.addEventListener("htmx:afterSwap", function () {
     if (!panelDraft) return;
     var d = panelDraft, box = document.getElementById("reply-text");
     panelDraft = null;

@@ -41,6 +41,14 @@ def sent_texts(graph: FakeProviderAPI) -> list[str]:
     return [r["json"]["text"]["body"] for r in list(graph.requests) if r["path"].endswith("/messages")]
 
 
+# The page's own re-read after a takeover action (static/js/takeover.js), the current box marked as the old one.
+REREAD_PANEL = """() => {
+  document.getElementById('reply-text').dataset.old = '1';
+  const live = document.getElementById('live-session');
+  htmx.ajax('GET', live.dataset.panelUrl + '&order=newest', {target: '#session-panel', swap: 'outerHTML'});
+}"""
+
+
 def test_an_operator_takes_over_replies_and_hands_back_to_the_agent(site, graph):
     from playwright.sync_api import expect, sync_playwright
 
@@ -64,6 +72,16 @@ def test_an_operator_takes_over_replies_and_hands_back_to_the_agent(site, graph)
             page.keyboard.press("Enter")
             expect(page.locator("#mode-badge")).to_contain_text("Operator: olga.operator since")
             box = page.get_by_role("textbox", name="Reply to the customer on whatsapp")
+            # A workspace re-read while a reply is typed keeps every word, the keys typed between the swap and
+            # its settle too (a wide settle delay makes that window certain here).
+            page.evaluate("htmx.config.defaultSettleDelay = 400")
+            box.fill("Draft line one.")
+            page.evaluate(REREAD_PANEL)
+            page.wait_for_function("!document.getElementById('reply-text').dataset.old")  # the new box is in
+            page.keyboard.type(" More.")
+            page.wait_for_function("!document.querySelector('.htmx-settling')")  # the swap has settled
+            expect(box).to_have_value("Draft line one. More.")
+            page.evaluate("htmx.config.defaultSettleDelay = 20")
             box.fill("Hello Ana, I am Olga.")
             box.press("Shift+Enter")  # a new line, not a send
             box.press_sequentially("Your parcel is found.")
