@@ -21,7 +21,6 @@ table and a JSON line; figures go in the README.
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import sqlite3
@@ -35,7 +34,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.console import child, report, staff_client, stamp, timed  # noqa: E402 - after the path
+from bench.console import child, report, sizes_and_runs, staff_client, stamp, timed  # noqa: E402 - after the path
 
 AGENTS = ("Support", "Billing", "Tech")
 STATUSES = ("completed",) * 92 + ("failed",) * 5 + ("interrupted",) * 2 + ("cancelled",)
@@ -141,14 +140,9 @@ def ended_records(db: Path) -> int:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", default="1000,10000,100000")
-    parser.add_argument("--runs", type=int, default=30)
-    parser.add_argument("--measure", type=Path, help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.measure:
-        return measure_here(args.measure, args.runs)
-    sizes = [int(s) for s in args.sizes.split(",")]
+    sizes, runs, measure_db = sizes_and_runs(__doc__)
+    if measure_db:
+        return measure_here(measure_db, runs)
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         for size in sizes:
@@ -158,7 +152,7 @@ def main() -> None:
             fill(db, size)
             print(f"{size:>7} sessions ({size * TURNS_PER_SESSION:,} turn records) written in "
                   f"{time.perf_counter() - t0:.1f}s", file=sys.stderr)
-            results[size] = child(__file__, db, args.runs)
+            results[size] = child(__file__, db, runs)
     report("dashboard", "dashboard (ms, p50 / p95)", results, sizes)
 
 
