@@ -233,12 +233,17 @@ def test_a_rollback_moves_folded_turns_to_rolled_back_and_a_running_record_count
     assert [sum(int(r[i]) for r in week) for i in (1, 2, 5)] == [2, 2, 1]
 
 
-def test_turns_of_an_unpriced_model_are_counted_apart_never_as_zero_cost(store):
-    runner = Runner(Agent(name="Support", instructions="Help.", model="mystery-1",
+def one_turn_on(store, model: str, prices: PriceBook) -> None:
+    """One turn of a scripted agent on ``model`` (5 input, 1 output tokens), priced by ``prices``."""
+    runner = Runner(Agent(name="Support", instructions="Help.", model=model,
                           engine=ScriptedEngine(EngineTurnResult(text="Hi.", usage=ModelCallUsage(
-                              provider="scripted", model="mystery-1", input_tokens=5, output_tokens=1)))),
-                    session_store=store, prices=PRICES)
+                              provider="scripted", model=model, input_tokens=5, output_tokens=1)))),
+                    session_store=store, prices=prices)
     asyncio.run(runner.run_async("u1", "hello"))
+
+
+def test_turns_of_an_unpriced_model_are_counted_apart_never_as_zero_cost(store):
+    one_turn_on(store, "mystery-1", PRICES)
     html = dashboard()
     day = timezone.now().astimezone(UTC).strftime("%b %d")
     assert [day, "unknown", "1"] in body_rows(figures(html), "cost")
@@ -248,12 +253,7 @@ def test_turns_of_an_unpriced_model_are_counted_apart_never_as_zero_cost(store):
 
 
 def test_a_free_model_costs_a_known_zero_and_shows_0_dollars(store):
-    free = PriceBook({"free-1": {"input": 0, "output": 0}}, library=False)
-    runner = Runner(Agent(name="Support", instructions="Help.", model="free-1",
-                          engine=ScriptedEngine(EngineTurnResult(text="Hi.", usage=ModelCallUsage(
-                              provider="scripted", model="free-1", input_tokens=5, output_tokens=1)))),
-                    session_store=store, prices=free)
-    asyncio.run(runner.run_async("u1", "hello"))
+    one_turn_on(store, "free-1", PriceBook({"free-1": {"input": 0, "output": 0}}, library=False))
     html = dashboard()
     day = timezone.now().astimezone(UTC).strftime("%b %d")
     assert [day, "$0.0000", "0"] in body_rows(figures(html), "cost")
