@@ -214,7 +214,8 @@ def _unpriced(turns: int) -> str:
     if not turns:
         return ""
     return (f"{turns} turn{'s' if turns != 1 else ''} used a model without a known price: "
-            "not counted here (prices come from genai-prices and CHATFLOW_MODEL_PRICES).")
+            "not counted here (prices come from genai-prices and CHATFLOW_MODEL_PRICES). This chart covers "
+            "whole UTC days, so it may count more turns than the range above.")
 
 
 def _handoff_chart(pairs: dict[tuple[str, str], int]) -> Chart:
