@@ -120,14 +120,16 @@ def build(range_name: str, now: datetime | None = None) -> Dashboard:
     day = timedelta(days=1)
     days = [_floor(buckets[0], day) + day * i for i in range((_floor(now, day) - _floor(buckets[0], day)) // day + 1)]
     hourly = step < day
-    tally = rollups.read(buckets[0], "hour" if hourly else "day")  # keyed by the buckets' own starts
+    # One read (one snapshot) for every chart, keyed by the buckets' own starts; for hours it starts with the
+    # range's first whole day, which the daily cost chart covers.
+    tally = rollups.read(days[0] if hourly else buckets[0], "hour" if hourly else "day")
     per: dict[datetime, dict[str, rollups.Cell]] = defaultdict(lambda: defaultdict(rollups.Cell))
     for (start, status), cell in tally.cells.items():
         if start >= buckets[0]:
             per[start][status] = cell
     daily: dict[datetime, rollups.Cell] = defaultdict(rollups.Cell)
     if hourly:  # the cost chart is daily: whole days, the range's first one included
-        for (start, _), cell in rollups.read(days[0], "day").cells.items():
+        for (start, _), cell in tally.by_day().cells.items():
             daily[start].add(cell)
     total = rollups.Cell()
     counts: dict[str, int] = defaultdict(int)

@@ -23,12 +23,11 @@ from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError, connections
-from django.db.models import Count
 from django.utils import timezone
 
+from health_app import report
 from health_app.models import QueueSample, WorkerHeartbeat
 from turns_app import rollups
-from webhooks_app.models import InboundDelivery
 
 __all__ = ["start", "stop", "beat", "forget", "sample_queue"]
 
@@ -36,6 +35,8 @@ logger = logging.getLogger("health_app.heartbeat")
 
 FORGET_AFTER = timedelta(days=1)
 KEEP_SAMPLES = timedelta(days=2)
+#: A queue sample newer than this makes a worker's minute skip its own (several workers, one sample).
+SAMPLE_EVERY = timedelta(seconds=50)
 _PURGE_EVERY = 60.0
 #: Fold batches (``turns_app.rollups.BATCH`` records each) a worker runs per minute at most.
 FOLD_BATCHES = 10
@@ -58,14 +59,15 @@ def beat(owner: str, started_at: Any, processed: int, purge: bool = False) -> No
                            exc_info=True)
 
 
-def sample_queue(now: Any) -> QueueSample:
-    """Write the webhook queue's depth now (deliveries queued and running) and forget old samples."""
-    status = InboundDelivery.Status
-    counts = {r["status"]: r["n"] for r in InboundDelivery.objects.filter(
-        status__in=[status.QUEUED, status.RUNNING]).values("status").annotate(n=Count("id"))}
+def sample_queue(now: Any) -> QueueSample | None:
+    """Write the webhook queue's depth now (deliveries queued and running, the health page's counts) and
+    forget old samples; None (nothing written) when another worker sampled it less than a minute ago:
+    every worker beats, one sample a minute is enough for the site."""
+    if QueueSample.objects.filter(at__gt=now - SAMPLE_EVERY).exists():
+        return None
+    rows = report.queue()
     QueueSample.objects.filter(at__lt=now - KEEP_SAMPLES).delete()
-    return QueueSample.objects.create(at=now, queued=counts.get(status.QUEUED, 0),
-                                      running=counts.get(status.RUNNING, 0))
+    return QueueSample.objects.create(at=now, queued=sum(r.queued for r in rows), running=sum(r.running for r in rows))
 
 
 def forget(owner: str) -> None:

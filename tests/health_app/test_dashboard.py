@@ -295,6 +295,8 @@ def test_a_worker_beat_samples_the_queue_once_a_minute_and_forgets_old_samples()
     heartbeat.beat("worker:h:1:x", timezone.now(), 0, purge=True)
     [fresh] = QueueSample.objects.all()
     assert (fresh.queued, fresh.running) == (0, 0)
+    heartbeat.beat("worker:h:2:y", timezone.now(), 0, purge=True)  # a second worker's minute, at once
+    assert QueueSample.objects.count() == 1  # one sample for the site, not one per worker
 
 
 def test_the_sweep_folds_the_ended_records(store):
