@@ -31,7 +31,6 @@ failing when it upgrades a read lock.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import threading
 import time
 import weakref
@@ -58,13 +57,14 @@ from chatflow_agent.core.sql import (
     list_session_ids,
     read_head,
     read_rows,
+    sqlite_transaction,
     write_commit,
 )
 from chatflow_agent.jsonsafe import json_object
 from chatflow_agent.types import Role
 from turns_app import records
 
-__all__ = ["DjangoBackend", "DjangoSessionStore", "immediate", "session_committing"]
+__all__ = ["DjangoBackend", "DjangoSessionStore", "session_committing"]
 
 _T = TypeVar("_T")
 # The statements run on the driver's own cursor (``?`` for sqlite3, ``%s`` for psycopg).
@@ -82,8 +82,9 @@ def _unflushed_lease(lease_sql: str, params: Sequence[Any]) -> tuple[str, Sequen
 #: Sent at the start of every commit's transaction, before any row is written, as
 #: ``session_committing.send(sender=DjangoSessionStore, session_id=str, metadata=dict, using=str, turn=bool)``
 #: (``metadata``: what the commit writes; ``turn``: the commit ends a turn a Runner played, not an
-#: operator's or a script's ``turn``/``sync_turn`` without a turn report). A receiver that raises ``SessionDeletedError`` refuses the
-#: commit: nothing is written and the turn fails with that error. Receivers run on the store's threads.
+#: operator's or a script's ``turn``/``sync_turn`` without a turn report). A receiver that raises
+#: ``SessionDeletedError`` refuses the commit: nothing is written and the turn fails with that error.
+#: Receivers run on the store's threads.
 session_committing = Signal(use_caching=True)
 
 
@@ -253,7 +254,7 @@ class DjangoBackend(SQLLeasesAndClaims):
                 records.open_turn(cursor, self._dialect, session_id, report)
             return True
 
-        return self._on_driver(conn, take) if outer else self._autocommit(lambda c: immediate(c, take))
+        return self._on_driver(conn, take) if outer else self._autocommit(lambda c: sqlite_transaction(c, take))
 
     def release_lease(self, session_id: str, owner: str, report: TurnReport | None = None) -> None:
         if report is None:
@@ -348,30 +349,6 @@ class DjangoBackend(SQLLeasesAndClaims):
 
     def clear(self) -> None:
         self._call(self._transaction, lambda c: clear_sessions(c, self._dialect))
-
-
-def immediate(cursor: Cursor, fn: Callable[[Cursor], _T]) -> _T:
-    """SQLite, outside Django's transactions: ``fn(cursor)`` in one ``BEGIN IMMEDIATE`` transaction on the
-    driver's connection (``transaction.atomic``'s autocommit switching costs more than the statements
-    of a lease; nothing in that transaction needs Django to know of it).
-
-    Returns what ``fn`` returns. Whatever fails — ``fn`` or the ``COMMIT`` itself (a deferred constraint,
-    a busy or full database) — the transaction is rolled back before the error propagates, so the
-    connection is back in autocommit as Django believes it is; a rollback's own error never hides
-    the first one. ``RuntimeError`` when the connection is already in a transaction.
-    """
-    driver: Any = cursor.connection  # type: ignore[attr-defined]  # sqlite3.Cursor.connection
-    if driver.in_transaction:
-        raise RuntimeError("immediate() needs a connection in autocommit; a transaction is open on it")
-    cursor.execute("BEGIN IMMEDIATE", ())
-    try:
-        result = fn(cursor)
-        cursor.execute("COMMIT", ())
-        return result
-    finally:
-        if driver.in_transaction:
-            with contextlib.suppress(Exception):
-                driver.rollback()
 
 
 def _first_user_id(changes: Changes, new_ids: list[int]) -> int | None:

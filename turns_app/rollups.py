@@ -26,6 +26,7 @@ from django.db import connection, connections, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from chatflow_agent.core.sql import sqlite_transaction
 from turns_app import records
 from turns_app.models import HandoffRollup, RollupState, TurnRecord, TurnRollup
 
@@ -288,15 +289,11 @@ def read(since: datetime, span: str = "hour") -> Tally:
     # SQLite: Django's atomic() would BEGIN IMMEDIATE (the site's transaction mode), a write a read-only
     # database refuses; a deferred BEGIN on the driver's connection takes the snapshot at the first read.
     connection.ensure_connection()
-    driver = connection.connection
-    if driver.in_transaction:
-        return _read(since, span)
-    driver.execute("BEGIN")
+    cursor = connection.connection.cursor()
     try:
-        return _read(since, span)
+        return sqlite_transaction(cursor, lambda _: _read(since, span), "BEGIN", commit=False)
     finally:
-        if driver.in_transaction:
-            driver.rollback()  # nothing was written: ending the read transaction
+        cursor.close()
 
 
 def _read(since: datetime, span: str) -> Tally:

@@ -34,6 +34,7 @@ from chatflow_agent.core.sql import (
     list_session_ids,
     read_head,
     read_rows,
+    sqlite_transaction,
     utc_stamp,
     write_commit,
 )
@@ -158,17 +159,9 @@ class SQLiteBackend(SQLLeasesAndClaims):
             return fn(self._conn().cursor())
 
     def _write(self, fn: Callable[[sqlite3.Cursor], _T]) -> _T:
-        """Run ``fn(cursor)`` in one ``BEGIN IMMEDIATE`` transaction."""
+        """Run ``fn(cursor)`` in one ``BEGIN IMMEDIATE`` transaction (``sql.sqlite_transaction``)."""
         with self._shared_mutex if self._inline else nullcontext():
-            cur = self._conn().cursor()
-            cur.execute("BEGIN IMMEDIATE")
-            try:
-                result = fn(cur)
-            except BaseException:
-                cur.execute("ROLLBACK")
-                raise
-            cur.execute("COMMIT")
-            return result
+            return sqlite_transaction(self._conn().cursor(), fn)
 
     def _transaction(self, fn: Callable[[Cursor], _T]) -> _T:
         return self._write(fn)

@@ -25,6 +25,7 @@ ticket. A waiter that stops polling is skipped once its row expires.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -50,6 +51,7 @@ __all__ = [
     "CHUNK_ROWS",
     "clear_sessions",
     "create_session",
+    "sqlite_transaction",
     "delete_session",
     "list_session_ids",
     "read_head",
@@ -59,6 +61,7 @@ __all__ = [
 ]
 
 _T = TypeVar("_T")
+_C = TypeVar("_C", bound="Cursor")
 
 #: seconds a queued waiter stays in line without polling (each poll renews it)
 WAITER_TTL_SECONDS = 5.0
@@ -263,6 +266,30 @@ def read_rows(cur: Cursor, dialect: Dialect, session_id: str) -> list[StoredRow]
     """The session's message rows in id order."""
     cur.execute(dialect.rows, (session_id,))
     return [StoredRow(*row) for row in cur.fetchall()]
+
+
+def sqlite_transaction(cur: _C, fn: Callable[[_C], _T], begin: str = "BEGIN IMMEDIATE", *,
+                       commit: bool = True) -> _T:
+    """SQLite: ``fn(cur)`` in one transaction on ``cur``'s connection (a ``sqlite3`` connection in autocommit
+    mode), opened with ``begin`` — ``BEGIN IMMEDIATE`` takes the write lock first, a deferred ``BEGIN`` a
+    read snapshot at its first read — and ended with ``COMMIT``, or ``ROLLBACK`` when ``commit`` is False (a
+    read). Returns what ``fn`` returns. Whatever fails, ``fn`` or the ``COMMIT`` itself (a deferred
+    constraint, a busy or full database), the transaction is rolled back before the error propagates, so
+    the connection is back in autocommit; a rollback's own error never hides the first one.
+    ``RuntimeError`` when the connection is already in a transaction."""
+    driver: Any = cur.connection  # type: ignore[attr-defined]  # sqlite3.Cursor.connection
+    if driver.in_transaction:
+        raise RuntimeError("sqlite_transaction() needs a connection in autocommit; a transaction is open on it")
+    cur.execute(begin, ())
+    try:
+        result = fn(cur)
+        if commit:
+            cur.execute("COMMIT", ())
+        return result
+    finally:
+        if driver.in_transaction:
+            with contextlib.suppress(Exception):
+                driver.rollback()
 
 
 def create_session(cur: Cursor, dialect: Dialect, session_id: str, agent_name: str, metadata_json: str) -> None:

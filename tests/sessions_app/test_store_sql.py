@@ -88,7 +88,7 @@ def test_a_lease_taken_inside_an_operator_transaction_leaves_its_durability_alon
 
 @pytest.mark.skipif(connection.vendor != "sqlite", reason="the BEGIN IMMEDIATE path is SQLite's")
 def test_a_commit_that_fails_leaves_the_connection_in_autocommit_and_raises_its_error():
-    from sessions_app.store import immediate
+    from chatflow_agent.core.sql import sqlite_transaction as immediate
 
     connection.ensure_connection()
     driver = connection.connection
@@ -109,7 +109,7 @@ def test_a_commit_that_fails_leaves_the_connection_in_autocommit_and_raises_its_
 
 @pytest.mark.skipif(connection.vendor != "sqlite", reason="the BEGIN IMMEDIATE path is SQLite's")
 def test_immediate_refuses_a_connection_already_in_a_transaction():
-    from sessions_app.store import immediate
+    from chatflow_agent.core.sql import sqlite_transaction as immediate
 
     connection.ensure_connection()
     cursor = connection.connection.cursor()
