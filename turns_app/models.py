@@ -65,6 +65,9 @@ class TurnRecord(models.Model):
     # Counted in the dashboard's rollups yet (turns_app.rollups.fold sets it); a database default, so the
     # turn path's INSERT needs no change.
     folded = models.BooleanField(default=False, db_default=False)
+    # Cancelled by an operator while its turn had not reported its figures yet (turns_app.records.cancel_turn);
+    # cleared by the turn's own late close, or by the lease purge once that close can no longer come.
+    awaiting_report = models.BooleanField(default=False, db_default=False)
 
     class Meta:
         db_table = "chatflow_turn_records"
@@ -76,6 +79,8 @@ class TurnRecord(models.Model):
             models.Index(fields=["owner"], name="idx_turn_records_owner"),
             # Only the records the rollups have not counted yet: small whatever the table's size.
             models.Index(fields=["id"], condition=models.Q(folded=False), name="idx_turn_records_unfolded"),
+            models.Index(fields=["finished_at"], condition=models.Q(awaiting_report=True),
+                         name="idx_turn_records_awaiting"),
         ]
 
     def __str__(self) -> str:

@@ -28,6 +28,7 @@ as a turn whose spend is unknown (the session's cost is then known only as "at l
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any
@@ -51,10 +52,10 @@ CANCELLED_ERROR = "Cancelled by an operator: the turn's session lease was taken 
 #: The error text of a cancelled record whose process never reported the turn's figures (it died).
 CANCELLED_UNREPORTED_ERROR = "Cancelled by an operator; the turn's process stopped before it reported its usage."
 
-_UNREPORTED = ("SELECT id, session_id FROM chatflow_turn_records WHERE status = 'cancelled' AND error = ? "
-               "AND finished_at < ?")
-_UNREPORTED_ONE = "UPDATE chatflow_turn_records SET error = ? WHERE id = ? AND status = 'cancelled' AND error = ?"
-_CANCEL = ("UPDATE chatflow_turn_records SET status = 'cancelled', finished_at = ?, error = ? "
+_UNREPORTED = ("UPDATE chatflow_turn_records SET error = ?, awaiting_report = FALSE WHERE awaiting_report "
+               "AND finished_at < ? RETURNING session_id")
+_CANCEL = ("UPDATE chatflow_turn_records SET status = 'cancelled', finished_at = ?, error = ?, "
+           "awaiting_report = TRUE "
            "WHERE session_id = ? AND owner = ? AND status = 'running'")
 _INTERRUPT = "UPDATE chatflow_turn_records SET status = 'interrupted', finished_at = ?, error = ? "
 _INTERRUPT_SESSION = _INTERRUPT + "WHERE status = 'running' AND session_id = ? AND owner <> ?"
@@ -72,8 +73,8 @@ _CLOSE = (
     "UPDATE chatflow_turn_records SET status = CASE WHEN status = 'running' THEN ? ELSE status END, "
     "finished_at = ?, duration_ms = ?, first_message_id = ?, "
     "agents = {json}, error = ?, calls = {json}, tools = {json}, input_tokens = ?, output_tokens = ?, "
-    "cached_tokens = ?, cost = ?, user_text = ? "
-    "WHERE owner = ? AND (status = 'running' OR (status = 'cancelled' AND error = ?))"
+    "cached_tokens = ?, cost = ?, user_text = ?, awaiting_report = FALSE "
+    "WHERE owner = ? AND (status = 'running' OR awaiting_report)"
 )
 _TOTALS_COLUMNS = (
     "INSERT INTO chatflow_session_totals AS t (session_id, turns, input_tokens, output_tokens, cached_tokens, "
@@ -178,7 +179,6 @@ def _close_params(dialect: Dialect, report: TurnReport, first_message_id: int | 
         _dumps(report.agents), report.error, _dumps([call_json(c) for c in report.calls]),
         _dumps([{"name": t.name, "duration_ms": t.duration_ms, "outcome": t.outcome} for t in report.tools]),
         report.input_tokens, report.output_tokens, report.cached_tokens, report.cost, report.user_text, report.owner,
-        CANCELLED_ERROR,
     )
 
 
@@ -254,11 +254,9 @@ def mark_interrupted(cursor: Any, dialect: Dialect, now: float, cancelled_before
         if cursor.rowcount:
             _add_totals(cursor, dialect, session_id, None, INTERRUPTED_ERROR, now, interrupted=1)
     if cancelled_before is not None:
-        cursor.execute(_sql(dialect, _UNREPORTED), (CANCELLED_ERROR, _stamp(dialect, cancelled_before)))
-        for record_id, session_id in cursor.fetchall():
-            cursor.execute(_sql(dialect, _UNREPORTED_ONE), (CANCELLED_UNREPORTED_ERROR, record_id, CANCELLED_ERROR))
-            if cursor.rowcount:
-                _add_totals(cursor, dialect, session_id, None, CANCELLED_UNREPORTED_ERROR, now, interrupted=1)
+        cursor.execute(_sql(dialect, _UNREPORTED), (CANCELLED_UNREPORTED_ERROR, _stamp(dialect, cancelled_before)))
+        for session_id, n in Counter(row[0] for row in cursor.fetchall()).items():
+            _add_totals(cursor, dialect, session_id, None, CANCELLED_UNREPORTED_ERROR, now, interrupted=n)
     return len(found)
 
 

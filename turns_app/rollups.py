@@ -27,7 +27,6 @@ from django.db.models import F
 from django.utils import timezone
 
 from chatflow_agent.core.sql import sqlite_transaction
-from turns_app import records
 from turns_app.models import HandoffRollup, RollupState, TurnRecord, TurnRollup
 
 __all__ = ["RATIO", "SPANS", "Tally", "bucket_of", "floor", "fold", "handoff_pairs", "quantile",
@@ -167,9 +166,9 @@ def _unfolded() -> Any:
 
 def _foldable() -> Any:
     """:func:`_unfolded` but for records an operator cancelled whose turn has not reported its figures yet
-    (``turns_app.records.CANCELLED_ERROR``): folded now they would stay in the rollups without them. The
+    (``TurnRecord.awaiting_report``): folded now they would stay in the rollups without them. The
     turn's late close, or the lease purge once it can no longer come, ends that wait."""
-    return _unfolded().exclude(status="cancelled", error=records.CANCELLED_ERROR)
+    return _unfolded().exclude(awaiting_report=True)
 
 
 def fold(batch: int = BATCH, batches: int | None = None) -> int:
