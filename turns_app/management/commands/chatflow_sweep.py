@@ -30,12 +30,14 @@ class Command(BaseCommand):
         from agents_app.runtime import site_store
 
         using = options["database"]
-        backend = DjangoBackend(using)
+        # The site's own store on the default database; another database gets a backend of its own.
+        backend = site_store().backend if using == "default" else DjangoBackend(using)
         try:
             now = time.time()
             interrupted = backend.mark_interrupted(now, cancelled_before=now - settings.CHATFLOW_LEASE_SECONDS)
         finally:
-            backend.close()
+            if using != "default":
+                backend.close()
         purged = site_store().purge_expired_leases() if using == "default" else 0
         counted = fold() if using == "default" else 0
         self.stdout.write(f"{interrupted} turn record(s) marked interrupted; {purged} expired lease/waiter row(s) "
