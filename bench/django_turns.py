@@ -40,7 +40,6 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
 SESSIONS = 20
-_WRITES = ("INSERT", "UPDATE", "DELETE")
 
 
 def setup(database: str | None, tmp: Path) -> str | None:
@@ -177,115 +176,6 @@ class WithoutRecords:
         return self._backend.commit(dataclasses.replace(changes, report=None))
 
 
-class Counts:
-    def __init__(self) -> None:
-        self.round_trips = 0
-        self.write_transactions = 0
-        self.statements: Counter[str] = Counter()
-        self.lock = threading.Lock()
-
-
-class CountingCursor:
-    def __init__(self, cursor: Any, conn: CountingConnection) -> None:
-        self._cursor, self._conn = cursor, conn
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._cursor, name)
-
-    def __iter__(self) -> Any:
-        return iter(self._cursor)
-
-    def __enter__(self) -> CountingCursor:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._cursor.close()
-
-    def execute(self, sql: Any, params: Any = None, *args: Any, **kwargs: Any) -> Any:
-        self._conn.statement(str(sql))
-        if params is None:
-            return self._cursor.execute(sql, *args, **kwargs)
-        return self._cursor.execute(sql, params, *args, **kwargs)
-
-    def executemany(self, sql: Any, params: Any, *args: Any, **kwargs: Any) -> Any:
-        self._conn.statement(str(sql))
-        return self._cursor.executemany(sql, params, *args, **kwargs)
-
-
-class CountingConnection:
-    """The driver's connection under Django's wrapper, counting round trips and write transactions."""
-
-    def __init__(self, raw: Any, counts: Counts, vendor: str) -> None:
-        object.__setattr__(self, "_raw", raw)
-        object.__setattr__(self, "_counts", counts)
-        object.__setattr__(self, "_vendor", vendor)
-        object.__setattr__(self, "_wrote", False)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._raw, name)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        setattr(self._raw, name, value)
-
-    def _in_transaction(self) -> bool:
-        if self._vendor == "sqlite":
-            return bool(self._raw.in_transaction)
-        from psycopg.pq import TransactionStatus
-
-        return self._raw.info.transaction_status != TransactionStatus.IDLE
-
-    def statement(self, sql: str) -> None:
-        verb = sql.lstrip().split(None, 1)[0].upper() if sql.strip() else ""
-        counts = self._counts
-        with counts.lock:
-            counts.round_trips += 1
-            counts.statements[verb] += 1
-            in_txn = self._in_transaction()
-            if self._vendor == "postgresql" and not in_txn and not self._raw.autocommit:
-                counts.round_trips += 1  # psycopg sends BEGIN first
-                in_txn = True
-            if verb == "COMMIT":
-                self._end(True)
-            elif verb in _WRITES or (verb == "WITH" and any(w in sql.upper() for w in _WRITES)):
-                if in_txn:
-                    object.__setattr__(self, "_wrote", True)
-                else:
-                    counts.write_transactions += 1
-
-    def _end(self, committed: bool) -> None:
-        if committed and self._wrote:
-            self._counts.write_transactions += 1
-        object.__setattr__(self, "_wrote", False)
-
-    def cursor(self, *args: Any, **kwargs: Any) -> CountingCursor:
-        return CountingCursor(self._raw.cursor(*args, **kwargs), self)
-
-    def commit(self) -> None:
-        with self._counts.lock:
-            self._counts.round_trips += 1
-            self._end(True)
-        self._raw.commit()
-
-    def rollback(self) -> None:
-        with self._counts.lock:
-            self._counts.round_trips += 1
-            self._end(False)
-        self._raw.rollback()
-
-
-def count_connections(counts: Counts) -> Any:
-    """Wrap the driver connection of every Django connection opened from now on."""
-    from django.db import connections
-    from django.db.backends.signals import connection_created
-
-    def wrap(sender: Any, connection: Any, **kwargs: Any) -> None:
-        connection.connection = CountingConnection(connection.connection, counts, connection.vendor)
-
-    connections.close_all()  # this thread's; pool threads open theirs when the store starts
-    connection_created.connect(wrap, weak=False)
-    return lambda: connection_created.disconnect(wrap)
-
-
 class TimedEngineMixin:
     stages: Stages
 
@@ -297,7 +187,7 @@ class TimedEngineMixin:
             self.stages.add("engine", time.perf_counter() - t0)
 
 
-async def run_timed(store: Any, turns: int, stages: Stages, counts: Counts) -> float:
+async def run_timed(store: Any, turns: int, stages: Stages, counts: Any) -> float:
     from turns import InstantEngine
 
     from chatflow_agent import Agent, Runner
@@ -310,9 +200,7 @@ async def run_timed(store: Any, turns: int, stages: Stages, counts: Counts) -> f
     runner = Runner(Agent(name="Bench", instructions="bench"), session_store=store, engine=engine)
     await runner.run_async("warm-up-breakdown", "hello")  # opens the pool thread's connection
     stages.ms.clear()
-    with counts.lock:
-        counts.round_trips = counts.write_transactions = 0
-        counts.statements.clear()
+    counts.reset()
     t0 = time.perf_counter()
     for t in range(turns):
         await runner.run_async("breakdown", f"message {t}")
@@ -344,6 +232,7 @@ def measure(args: argparse.Namespace, tmp: Path, scratch: str | None) -> dict[st
 
     from chatflow_agent import SQLiteSessionStore
     from chatflow_agent.core.memory import PersistentSessionStore
+    from sessions_app.roundtrips import Counts, count_connections
     from sessions_app.store import DjangoBackend, DjangoSessionStore
 
     n = args.turns
