@@ -59,7 +59,7 @@ __all__ = [
     "LIST_GROUP", "LayerOutage", "Publisher", "Receivers", "encode_event", "group_for_session", "group_send",
     "has_receivers", "join", "leave", "mark_serving", "receivers",
     "flush_before_close", "outage", "publish_action", "publish_reply", "publisher",
-    "warn_if_isolated", "warn_unless_serving",
+    "mark_unwatched", "warn_if_isolated", "warn_unless_serving",
 ]
 
 logger = logging.getLogger("sessions_app.live")
@@ -353,9 +353,19 @@ def mark_serving() -> None:
     _serving = True
 
 
+def mark_unwatched() -> None:
+    """Called by a process whose turns nobody watches live (the demo data seeder): it does not warn."""
+    global _unwatched
+    _unwatched = True
+
+
+_unwatched = False
+
+
 def warn_unless_serving(runner: Any = None) -> bool:
-    """Runner hook: a process that runs turns without serving the websockets warns (in-memory layer only)."""
-    if _serving:
+    """Runner hook: a process that runs turns without serving the websockets warns (in-memory layer only),
+    unless it was :func:`mark_unwatched`."""
+    if _serving or _unwatched:
         return False
     argv = [Path(sys.argv[0]).name, *sys.argv[1:2]] if sys.argv and sys.argv[0] else ["this process"]
     return warn_if_isolated(" ".join(argv))
@@ -379,5 +389,22 @@ def warn_if_isolated(process: str) -> bool:
             "and will NOT reach the console's websockets. Set REDIS_URL (the same for the server and "
             "this process) to see its turns live.")
     logger.warning(text)
-    print(text, file=sys.stderr, flush=True)
+    if not _logged_to_stderr(logger):
+        print(text, file=sys.stderr, flush=True)
     return True
+
+
+def _logged_to_stderr(log: logging.Logger) -> bool:
+    """True when a WARNING of ``log`` is written to this process's stderr by one of its handlers
+    (the site's LOGGING gives the root logger one), so printing it as well would show it twice."""
+    if not log.isEnabledFor(logging.WARNING):
+        return False
+    current: logging.Logger | None = log
+    while current is not None:
+        for handler in current.handlers:
+            stream = getattr(handler, "stream", None)
+            if (isinstance(handler, logging.StreamHandler) and handler.level <= logging.WARNING
+                    and stream is not None and stream in (sys.stderr, sys.__stderr__)):
+                return True
+        current = current.parent if current.propagate else None
+    return False

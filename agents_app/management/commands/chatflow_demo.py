@@ -23,7 +23,7 @@ from django.utils import timezone
 from tqdm import tqdm
 
 from agents_app import demo_sessions, runtime
-from sessions_app.live import flush_before_close
+from sessions_app.live import flush_before_close, mark_unwatched
 from sessions_app.models import ChatSession
 
 
@@ -69,6 +69,7 @@ class Command(BaseCommand):
         rng = random.Random(seed)
         taken = set(ChatSession.objects.values_list("session_id", flat=True))
         planned = demo_sessions.plan_sessions(sessions, rng, taken)
+        mark_unwatched()  # seeding: nobody watches these turns live, so no in-memory layer warning
         runner = runtime.site_runner()
         now = timezone.now()
         bar = tqdm(planned, desc="Demo sessions", unit="session", disable=None if options["verbosity"] else True)
