@@ -275,8 +275,8 @@ def history_from_db(view: DetailView, note: str) -> str | None:
 
 def takeover_from_ctx(ctx: dict[str, Any], request: HttpRequest | None = None) -> str:
     """The session page's takeover regions for a detail context (``live_oob``): the mode badge, the
-    takeover panel, the reply box (``static/js/takeover.js`` keeps a draft typed in it) and the
-    navigation's badge of waiting sessions."""
+    takeover panel, the reply box (its textarea is ``hx-preserve``: a swap keeps the live one with what is
+    typed in it) and the navigation's badge of waiting sessions."""
     return ("".join(render_to_string(f"{DETAIL}#{name}", ctx, request=request)
                     for name in ("mode-badge", "takeover-panel", "reply-box")) + nav_waiting_from_db())
 

@@ -17,26 +17,15 @@
     if (form && box.value.trim()) form.requestSubmit();
   });
 
-  // A live update re-renders the reply box (the mode or owner may have changed): keep the draft and focus.
-  // The same box (same mode, owner, composer) is left alone: replacing it would drop a reply being sent.
-  var draft = null;
+  // A live update re-renders the reply box (the mode or owner may have changed). The same box (same mode,
+  // owner, composer) is left alone: replacing its form would drop the answer of a reply being sent (htmx
+  // sends it to the detached form). The textarea itself is hx-preserve (below).
   document.addEventListener("htmx:oobBeforeSwap", function (e) {
     var t = e.detail.target;
     if (!t || t.id !== "reply-box") return;
     var f = e.detail.fragment;
     var incoming = f && (f.id === "reply-box" ? f : (f.querySelector && f.querySelector("#reply-box")));
-    if (incoming && incoming.dataset.state === t.dataset.state) { e.detail.shouldSwap = false; return; }
-    var box = document.getElementById("reply-text");
-    draft = box ? {value: box.value, focused: document.activeElement === box,
-                   start: box.selectionStart, end: box.selectionEnd} : null;
-  });
-  document.addEventListener("htmx:oobAfterSwap", function (e) {
-    var t = e.detail.target;
-    if (!t || t.id !== "reply-box" || !draft) return;
-    var box = document.getElementById("reply-text");
-    if (box && draft.value) box.value = draft.value;
-    if (box && draft.focused) { box.focus(); box.setSelectionRange(draft.start, draft.end); }
-    draft = null;
+    if (incoming && incoming.dataset.state === t.dataset.state) e.detail.shouldSwap = false;
   });
 
   // A takeover form's answer (takeover_app's endpoints): on success the page re-reads its workspace (mode,
@@ -50,9 +39,10 @@
     if (status >= 200 && status < 300) {
       e.detail.shouldSwap = false;
       var live = document.getElementById("live-session");
-      // The sent text leaves the box (a live update may have replaced the form meanwhile: the box now shown).
+      // The sent text leaves the box; what was typed after it while it was on its way stays, caret and all.
       var box = form.hasAttribute("data-composer") ? document.getElementById("reply-text") : null;
-      if (box) box.value = "";
+      var sent = box && e.detail.requestConfig.formData ? e.detail.requestConfig.formData.get("text") : null;
+      if (box && typeof sent === "string" && box.value.indexOf(sent) === 0) box.setRangeText("", 0, sent.length);
       if (live && live.dataset.panelUrl) {
         htmx.ajax("GET", live.dataset.panelUrl + "&order=" + currentOrder(), {target: "#session-panel", swap: "outerHTML"});
       }
@@ -60,6 +50,16 @@
     }
     var slot = form.dataset.errorTarget && document.querySelector(form.dataset.errorTarget);
     if (slot) e.detail.target = slot;
+  });
+  // htmx.ajax resolves its target when called; a re-read queued behind another one (two actions in quick
+  // succession: htmx runs them one after the other) would swap into the workspace the first one replaced.
+  // It goes to the workspace shown now: a swap into a detached element would also take the preserved
+  // composer (below) out of the page. Retargeted at beforeOnLoad, which fires on the request's source (the
+  // body): beforeSwap fires on the old target, and a detached element's events never reach the document.
+  document.addEventListener("htmx:beforeOnLoad", function (e) {
+    var t = e.detail.target;
+    var now = t && t.id === "session-panel" && !document.contains(t) ? document.getElementById("session-panel") : null;
+    if (now) e.detail.target = now;
   });
   function currentOrder() {
     var c = document.getElementById("live-cursor");
@@ -119,24 +119,27 @@
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", setupList);
   else setupList();
 
-  // The page re-reads its workspace after a takeover action (#session-panel, above): a reply being typed
-  // meanwhile stays in the new box, with its focus and selection. Restored as the swap ends (afterSwap, the
-  // same task as the swap), not at settle: keys typed in the settle delay go into the new box, which then
-  // was no longer empty, and the draft (the reply's first words) was dropped.
-  var panelDraft = null;
-  document.addEventListener("htmx:beforeSwap", function (e) {
-    var t = e.detail.target;
+  // The composer's textarea is hx-preserve with a stable id: every swap of the workspace or the reply box
+  // (an action's answer, the re-read after it, a live update) keeps the live element, so keys typed while
+  // a swap is on its way go where they always went, with the caret, selection and undo history. Where the
+  // browser has Element.moveBefore, htmx moves it without losing the focus; elsewhere the move goes through
+  // a detached fragment, which blurs it: the focus and selection come back as the swap ends (same task).
+  var kept = null;
+  function keep(e) {
     var box = document.getElementById("reply-text");
-    if (e.detail.shouldSwap === false || !t || !box || !(t === box || t.contains(box))) return;
-    panelDraft = box.value ? {value: box.value, focused: document.activeElement === box,
-                              start: box.selectionStart, end: box.selectionEnd} : null;
-  });
-  document.addEventListener("htmx:afterSwap", function () {
-    if (!panelDraft) return;
-    var d = panelDraft, box = document.getElementById("reply-text");
-    panelDraft = null;
-    if (!box || box.value) return;
-    box.value = d.value;
-    if (d.focused) { box.focus(); box.setSelectionRange(d.start, d.end); }
-  });
+    if (e.detail.shouldSwap === false || !box || document.activeElement !== box) return;
+    kept = {box: box, start: box.selectionStart, end: box.selectionEnd, dir: box.selectionDirection};
+  }
+  function refocus() {
+    var k = kept;
+    kept = null;
+    if (!k || !document.contains(k.box) || document.activeElement === k.box) return;
+    if (document.activeElement && document.activeElement !== document.body) return; // focus moved on purpose
+    k.box.focus({preventScroll: true});
+    k.box.setSelectionRange(k.start, k.end, k.dir);
+  }
+  document.addEventListener("htmx:beforeSwap", keep);
+  document.addEventListener("htmx:oobBeforeSwap", keep);
+  document.addEventListener("htmx:afterSwap", refocus);
+  document.addEventListener("htmx:oobAfterSwap", refocus);
 })();

@@ -2,12 +2,17 @@
 webhook worker and the demo team on the demo engine; the WhatsApp Cloud API is a fake server on loopback):
 a WhatsApp customer asks for a person, the operator takes the session over, replies from the composer
 (Enter sends), sees "sent" once the fake Graph API got it, hands back with a private note; the customer's
-next message is answered by the agent again. Keyboard only where a person would use it."""
+next message is answered by the agent again. Keyboard only where a person would use it. The reply composer
+is the same textarea (its text, caret and focus) through every re-render of the workspace while the operator
+types: a sent reply's answer and re-read, a customer's message arriving live."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
+from tests.processes import BROWSER_REDIS_URL, redis_up
 from tests.sessions_app.test_console_browser import ARTIFACTS, CHROMIUM, log_in, running_site
 from tests.sessions_app.test_live_browser import NO_NETWORK
 from tests.webhooks_app import payloads as p
@@ -25,9 +30,15 @@ def graph():
         yield wa
 
 
-@pytest.fixture
-def site(graph, tmp_path):
-    with running_site(tmp_path, WHATSAPP_API_BASE=graph.base, **p.SETTINGS) as base:
+@pytest.fixture(params=["memory"])
+def site(request, graph, tmp_path):
+    """daphne with the in-memory channel layer, or (``redis``) the Redis one."""
+    variables = dict(p.SETTINGS, WHATSAPP_API_BASE=graph.base)
+    if request.param == "redis":
+        if not redis_up():
+            pytest.skip("no Redis server on 127.0.0.1:6379")
+        variables["REDIS_URL"] = BROWSER_REDIS_URL
+    with running_site(tmp_path, **variables) as base:
         yield base
 
 
@@ -41,11 +52,13 @@ def sent_texts(graph: FakeProviderAPI) -> list[str]:
     return [r["json"]["text"]["body"] for r in list(graph.requests) if r["path"].endswith("/messages")]
 
 
-# The page's own re-read after a takeover action (static/js/takeover.js), the current box marked as the old one.
+# The page's own re-read after a takeover action (static/js/takeover.js), twice as after two actions in quick
+# succession (htmx runs the second after the first), the current workspace marked as the old one.
 REREAD_PANEL = """() => {
-  document.getElementById('reply-text').dataset.old = '1';
-  const live = document.getElementById('live-session');
-  htmx.ajax('GET', live.dataset.panelUrl + '&order=newest', {target: '#session-panel', swap: 'outerHTML'});
+  document.getElementById('session-panel').dataset.old = '1';
+  const url = document.getElementById('live-session').dataset.panelUrl + '&order=newest';
+  const reread = () => htmx.ajax('GET', url, {target: '#session-panel', swap: 'outerHTML'});
+  window.__rereads = Promise.all([reread(), reread()]);
 }"""
 
 
@@ -60,6 +73,14 @@ def test_an_operator_takes_over_replies_and_hands_back_to_the_agent(site, graph)
         browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=NO_NETWORK)
         try:
             page = browser.new_page(viewport={"width": 1366, "height": 900})
+            page.add_init_script("""window.__log = []; const L = (x) => window.__log.push(x);
+              window.addEventListener('error', (e) => L('error ' + e.message));
+              ['htmx:swapError','htmx:oobErrorNoTarget','htmx:targetError','htmx:responseError','htmx:sendError'].forEach(
+                (n) => document.addEventListener(n, (e) => L(n)));
+              document.addEventListener('htmx:beforeSwap', (e) => L('swap ' + (e.detail.target && e.detail.target.id) + ' ' + document.contains(e.detail.target) + ' ' + (e.detail.requestConfig && e.detail.requestConfig.path)));
+              document.addEventListener('htmx:oobBeforeSwap', (e) => L('oob ' + (e.detail.target && e.detail.target.id)));
+              document.addEventListener('htmx:afterSwap', (e) => L('after ' + !!document.getElementById('reply-text')));
+            """)
             page.set_default_timeout(15_000)
             log_in(page, site)
             expect(page.locator("#nav-waiting")).to_have_text("1 waiting")
@@ -77,10 +98,19 @@ def test_an_operator_takes_over_replies_and_hands_back_to_the_agent(site, graph)
             page.evaluate("htmx.config.defaultSettleDelay = 400")
             box.fill("Draft line one.")
             page.evaluate(REREAD_PANEL)
-            page.wait_for_function("!document.getElementById('reply-text').dataset.old")  # the new box is in
+            page.wait_for_function("!document.getElementById('session-panel').dataset.old")  # the new one is in
             page.keyboard.type(" More.")
-            page.wait_for_function("!document.querySelector('.htmx-settling')")  # the swap has settled
-            expect(box).to_have_value("Draft line one. More.")
+            page.evaluate("window.__rereads")  # both are in
+            print("DEBUG", page.evaluate("""() => ({n: document.querySelectorAll('#reply-text').length,
+              pantry: !!document.getElementById('--htmx-preserve-pantry--'), box: !!document.getElementById('reply-box'),
+              state: document.getElementById('reply-box') && document.getElementById('reply-box').dataset.state,
+              inbody: document.body.contains(document.getElementById('reply-text')), log: window.__log})"""))
+            page.wait_for_function("!document.querySelector('.htmx-settling')")  # the swaps have settled
+            try:
+                expect(box).to_have_value("Draft line one. More.")
+            finally:
+                print("DEBUG2", page.evaluate("""() => ({n: document.querySelectorAll('#reply-text').length,
+              pantry: !!document.getElementById('--htmx-preserve-pantry--'), log: window.__log})"""))
             page.evaluate("htmx.config.defaultSettleDelay = 20")
             box.fill("Hello Ana, I am Olga.")
             box.press("Shift+Enter")  # a new line, not a send
@@ -109,5 +139,77 @@ def test_an_operator_takes_over_replies_and_hands_back_to_the_agent(site, graph)
             answer = sent_texts(graph)[-1]
             assert "A-1234" in answer and "Parcel found" not in answer  # the note is private
             expect(page.locator("#turns .msg.model.answer").last).to_contain_text("A-1234")
+        finally:
+            browser.close()
+
+
+# A browser without Element.moveBefore (htmx then moves a preserved element through a detached fragment).
+NO_MOVE_BEFORE = "delete Element.prototype.moveBefore;"
+# The composer as the test found it, and the workspace marked as the one shown before a re-read.
+MARK = """() => { window.__box = document.getElementById('reply-text');
+                  document.getElementById('session-panel').dataset.old = '1'; }"""
+SAME_BOX = """() => { const box = document.getElementById('reply-text');
+  return {same: box === window.__box, focused: document.activeElement === box,
+          start: box.selectionStart, end: box.selectionEnd}; }"""
+
+
+@pytest.mark.parametrize(("site", "move_before"), [("memory", True), ("redis", True), ("memory", False)],
+                         ids=["memory", "redis", "memory-no-moveBefore"], indirect=["site"])
+def test_the_composer_keeps_what_is_typed_while_the_workspace_is_re_rendered(site, graph, move_before):
+    """The operator sends a reply with Enter and types the next one while the first is on its way (the fake
+    Graph API holds it) and a customer message arrives live; the sent reply's answer and the workspace's
+    re-read swap the panel meanwhile. Every key typed stays in the box, in order, at the caret, and the box
+    keeps the focus: it is the same textarea throughout. The CPU is throttled (CDP) so that the swaps and
+    the keys interleave the way they do on a loaded machine."""
+    from playwright.sync_api import expect, sync_playwright
+
+    customer_writes(site, "wamid.K1", "My parcel is lost. I want to talk to a human")
+    s.wait_until(lambda: len(sent_texts(graph)) == 1, 30, "the holding message")
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=NO_NETWORK)
+        try:
+            page = browser.new_page(viewport={"width": 1366, "height": 900})
+            if not move_before:
+                page.add_init_script(NO_MOVE_BEFORE)
+            page.set_default_timeout(30_000)
+            log_in(page, site)
+            page.goto(f"{site}/sessions/{WA_ID}/")
+            expect(page.locator("#live-status")).to_have_text("Live updates on.")
+            page.evaluate("document.getElementById('session-panel').dataset.old = '1'")
+            page.get_by_role("button", name="Take over", exact=True).click()
+            page.wait_for_function("!document.getElementById('session-panel').dataset.old")  # re-read after it
+            box = page.get_by_role("textbox", name="Reply to the customer on whatsapp")
+            page.context.new_cdp_session(page).send("Emulation.setCPUThrottlingRate", {"rate": 6})
+
+            # A customer message arrives live while a reply is typed: the caret stays where it was.
+            box.press_sequentially("Hello Ana.")
+            page.evaluate(MARK)
+            customer_writes(site, "wamid.K2", "Are you still there?")
+            page.keyboard.type(" I am")
+            expect(page.locator("#turns .msg.user").last).to_contain_text("Are you still there?")
+            page.keyboard.type(" Olga.")
+            page.keyboard.press("Home")
+            page.keyboard.type(">")
+            assert page.evaluate(SAME_BOX) == {"same": True, "focused": True, "start": 1, "end": 1}
+            page.keyboard.press("End")
+            expect(box).to_have_value(">Hello Ana. I am Olga.")
+
+            # Sent with Enter; the next reply is typed while the first is on its way and its answer re-reads
+            # the workspace.
+            graph.hold, graph.arrived = threading.Event(), threading.Event()
+            page.keyboard.press("Enter")
+            assert graph.arrived.wait(30), "the reply did not reach the Graph API"
+            page.keyboard.type("Your parcel")
+            page.evaluate(MARK)
+            graph.hold.set()
+            page.keyboard.type(" is found")
+            page.wait_for_function("!document.getElementById('session-panel').dataset.old")  # re-read
+            expect(page.locator("article.msg.operator [data-delivery]").last).to_have_text("sent")
+            page.keyboard.type(", at the depot.")
+            assert sent_texts(graph)[-1] == ">Hello Ana. I am Olga."
+            expect(box).to_have_value("Your parcel is found, at the depot.")
+            end = len("Your parcel is found, at the depot.")
+            state = page.evaluate(SAME_BOX)
+            assert state == {"same": True, "focused": True, "start": end, "end": end}, state
         finally:
             browser.close()
