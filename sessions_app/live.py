@@ -345,6 +345,7 @@ def on_operator_action(sender: Any, instance: Any, created: bool, **kwargs: Any)
 
 
 _serving = False
+_unwatched = False
 
 
 def mark_serving() -> None:
@@ -357,9 +358,6 @@ def mark_unwatched() -> None:
     """Called by a process whose turns nobody watches live (the demo data seeder): it does not warn."""
     global _unwatched
     _unwatched = True
-
-
-_unwatched = False
 
 
 def warn_unless_serving(runner: Any = None) -> bool:
