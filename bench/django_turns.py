@@ -17,7 +17,8 @@ database round trips and write transactions (counted on the driver's connection:
 ``execute``, ``executemany``, ``commit``, ``rollback`` and psycopg's implicit ``BEGIN``; a write
 transaction is a commit that wrote, or a write statement in autocommit mode) and milliseconds by
 stage, timed on the store's thread: lease (taking the lease and reading the session), engine,
-commit, and the rest (runner and thread hand-offs). Prints a table and a JSON line.
+commit, and the rest (runner and thread hand-offs); on SQLite also the KiB the process wrote per turn
+(Linux ``/proc/self/io``: WAL frames and checkpoints). Prints a table and a JSON line.
 """
 
 from __future__ import annotations
@@ -278,7 +279,9 @@ def measure(args: argparse.Namespace, tmp: Path, scratch: str | None) -> dict[st
                                        lease_ttl_seconds=settings.CHATFLOW_LEASE_SECONDS)
         store.clear()
         turns = min(n, 500)
+        written = bytes_written()
         seconds = asyncio.run(run_timed(store, turns, stages, counts))
+        written = bytes_written() - written if written is not None else None
         store.clear()
         store.close()
         stop()
@@ -292,7 +295,21 @@ def measure(args: argparse.Namespace, tmp: Path, scratch: str | None) -> dict[st
             "statements": {k: round(v / turns, 2) for k, v in counts.statements.most_common()},
             "ms": per,
         }
+        if name == "django_sqlite" and written is not None:  # PostgreSQL writes in its own processes
+            breakdown[name]["kib_written"] = round(written / turns / 1024, 1)
     return {"turns": n, "rounds": args.rounds, "ms_per_turn": ms, "breakdown": breakdown}
+
+
+def bytes_written() -> int | None:
+    """Bytes this process has passed to ``write``-like system calls (Linux ``/proc/self/io`` ``wchar``): on
+    SQLite, the WAL frames and checkpoints of its turns. None where the kernel does not say."""
+    try:
+        for line in Path("/proc/self/io").read_text().splitlines():
+            if line.startswith("wchar:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return None
 
 
 def no_records_store(using: str) -> Any:
@@ -331,8 +348,9 @@ def report(out: dict[str, Any]) -> None:
         print(f"{key:34} {value:9.2f}x")
     for name, b in out["breakdown"].items():
         stages = ", ".join(f"{k} {v}" for k, v in b["ms"].items())
+        written = f", KiB written {b['kib_written']}" if "kib_written" in b else ""
         print(f"{name}: {b['ms_per_turn']} ms/turn sequential (instrumented); round trips {b['round_trips']}, "
-              f"write transactions {b['write_transactions']}; ms: {stages}; statements {b['statements']}")
+              f"write transactions {b['write_transactions']}{written}; ms: {stages}; statements {b['statements']}")
     print(json.dumps(out))
 
 
