@@ -265,7 +265,7 @@ class DjangoBackend(SQLLeasesAndClaims):
     def _release_recorded(self, session_id: str, owner: str, report: TurnReport) -> None:
         """Release ``owner``'s lease and close its record (a turn that did not commit) in one transaction."""
         if self._dialect is POSTGRESQL:  # one statement
-            rider = records.lease_closing_turn(self._dialect, report)
+            rider = records.lease_closing_turn(self._dialect, session_id, report)
             self._autocommit(lambda c: self._rules.release_lease(c, session_id, owner, rider))
             return
 
@@ -334,7 +334,8 @@ class DjangoBackend(SQLLeasesAndClaims):
             return write_commit(cursor, self._rules, changes)
         if self._dialect is POSTGRESQL and changes.release_owner:
             def closing(new_ids: list[int]) -> LeaseRider:
-                return records.lease_closing_turn(self._dialect, report, _first_user_id(changes, new_ids))
+                return records.lease_closing_turn(self._dialect, changes.session_id, report,
+                                                 _first_user_id(changes, new_ids))
 
             return write_commit(cursor, self._rules, changes, closing)
         result = write_commit(cursor, self._rules, changes)

@@ -74,9 +74,12 @@ class TurnRecord(models.Model):
         ordering = ["-started_at", "-id"]
         indexes = [
             models.Index(fields=["session_id", "-id"], name="idx_turn_records_session"),
-            models.Index(fields=["status", "started_at"], name="idx_turn_records_status"),
-            models.Index(fields=["finished_at"], name="idx_turn_records_finished"),
-            models.Index(fields=["owner"], name="idx_turn_records_owner"),
+            # Only the open records (running, or cancelled and waiting for the turn's figures): a turn's open
+            # (the session's records left running) and close (its own, by owner) search it, the orphan sweep
+            # and the health page's stuck turns scan it.
+            models.Index(fields=["session_id", "owner"],
+                         condition=models.Q(status="running") | models.Q(awaiting_report=True),
+                         name="idx_turn_records_open"),
             # Only the records the rollups have not counted yet: small whatever the table's size.
             models.Index(fields=["id"], condition=models.Q(folded=False), name="idx_turn_records_unfolded"),
             models.Index(fields=["finished_at"], condition=models.Q(awaiting_report=True),

@@ -74,7 +74,7 @@ _CLOSE = (
     "finished_at = ?, duration_ms = ?, first_message_id = ?, "
     "agents = {json}, error = ?, calls = {json}, tools = {json}, input_tokens = ?, output_tokens = ?, "
     "cached_tokens = ?, cost = ?, user_text = ?, awaiting_report = FALSE "
-    "WHERE owner = ? AND (status = 'running' OR awaiting_report)"
+    "WHERE session_id = ? AND owner = ? AND (status = 'running' OR awaiting_report)"
 )
 _TOTALS_COLUMNS = (
     "INSERT INTO chatflow_session_totals AS t (session_id, turns, input_tokens, output_tokens, cached_tokens, "
@@ -173,12 +173,14 @@ def lease_opening_turn(dialect: Dialect, session_id: str, report: TurnReport, co
     return ride
 
 
-def _close_params(dialect: Dialect, report: TurnReport, first_message_id: int | None) -> tuple[Any, ...]:
+def _close_params(dialect: Dialect, session_id: str, report: TurnReport,
+                  first_message_id: int | None) -> tuple[Any, ...]:
     return (
         report.status, _stamp(dialect, report.finished_at), report.duration_ms, first_message_id,
         _dumps(report.agents), report.error, _dumps([call_json(c) for c in report.calls]),
         _dumps([{"name": t.name, "duration_ms": t.duration_ms, "outcome": t.outcome} for t in report.tools]),
-        report.input_tokens, report.output_tokens, report.cached_tokens, report.cost, report.user_text, report.owner,
+        report.input_tokens, report.output_tokens, report.cached_tokens, report.cost, report.user_text, session_id,
+        report.owner,
     )
 
 
@@ -191,17 +193,18 @@ def close_turn(cursor: Any, dialect: Dialect, session_id: str, report: TurnRepor
     """End the record ``report.owner`` opened with ``report``'s status, calls, tools and times, and add the
     turn to the session's totals. A record no longer ``running`` (marked interrupted meanwhile) stays; one an
     operator cancelled (:func:`cancel_turn`) gets the figures and stays ``cancelled``."""
-    cursor.execute(_sql(dialect, _CLOSE), _close_params(dialect, report, first_message_id))
+    cursor.execute(_sql(dialect, _CLOSE), _close_params(dialect, session_id, report, first_message_id))
     if cursor.rowcount:
         _add_totals(cursor, dialect, session_id, report, _last_error(report), report.finished_at)
 
 
-def lease_closing_turn(dialect: Dialect, report: TurnReport, first_message_id: int | None = None) -> LeaseRider:
+def lease_closing_turn(dialect: Dialect, session_id: str, report: TurnReport,
+                       first_message_id: int | None = None) -> LeaseRider:
     """PostgreSQL: a rider for ``chatflow_agent.core.sql.SessionRules.release_lease`` that makes the
     lease release one statement with what :func:`close_turn` writes (data-modifying CTEs); its row
     count (1 or 0) still says whether the lease was released."""
     tail = _sql(dialect, _CLOSE_WITH_RELEASE)
-    params = (*_close_params(dialect, report, first_message_id), *_counts(report), _last_error(report),
+    params = (*_close_params(dialect, session_id, report, first_message_id), *_counts(report), _last_error(report),
               _stamp(dialect, report.finished_at))
 
     def ride(lease_sql: str, lease_params: Sequence[Any]) -> tuple[str, Sequence[Any]]:

@@ -132,11 +132,50 @@ def test_on_postgresql_taking_or_releasing_a_lease_with_its_record_is_one_statem
     assert take(cursor, rules, report) is True  # the lease, the record, the interrupted mark and its totals
     assert take(cursor, rules, started("other")) is False
     assert cursor.statements == 2
-    released = rules.release_lease(cursor, "s1", "me", records.lease_closing_turn(POSTGRESQL, ended(report)))
-    again = rules.release_lease(cursor, "s1", "me", records.lease_closing_turn(POSTGRESQL, report))
+    released = rules.release_lease(cursor, "s1", "me", records.lease_closing_turn(POSTGRESQL, "s1", ended(report)))
+    again = rules.release_lease(cursor, "s1", "me", records.lease_closing_turn(POSTGRESQL, "s1", report))
 
     assert (released, again) == (True, False)  # the row count still says whether the lease was released
     assert cursor.statements == 4
     statuses = dict(TurnRecord.objects.filter(session_id="s1").values_list("owner", "status"))
     assert statuses == {"dead-process": "interrupted", "me": "completed"}
     assert SessionTotals.objects.get(pk="s1").turns == 2  # the interrupted turn counts too
+
+
+sqlite_only = pytest.mark.skipif(connection.vendor != "sqlite",
+                                 reason="counts SQLite virtual-machine steps (PostgreSQL plans by statistics)")
+
+
+def steps_of_one_recorded_turn(cursor: CountingCursor, session_id: str) -> int:
+    """SQLite virtual-machine steps of opening and closing one turn's record on ``session_id``."""
+    from chatflow_agent.core.sql import SQLITE
+
+    steps = 0
+
+    def count() -> int:
+        nonlocal steps
+        steps += 1
+        return 0  # go on
+
+    report = started(f"{session_id}-next")
+    connection.connection.set_progress_handler(count, 1)
+    try:
+        records.open_turn(cursor, SQLITE, session_id, report)
+        records.close_turn(cursor, SQLITE, session_id, ended(report))
+    finally:
+        connection.connection.set_progress_handler(None, 1)
+    return steps
+
+
+@sqlite_only
+def test_a_turns_record_statements_cost_the_same_on_a_long_session_as_on_a_new_one(cursor):
+    """Opening and closing a record search only the open records (running, or waiting for a cancelled turn's
+    figures), not the session's history nor the table's."""
+    TurnRecord.objects.bulk_create([TurnRecord(session_id="long", owner=f"t{n}", status="completed")
+                                    for n in range(2000)])
+    TurnRecord.objects.bulk_create([TurnRecord(session_id=f"other{n}", owner=f"o{n}", status="failed")
+                                    for n in range(2000)])
+    steps_of_one_recorded_turn(cursor, "warm-up")  # statements prepared, pages cached
+    new, long = steps_of_one_recorded_turn(cursor, "new"), steps_of_one_recorded_turn(cursor, "long")
+    assert long < new * 1.5, (new, long)  # 2,000 ended records in the session add (next to) nothing
+    assert TurnRecord.objects.filter(session_id="long", status="completed").count() == 2001
