@@ -21,10 +21,11 @@ class IdentityMap:
     turn (up to their ``max_turns``), so a bound on sessions alone lets the cache grow with the length
     of the conversations it has seen. What is bounded exactly: right after :meth:`remember` (a session
     taken for a turn or loaded), the kept sessions' histories hold at most ``messages`` messages between
-    them, counted then, unless the newest session alone holds more. Histories that grow afterwards (the
-    turn a session was taken for appends to it) are counted at the next :meth:`remember`, so between
-    two calls the kept messages can exceed the bound by what the turns in progress appended. A session
-    pushed out is loaded again on its next turn.
+    them, counted then, unless the newest session alone holds more. A history that grows afterwards (the
+    turn a session was taken for appends to it) is counted again when its commit is written
+    (:meth:`recount`), so the kept messages exceed the bound only by what turns in progress appended.
+    Each kept session's count is remembered, so neither call walks the others. A session pushed out is
+    loaded again on its next turn.
 
     The sync state belongs to the session object, not to the id: it lives as long as the object
     does, also once the id was forgotten (a deleted session's object keeps answering
@@ -35,7 +36,9 @@ class IdentityMap:
         self.size = size
         self.messages = messages
         self._weak: weakref.WeakValueDictionary[str, SessionContext] = weakref.WeakValueDictionary()
-        self._lru: OrderedDict[str, SessionContext] = OrderedDict()
+        # kept alive, least recently used first: session id → (session, its history's length when counted)
+        self._lru: OrderedDict[str, tuple[SessionContext, int]] = OrderedDict()
+        self._held = 0  # the counted lengths' sum
         self._states: weakref.WeakKeyDictionary[SessionContext, SyncState] = weakref.WeakKeyDictionary()
         self._mutex = threading.RLock()
 
@@ -44,22 +47,40 @@ class IdentityMap:
             return self._weak.get(session_id)
 
     def remember(self, session: SessionContext) -> None:
+        """Map ``session``'s id to it, keep it alive as the most recently used, and drop the least
+        recently used sessions beyond the bounds."""
         with self._mutex:
-            sid = session.session_id
-            self._weak[sid] = session
-            self._lru[sid] = session
+            self._weak[session.session_id] = session
+            self._keep(session)
+
+    def recount(self, session: SessionContext) -> None:
+        """``session``'s history changed (a commit was written): count it again if it is kept, and drop
+        the least recently used sessions beyond the bounds."""
+        with self._mutex:
+            entry = self._lru.get(session.session_id)
+            if entry is not None and entry[0] is session:
+                self._keep(session, move=False)
+
+    def _keep(self, session: SessionContext, move: bool = True) -> None:
+        sid = session.session_id
+        entry = self._lru.get(sid)
+        if entry is not None:
+            self._held -= entry[1]
+        count = len(session.history)
+        self._lru[sid] = (session, count)
+        self._held += count
+        if move:
             self._lru.move_to_end(sid)
-            while len(self._lru) > self.size:
-                self._lru.popitem(last=False)
-            held = sum(len(kept.history) for kept in self._lru.values())
-            while held > self.messages and len(self._lru) > 1:
-                _, dropped = self._lru.popitem(last=False)
-                held -= len(dropped.history)
+        while len(self._lru) > self.size or (self._held > self.messages and len(self._lru) > 1):
+            _, (_, dropped) = self._lru.popitem(last=False)
+            self._held -= dropped
 
     def forget(self, session_id: str) -> SessionContext | None:
         """Drop ``session_id``; returns the session object it mapped to, if any."""
         with self._mutex:
-            self._lru.pop(session_id, None)
+            entry = self._lru.pop(session_id, None)
+            if entry is not None:
+                self._held -= entry[1]
             return self._weak.pop(session_id, None)
 
     def forget_all(self) -> list[SessionContext]:
@@ -67,6 +88,7 @@ class IdentityMap:
             sessions = list(self._weak.values())
             self._weak.clear()
             self._lru.clear()
+            self._held = 0
         return sessions
 
     def state(self, session: SessionContext) -> SyncState:

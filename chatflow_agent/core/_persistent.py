@@ -274,6 +274,7 @@ class PersistentSessionStore(BaseSessionStore):
             session._mark_deleted()
             raise
         _sync.apply_commit(state, history, changes, result, diff)
+        self._sessions.recount(session)
 
     def _flush_sync(self, session: SessionContext) -> None:
         self._commit_blocking(session)
