@@ -7,6 +7,7 @@ numbers, ids (tokens with a digit), quoted text, enum values and proper nouns in
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,6 +49,7 @@ def _content_stems(text: str) -> set[str]:
     return {stem(w) for w in words(text) if w not in _GENERIC and len(w) > 1 and not w.isdigit()}
 
 
+@functools.lru_cache(maxsize=1024)
 def humanize(name: str) -> str:
     """``check_order_status`` → ``check order status``."""
     return " ".join(words(name))
@@ -66,13 +68,21 @@ class Match:
         return self.tool.name.startswith(HANDOFF_PREFIX)
 
 
+@functools.lru_cache(maxsize=1024)
+def _tool_stems(name: str, description: str) -> tuple[bool, frozenset[str], frozenset[str]]:
+    """(is a handoff, stems of the tool's name, stems of its description or the peer's specialty): the
+    same for every message, so worked out once per tool."""
+    is_handoff = name.startswith(HANDOFF_PREFIX)
+    name_part = name[len(HANDOFF_PREFIX) :] if is_handoff else name
+    text = description.split(_SPECIALTY_MARK, 1)[-1] if is_handoff else description
+    return is_handoff, frozenset(_content_stems(name_part)), frozenset(_content_stems(text))
+
+
 def _score(tool: Tool, user_words: list[str]) -> Match:
-    is_handoff = tool.name.startswith(HANDOFF_PREFIX)
-    name_part = tool.name[len(HANDOFF_PREFIX) :] if is_handoff else tool.name
-    description = tool.description.split(_SPECIALTY_MARK, 1)[-1] if is_handoff else tool.description
+    is_handoff, name_stems, desc_stems = _tool_stems(tool.name, tool.description)
     user = {stem(w) for w in user_words}
-    name_hits = _content_stems(name_part) & user
-    desc_hits = (_content_stems(description) & user) - name_hits
+    name_hits = name_stems & user
+    desc_hits = (desc_stems & user) - name_hits
     # A handoff's description is the peer's specialty, so one word of it is enough.
     enough = name_hits or len(desc_hits) >= (1 if is_handoff else 2)
     score = 3 * len(name_hits) + len(desc_hits) if enough else 0

@@ -10,10 +10,12 @@ when the history ends with tool results it always answers with text.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 import math
 import time
+import weakref
 from typing import TYPE_CHECKING, Any
 
 from chatflow_agent.core.agent import handoff_tool_name
@@ -74,7 +76,8 @@ class DemoEngine(BaseEngine):
         for piece in split_words(result.text or ""):
             first = first or time.perf_counter()
             await on_text_delta(piece)
-            await asyncio.sleep(self.delta_delay)
+            if self.delta_delay:
+                await asyncio.sleep(self.delta_delay)
         result.usage = _estimate(agent, history, result, started, first)
         return result
 
@@ -84,16 +87,37 @@ def estimate_tokens(text: str) -> int:
     return math.ceil(len(text) / 4)
 
 
+_dumps = json.JSONEncoder(ensure_ascii=False).encode  # json.dumps(…, ensure_ascii=False), built once
+# Each message's share of the tokens read, kept while the message object lives (a history's messages are
+# read again by every later model call; they are not changed once they joined a history). By id, as
+# messages are not hashable; the weak reference tells a live entry from a reused id and drops it with
+# the message.
+_read_tokens: dict[int, tuple[weakref.ref[Message], int]] = {}
+
+
+def _tokens_read(msg: Message) -> int:
+    key = id(msg)
+    entry = _read_tokens.get(key)
+    if entry is not None and entry[0]() is msg:
+        return entry[1]
+    read = [msg.content or ""]
+    read += [_dumps(c.args) + c.name for c in msg.tool_calls or []]
+    read += [_dumps(r.content) for r in msg.tool_results or []]
+    tokens = sum(estimate_tokens(t) for t in read)
+    _read_tokens[key] = (weakref.ref(msg, functools.partial(_forget_read, key)), tokens)
+    return tokens
+
+
+def _forget_read(key: int, _ref: weakref.ref[Message]) -> None:
+    _read_tokens.pop(key, None)
+
+
 def _estimate(agent: Agent, history: list[Message], result: EngineTurnResult, started: float,
               first: float | None = None) -> ModelCallUsage:
-    read = [agent.get_instructions() or ""]
-    for msg in history:
-        read.append(msg.content or "")
-        read += [json.dumps(c.args, ensure_ascii=False) + c.name for c in msg.tool_calls or []]
-        read += [json.dumps(r.content, ensure_ascii=False) for r in msg.tool_results or []]
-    written = (result.text or "") + "".join(c.name + json.dumps(c.args, ensure_ascii=False) for c in result.tool_calls)
+    read = estimate_tokens(agent.get_instructions() or "") + sum(_tokens_read(msg) for msg in history)
+    written = (result.text or "") + "".join(c.name + _dumps(c.args) for c in result.tool_calls)
     return ModelCallUsage(
-        provider=None, model=agent.model, input_tokens=sum(estimate_tokens(t) for t in read),
+        provider=None, model=agent.model, input_tokens=read,
         output_tokens=estimate_tokens(written), cached_tokens=0, estimated=True, retries=0,
         finish_reason="tool_calls" if result.tool_calls else "stop",
         latency_ms=(time.perf_counter() - started) * 1000, ttft_ms=None if first is None else (first - started) * 1000,
@@ -108,8 +132,11 @@ def _last_user_text(history: list[Message]) -> str:
 
 
 def _call(history: list[Message], name: str, args: dict[str, Any]) -> EngineTurnResult:
-    # Derived from the history, so the same conversation gets the same id, and each turn a new one.
-    digest = hashlib.sha256("".join(m.model_dump_json() for m in history).encode()).hexdigest()[:16]
+    # Derived from the turn's user message (its timestamp makes it unique) and the history's length: the same
+    # conversation gets the same id, and each call a new one, without serialising the history on every call.
+    user = next((m for m in reversed(history) if m.role == Role.USER), None)
+    turn = "" if user is None else f"{user.timestamp.isoformat()}:{user.content}"
+    digest = hashlib.sha256(f"{len(history)}:{turn}".encode()).hexdigest()[:16]
     return EngineTurnResult(tool_calls=[ToolCall(id=f"demo_{digest}", name=name, args=args)])
 
 
