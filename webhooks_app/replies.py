@@ -1,4 +1,4 @@
-"""Sending replies through the platforms' APIs (httpx, configurable base URLs).
+"""Sending replies through the platforms' APIs (aiohttp, configurable base URLs).
 
 - WhatsApp Cloud API: ``POST {WHATSAPP_API_BASE}/{phone_number_id}/messages`` with a bearer token
   (developers.facebook.com/docs/whatsapp/cloud-api/reference/messages; text bodies ≤ 4,096 chars).
@@ -13,7 +13,7 @@ import html
 import re
 from typing import Any
 
-import httpx
+import aiohttp
 from django.conf import settings
 
 from health_app import tracing
@@ -92,19 +92,21 @@ def _apply(stack: list[tuple[str, str]], tok: str) -> list[tuple[str, str]]:
     return stack
 
 
-async def _post(client: httpx.AsyncClient, url: str, **kwargs: Any) -> None:
-    response = await client.post(url, **kwargs)
-    if response.status_code >= 300:
-        raise RuntimeError(f"{response.status_code} from {url.split('/bot')[0]}: {response.text[:300]}")
+async def _post(client: aiohttp.ClientSession, url: str, **kwargs: Any) -> None:
+    async with client.post(url, allow_redirects=False, **kwargs) as response:
+        body = await response.read()
+    if response.status >= 300:
+        text = body.decode("utf-8", "replace")
+        raise RuntimeError(f"{response.status} from {url.split('/bot')[0]}: {text[:300]}")
 
 
 @tracing.reply_span
-async def send(client: httpx.AsyncClient, delivery: InboundDelivery, text: str) -> int:
+async def send(client: aiohttp.ClientSession, delivery: InboundDelivery, text: str) -> int:
     """Send ``text`` as the reply to ``delivery``; returns the number of messages sent. Raises on failure."""
     return await send_to(client, delivery.provider, delivery.metadata, text)
 
 
-async def send_to(client: httpx.AsyncClient, provider: str, meta: dict[str, Any], text: str) -> int:
+async def send_to(client: aiohttp.ClientSession, provider: str, meta: dict[str, Any], text: str) -> int:
     """Send ``text`` to the customer a channel's ``meta`` names (a delivery's or its session's metadata:
     WhatsApp ``phone_number_id`` and ``wa_id``, Telegram ``chat_id``), split as every reply is; returns
     the number of messages sent (0 for a provider without an API here). Raises on failure."""
@@ -128,6 +130,7 @@ async def send_to(client: httpx.AsyncClient, provider: str, meta: dict[str, Any]
     return 0
 
 
-def client() -> httpx.AsyncClient:
-    """The client replies go out on: explicit timeouts, never following redirects."""
-    return httpx.AsyncClient(timeout=httpx.Timeout(15.0, connect=5.0), follow_redirects=False)
+def client() -> aiohttp.ClientSession:
+    """The client replies go out on (call it on the event loop that sends): explicit timeouts (a redirect is
+    never followed: :func:`_post`)."""
+    return aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=15.0, connect=5.0))

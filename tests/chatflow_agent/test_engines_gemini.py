@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 
 from chatflow_agent import Agent, PriceBook, Runner
@@ -32,8 +33,10 @@ def server() -> Iterator[FakeProvider]:
 
 def engine_for(server: FakeProvider) -> GeminiEngine:
     engine = GeminiEngine(api_key="FAKE-gemini")
+    # httpx, as the engine's own client uses (with aiohttp installed the SDK would otherwise take aiohttp)
     engine.client = genai.Client(api_key="FAKE-gemini", http_options=genai.types.HttpOptions(
-        base_url=server.root, api_version="v1beta", retry_options=genai.types.HttpRetryOptions(attempts=1)))
+        base_url=server.root, api_version="v1beta", retry_options=genai.types.HttpRetryOptions(attempts=1),
+        httpx_async_client=httpx.AsyncClient()))
     return engine
 
 

@@ -12,6 +12,8 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
+import httpx
+
 from chatflow_agent.core.engines.base import BaseEngine, EngineTurnResult, TextDeltaCallback, token_count
 from chatflow_agent.exceptions import DependencyError, ProviderError
 from chatflow_agent.types import Message, ModelCallUsage, Role, ToolCall
@@ -91,7 +93,10 @@ class GeminiEngine(BaseEngine):
         retry = types.HttpRetryOptions(
             attempts=self.max_retries + 1, initial_delay=self.base_delay, max_delay=self.max_delay
         )
-        options = types.HttpOptions(timeout=int(self.timeout_seconds * 1000), retry_options=retry)
+        # The SDK's own httpx client, explicitly: with aiohttp installed (the site sends replies with it) the SDK
+        # would switch its async calls to a ClientSession subclass that aiohttp deprecates.
+        options = types.HttpOptions(timeout=int(self.timeout_seconds * 1000), retry_options=retry,
+                                    httpx_async_client=httpx.AsyncClient(timeout=self.timeout_seconds))
         self.client = genai.Client(api_key=key, http_options=options)
         return self.client
 
