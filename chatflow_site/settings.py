@@ -311,6 +311,14 @@ CHATFLOW_WEBHOOK_MAX_BYTES = _positive_int("CHATFLOW_WEBHOOK_MAX_BYTES", 256 * 1
 # The embedded queue worker (a child process of the server): auto = only under an ASGI server
 # (daphne, uvicorn, runserver); on = in every process that loads the site; off = never.
 CHATFLOW_EMBEDDED_WORKER = _choice("CHATFLOW_EMBEDDED_WORKER", "auto", ("auto", "on", "off"))
+# Where a queue worker process runs (webhooks_app.placement): auto = on one CPU chosen by its pid, off = any
+# CPU, or a CPU number; and the nice value it adds (0-19), so web processes answer webhooks first.
+CHATFLOW_WORKER_CPU = env.str("CHATFLOW_WORKER_CPU", default="").strip().lower() or "auto"
+if CHATFLOW_WORKER_CPU not in ("auto", "off") and not CHATFLOW_WORKER_CPU.isdigit():
+    raise ImproperlyConfigured(f"CHATFLOW_WORKER_CPU must be auto, off or a CPU number; got {CHATFLOW_WORKER_CPU!r}")
+CHATFLOW_WORKER_NICE = _non_negative_int("CHATFLOW_WORKER_NICE", 10)
+if CHATFLOW_WORKER_NICE > 19:
+    raise ImproperlyConfigured(f"CHATFLOW_WORKER_NICE must be between 0 and 19; got {CHATFLOW_WORKER_NICE}")
 # Seconds a process's claim on work lives without renewal (renewed every third of it): a session's turn
 # lease and a webhook delivery's queue lease (its visibility timeout) alike, so it is how long a killed
 # process keeps its session and its delivery blocked. One value: a delivery taken over sooner than its

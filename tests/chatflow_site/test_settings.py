@@ -31,6 +31,10 @@ PRODUCTION = {"DEBUG": "0", "SECRET_KEY": secrets.token_urlsafe(50), "ALLOWED_HO
         ("CHATFLOW_AGENTS", {"CHATFLOW_AGENTS": "agents_app.no_such_module.build"}),
         ("SECURE_SSL_REDIRECT", {**PRODUCTION, "SECURE_SSL_REDIRECT": "sometimes"}),
         ("SECURE_HSTS_SECONDS", {**PRODUCTION, "SECURE_HSTS_SECONDS": "1y"}),
+        ("CHATFLOW_WORKER_CPU", {"CHATFLOW_WORKER_CPU": "first"}),
+        ("CHATFLOW_WORKER_CPU", {"CHATFLOW_WORKER_CPU": "-1"}),
+        ("CHATFLOW_WORKER_NICE", {"CHATFLOW_WORKER_NICE": "20"}),
+        ("CHATFLOW_WORKER_NICE", {"CHATFLOW_WORKER_NICE": "-5"}),
     ],
 )
 def test_it_refuses_to_start_with_a_bad_value_and_names_the_variable(variable, overrides):

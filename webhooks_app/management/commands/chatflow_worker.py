@@ -15,14 +15,26 @@ import json
 import os
 import signal
 import sys
+from collections.abc import Callable
 
 from django.core.management.base import BaseCommand
 
 from sessions_app.live import flush_before_close
+from webhooks_app import placement
 from webhooks_app.costs import Costs
 from webhooks_app.worker import Worker
 
 PARENT_GONE_GRACE = 60.0
+
+
+def event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
+    """uvloop's event loop when it is installed, else asyncio's: a worker's throughput is its CPU, and
+    uvloop's callbacks, futures and thread wake-ups cost a fraction of asyncio's."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop
+    return uvloop.new_event_loop
 
 
 class Command(BaseCommand):
@@ -43,14 +55,16 @@ class Command(BaseCommand):
         if slots < 1 or poll <= 0:
             self.stderr.write("--slots must be at least 1 and --poll positive")
             raise SystemExit(2)
+        placed = placement.place()
         kept = Costs() if costs else None
         if kept is not None:
             kept.install()
         worker = Worker(slots=slots, poll=poll, costs=kept)
-        self.stdout.write(f"chatflow_worker {worker.owner}: {slots} slot(s), ready", ending="\n")
+        self.stdout.write(f"chatflow_worker {worker.owner}: {slots} slot(s), {placed}, ready", ending="\n")
         self.stdout.flush()
         gc.freeze()  # Django and the apps stay for the process's life: keep full collections short (see asgi.py)
-        processed = asyncio.run(self._run(worker, drain, embedded))
+        with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
+            processed = runner.run(self._run(worker, drain, embedded))
         self.stdout.write(f"chatflow_worker {worker.owner}: stopped after {processed} deliveries")
         if kept is not None:
             self.stdout.write("costs " + json.dumps(kept.report()))
