@@ -18,11 +18,12 @@ The Runner awaits its subscribers inside the turn, so :class:`Publisher` only pu
 per-event-loop queue and returns; one drain task per loop sends them in order. A send that fails is
 logged, never raised into the turn: while the layer is unreachable (Redis down) its messages are dropped
 with one warning for the whole outage, and one line when a send succeeds again (:class:`LayerOutage`).
-Operator actions are published after their transaction commits. A run event nobody can receive is not
-encoded at all (:func:`has_receivers`): on the in-memory layer, when neither its session's group nor
-(for the list's kinds) the list's group has a member in this process — a standalone worker's run events
-cost nothing then. Who is a member is this module's own record (:data:`receivers`): the console's
-consumers join and leave groups through :func:`join` and :func:`leave`, which keep it.
+Operator actions are published after their transaction commits. A run event nobody can receive is neither
+built by the Runner nor encoded (:meth:`Publisher.wants`, :func:`has_receivers`): on the in-memory layer,
+when neither its session's group nor (for the list's kinds) the list's group has a member in this
+process — a standalone worker's run events cost nothing then. Who is a member is this module's own record
+(:data:`receivers`): the console's consumers join and leave groups through :func:`join` and :func:`leave`,
+which keep it.
 
 With the in-memory channel layer only the serving process sees its own events: a second process
 (``manage.py chatflow_chat``, ``chatflow_worker``) that runs turns warns loudly (log and stderr) when it
@@ -233,6 +234,13 @@ class Publisher:
     def __init__(self) -> None:
         self._queues: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Queue] = weakref.WeakKeyDictionary()
         self._tasks: set[asyncio.Task[None]] = set()
+
+    def wants(self, session_id: str, event_type: str) -> bool:
+        """The Runner asks before it builds an event (``Runner.subscribe``): False when nobody can receive it
+        (:func:`has_receivers`), so a standalone worker's turns build no events for this publisher."""
+        groups = [group_for_session(session_id), LIST_GROUP] if event_type in LIST_KINDS else [
+            group_for_session(session_id)]
+        return has_receivers(get_channel_layer(), groups)
 
     def __call__(self, event: Any) -> None:
         groups = _groups_for(event)

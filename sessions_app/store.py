@@ -34,8 +34,9 @@ import asyncio
 import threading
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from django.conf import settings
@@ -64,7 +65,7 @@ from chatflow_agent.jsonsafe import json_object
 from chatflow_agent.types import Role
 from turns_app import records
 
-__all__ = ["DjangoBackend", "DjangoSessionStore", "session_committing"]
+__all__ = ["DjangoBackend", "DjangoSessionStore", "driver_cursor", "session_committing"]
 
 _T = TypeVar("_T")
 # The statements run on the driver's own cursor (``?`` for sqlite3, ``%s`` for psycopg).
@@ -79,10 +80,30 @@ def _unflushed_lease(lease_sql: str, params: Sequence[Any]) -> tuple[str, Sequen
     return f"WITH lease AS ({lease_sql} RETURNING session_id) SELECT 1 FROM lease WHERE {_NO_FLUSH_WAIT}", params
 
 
+@contextmanager
+def driver_cursor(using: str = "default") -> Iterator[tuple[Cursor, Dialect]]:
+    """A cursor of the driver's own connection (``sqlite3`` or psycopg) under Django's connection ``using``
+    (opened if needed), with its ``chatflow_agent.core.sql.Dialect``: for statements on a hot path, where
+    building an ORM query costs far more than running it. Statements run in whatever transaction Django
+    has open on the connection (autocommit otherwise) and the driver's errors are raised as
+    ``django.db``'s. Write them with ``?`` placeholders and render them with ``dialect.render``.
+
+    Not on a thread that runs an event loop (Django refuses queries there)."""
+    conn = connections[using]
+    conn.ensure_connection()
+    with conn.wrap_database_errors:
+        cursor = conn.connection.cursor()
+        try:
+            yield cursor, _DIALECTS[conn.vendor]
+        finally:
+            cursor.close()
+
+
 #: Sent at the start of every commit's transaction, before any row is written, as
-#: ``session_committing.send(sender=DjangoSessionStore, session_id=str, metadata=dict, using=str, turn=bool)``
-#: (``metadata``: what the commit writes; ``turn``: the commit ends a turn a Runner played, not an
-#: operator's or a script's ``turn``/``sync_turn`` without a turn report). A receiver that raises
+#: ``session_committing.send(sender=DjangoSessionStore, session_id=str, metadata=dict, using=str, turn=bool,
+#: report=TurnReport | None)`` (``metadata``: what the commit writes; ``turn``: the commit ends a turn a Runner
+#: played, not an operator's or a script's ``turn``/``sync_turn`` without a turn report; ``report``: that
+#: turn's report, its ``response`` what the turn answers). A receiver that raises
 #: ``SessionDeletedError`` refuses the commit: nothing is written and the turn fails with that error.
 #: Receivers run on the store's threads.
 session_committing = Signal(use_caching=True)
@@ -322,7 +343,7 @@ class DjangoBackend(SQLLeasesAndClaims):
         with transaction.atomic(using=self.using):
             metadata = json_object(changes.metadata_json)
             session_committing.send(sender=DjangoSessionStore, session_id=changes.session_id, metadata=metadata,
-                                    using=self.using, turn=changes.report is not None)
+                                    using=self.using, turn=changes.report is not None, report=changes.report)
             conn = connections[self.using]
             return self._on_driver(conn, lambda c: self._write_commit(c, changes))
 

@@ -13,8 +13,8 @@ Installed on the site's Runner (``agents_app.runtime.add_runner_hook``) by the a
 What a turn changes in the mode row is written by :func:`on_commit` inside the turn's own commit
 transaction (``sessions_app.store.session_committing``), so it is stored if and only if the turn is:
 a held message is counted unread exactly once, a note is used up only by a turn that committed.
-The gate reads the mode row on the store's thread for the session (one query per turn), under the
-session's turn lock.
+The gate reads the mode row on the store's thread for the session (one statement per turn, on the
+driver's cursor: a turn pays for the query, not for building it), under the session's turn lock.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from chatflow_agent.core.gate import TurnDecision
+from sessions_app.store import driver_cursor
 from takeover_app.models import SessionMode
 
 __all__ = ["asks_for_human", "install", "on_commit", "turn_gate"]
@@ -65,8 +66,25 @@ def asks_for_human(text: str) -> str:
     return match.group(0) if match else ""
 
 
+@dataclass(frozen=True)
+class _ModeRow:
+    mode: str
+    failed_turns: int
+    pending_note: str
+
+
+_MODE_ROW = f"SELECT mode, failed_turns, pending_note FROM {SessionMode._meta.db_table} WHERE session_id = ?"
+
+
+def _mode_row(session_id: str) -> _ModeRow | None:
+    with driver_cursor() as (cursor, dialect):
+        cursor.execute(dialect.render(_MODE_ROW), (session_id,))
+        row = cursor.fetchone()
+    return None if row is None else _ModeRow(*row)
+
+
 def _decide(session_id: str, text: str) -> TurnDecision | None:
-    row = SessionMode.objects.filter(pk=session_id).first()
+    row = _mode_row(session_id)
     if row is not None and row.mode in (Mode.WAITING, Mode.HUMAN):
         _pending[session_id] = _Pending(held=True)
         return TurnDecision(hold=True)

@@ -18,7 +18,7 @@ class WebhooksAppConfig(AppConfig):
 
         post_migrate.connect(grant_ledger_permissions, sender=self, dispatch_uid="webhooks_app.groups")
         session_deleting.connect(settle.cancel_deliveries, dispatch_uid="webhooks_app.settle.cancel")
-        session_committing.connect(settle.refuse_cancelled_turn, dispatch_uid="webhooks_app.settle.refuse")
+        session_committing.connect(settle.settle_turn, dispatch_uid="webhooks_app.settle.turn")
         register_marker("failed_delivery", ledger.reply_failed_marker)
         register_marker("turn_failed", ledger.turn_failed_marker)
         embedded.start_if_serving()

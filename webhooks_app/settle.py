@@ -1,51 +1,79 @@
-"""A deleted session's webhook deliveries: settled with the deletion, never played into a new session.
+"""A delivery's turn and its session, settled together: a deleted session's deliveries are never played into a
+new session, and a delivery's turn commits with what it answered.
 
-Two receivers, connected in ``WebhooksAppConfig.ready`` (invariant 5):
+Two receivers, connected in ``WebhooksAppConfig.ready``:
 
 - :func:`cancel_deliveries` (``sessions_app.actions.session_deleting``, inside the delete's
-  transaction): the session's queued deliveries, and the running ones whose turn has not finished,
-  become ``cancelled``; every delivery of the session loses its text, answer, payload and channel
-  metadata. Provider ids, claim keys and the claims in ``chatflow_processed_messages`` stay, so a
+  transaction; invariant 5): the session's queued deliveries, and the running ones whose turn has not
+  finished, become ``cancelled``; every delivery of the session loses its text, answer, payload and
+  channel metadata. Provider ids, claim keys and the claims in ``chatflow_processed_messages`` stay, so a
   redelivery is still suppressed as a duplicate.
-- :func:`refuse_cancelled_turn` (``sessions_app.store.session_committing``, inside a commit's
-  transaction): a delivery's turn — claimed before the delete, played after it — cannot commit once
-  its delivery is cancelled, so it never re-creates the session. The delivery's row is locked
-  (PostgreSQL) before the session row, in the order the delete takes them, so a commit and a delete
-  that race are serialised on it; on SQLite the two transactions are serialised anyway.
+- :func:`settle_turn` (``sessions_app.store.session_committing``, inside the commit's transaction of a
+  delivery's turn — one this process plays, :func:`playing`): the delivery records the turn's answer and
+  its reply status (``taskqueue.finish``) in that transaction, so it is stored if and only if the turn is,
+  with no write of its own. Its update takes the delivery's row lock (PostgreSQL) before the session row,
+  in the order the delete takes them, so a commit and a delete that race are serialised on it (on SQLite
+  the two transactions are serialised anyway). When the update finds the delivery no longer this worker's,
+  the commit is refused and nothing is written: ``SessionDeletedError`` if it was cancelled (its session
+  deleted: the turn never re-creates it), :class:`DeliveryLost` otherwise (its lease passed to another
+  worker, which plays it).
 
-Only commits of deliveries this process is playing (:func:`playing`) are checked: other turns pay nothing.
+Other turns pay nothing.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from django.db.models import Q
 from django.utils import timezone
 
-from chatflow_agent.exceptions import SessionDeletedError
+from chatflow_agent.core.reports import TurnReport
+from chatflow_agent.exceptions import SessionBusyError, SessionDeletedError
+from webhooks_app import taskqueue
 from webhooks_app.models import InboundDelivery
 from webhooks_app.taskqueue import MARKER_KEY
 
-__all__ = ["CANCELLED_ERROR", "CANCELLED_REPLY", "cancel_deliveries", "playing", "refuse_cancelled_turn"]
+__all__ = ["CANCELLED_ERROR", "CANCELLED_REPLY", "DeliveryLost", "Playing", "cancel_deliveries", "playing",
+           "settle_turn"]
 
 CANCELLED_ERROR = "The session was deleted before this message was played."
 CANCELLED_REPLY = "The session was deleted: the reply is not sent again."
 
 Status, Reply = InboundDelivery.Status, InboundDelivery.Reply
-_playing: set[str] = set()  # markers of the deliveries whose turns this process is playing
+
+
+@dataclass
+class Playing:
+    """A delivery whose turn this process is playing (see :func:`playing`); ``settled`` turns True when its
+    turn's commit recorded the answer."""
+
+    delivery: InboundDelivery
+    owner: str  # the worker's lease owner
+    replies_out: bool  # the channel sends the answer back (WhatsApp, Telegram)
+    answer: str | None  # the answer when the turn has none of its own (a reset), else None
+    settled: bool = False
+
+
+_playing: dict[str, Playing] = {}  # marker → the delivery whose turn this process is playing
+
+
+class DeliveryLost(SessionBusyError):
+    """The delivery's turn could not commit: its lease passed to another worker, which plays it."""
 
 
 @contextmanager
-def playing(delivery: InboundDelivery) -> Iterator[None]:
-    """While inside, a commit that carries ``delivery``'s marker is refused if the delivery is cancelled."""
-    _playing.add(delivery.marker)
+def playing(delivery: InboundDelivery, owner: str, replies_out: bool, answer: str | None = None) -> Iterator[Playing]:
+    """While inside, the commit that carries ``delivery``'s marker also records the turn's answer on the delivery
+    (see the module docstring); ``answer`` stands for a turn that gives none (a reset clears the history)."""
+    play = _playing[delivery.marker] = Playing(delivery, owner, replies_out, answer)
     try:
-        yield
+        yield play
     finally:
-        _playing.discard(delivery.marker)
+        _playing.pop(delivery.marker, None)
 
 
 def cancel_deliveries(sender: Any, session_id: str, **kwargs: Any) -> dict[str, int]:
@@ -64,14 +92,18 @@ def cancel_deliveries(sender: Any, session_id: str, **kwargs: Any) -> dict[str, 
     return {"deliveries_cancelled": cancelled, "deliveries_redacted": redacted}
 
 
-def refuse_cancelled_turn(sender: Any, session_id: str, metadata: dict[str, Any], using: str = "default",
-                          **kwargs: Any) -> None:
-    """Raise ``SessionDeletedError`` when the commit is the turn of a delivery cancelled meanwhile."""
+def settle_turn(sender: Any, session_id: str, metadata: dict[str, Any], using: str = "default",
+                report: TurnReport | None = None, **kwargs: Any) -> None:
+    """Record the turn's answer on its delivery, in the commit's transaction, or refuse the commit."""
     marker = metadata.get(MARKER_KEY)
-    if not isinstance(marker, str) or marker not in _playing:
+    play = _playing.get(marker) if isinstance(marker, str) else None
+    if play is None or play.settled:
+        return  # not a delivery's turn here, or a later commit on the session while the delivery ends
+    answer = play.answer if report is None or report.response is None else taskqueue.answer_of(report.response)
+    text, reply = taskqueue.outcome(answer, play.replies_out)
+    if taskqueue.finish(play.delivery, play.owner, text, reply, using):
+        play.settled = True
         return
-    pk, _, token = marker.partition(":")
-    status = (InboundDelivery.objects.using(using).select_for_update().filter(pk=pk, token=token)
-              .values_list("status", flat=True).first())
-    if status == Status.CANCELLED:
+    if taskqueue.status_of(play.delivery, using) == Status.CANCELLED:
         raise SessionDeletedError(session_id)
+    raise DeliveryLost(session_id)

@@ -11,24 +11,31 @@ claimable when queued, or running with an expired lease (its worker died: the vi
 and only when no earlier delivery of the same session is still queued or running, so one sender's
 messages are played in the order they arrived even with many workers. Every later write is guarded
 by the lease owner: a worker that lost its lease changes nothing.
+
+The statements a delivery makes every time (claim, renew, finish, complete) run on the driver's cursor
+(``sessions_app.store.driver_cursor``): building them through the ORM cost several times what running
+them costs. They are written with ``?`` placeholders and rendered for the connection's dialect.
 """
 
 from __future__ import annotations
 
+import functools
 from datetime import timedelta
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import F
+from django.db.models import Case, F, Value, When
 from django.utils import timezone
 
 from chatflow_agent.jsonsafe import json_object
+from chatflow_agent.types import AgentResponse
 from sessions_app.models import ChatMessage, ChatSession
+from sessions_app.store import driver_cursor
 from webhooks_app.inbox import release_claim
 from webhooks_app.models import InboundDelivery
 
-__all__ = ["MARKER_KEY", "claim_next", "claim", "renew", "finish", "fail", "complete", "release",
-           "turn_committed", "played_before", "last_answer", "pending"]
+__all__ = ["MARKER_KEY", "answer_of", "claim_next", "claim", "renew", "finish", "fail", "complete", "outcome",
+           "release", "status_of", "turn_committed", "played_before", "last_answer", "pending"]
 
 Status = InboundDelivery.Status
 MARKER_KEY = "webhook_delivery"  # session metadata: the marker of the last delivery whose turn committed
@@ -42,7 +49,7 @@ _UNBLOCKED = (f"NOT EXISTS (SELECT 1 FROM {_TABLE} e WHERE e.session_id = c.sess
 # The two ways to be claimable, each its own query in id order: one query with ``queued OR (running AND
 # expired)`` cannot walk the ``(status, id)`` index, and then tests and sorts every queued row of a
 # backlog (the README's performance section has the figures). Each of these stops at its first unblocked row.
-_EXPIRED = (f"SELECT c.id FROM {_TABLE} c WHERE c.status = 'running' AND c.lease_expires_at < %s "
+_EXPIRED = (f"SELECT c.id FROM {_TABLE} c WHERE c.status = 'running' AND c.lease_expires_at < ? "
             f"AND {_UNBLOCKED} {{only}} ORDER BY c.id LIMIT 1 {{lock}}")
 _QUEUED = (f"SELECT c.id FROM {_TABLE} c WHERE c.status = 'queued' AND {_UNBLOCKED} {{only}} "
            f"ORDER BY c.id LIMIT 1 {{lock}}")
@@ -53,10 +60,12 @@ _MARKER = {
     "sqlite": f"(SELECT CASE WHEN json_valid(s.metadata_json) THEN json_extract(s.metadata_json, '$.{MARKER_KEY}') "
               f"END FROM {_SESSIONS} s WHERE s.session_id = {_TABLE}.session_id)",
 }
-_COLUMNS = ", ".join(f.column for f in InboundDelivery._meta.concrete_fields)
-_SET = f"UPDATE {_TABLE} SET status = 'running', attempts = attempts + 1, lease_owner = %s, lease_expires_at = %s"
+_FIELDS = InboundDelivery._meta.concrete_fields
+_COLUMNS = ", ".join(f.column for f in _FIELDS)
+_SET = f"UPDATE {_TABLE} SET status = 'running', attempts = attempts + 1, lease_owner = ?, lease_expires_at = ?"
 
 
+@functools.lru_cache(maxsize=8)
 def _claim_sql(vendor: str, only: str) -> str:
     """One statement: pick the oldest claimable delivery, lease it, return it with its session's marker.
 
@@ -74,13 +83,14 @@ def _claim_sql(vendor: str, only: str) -> str:
 
 
 # Checked again on the row being leased (PostgreSQL re-reads its newest version under the row lock).
-_STILL = "(status = 'queued' OR (status = 'running' AND lease_expires_at < %s))"
+_STILL = "(status = 'queued' OR (status = 'running' AND lease_expires_at < ?))"
 
 
 def _pick(only: str, lock: str) -> str:
     return f"LEAST(({_EXPIRED.format(only=only, lock=lock)}), ({_QUEUED.format(only=only, lock=lock)}))"
 
 
+@functools.lru_cache(maxsize=4)
 def _probe_sql(only: str) -> str:
     return (f"SELECT EXISTS ({_EXPIRED.format(only=only, lock='')}) "
             f"OR EXISTS ({_QUEUED.format(only=only, lock='')})")
@@ -88,21 +98,59 @@ def _probe_sql(only: str) -> str:
 
 def _take(owner: str, visibility: float, delivery_id: int | None = None) -> InboundDelivery | None:
     now = timezone.now()
-    only, extra = ("AND c.id = %s", [delivery_id]) if delivery_id is not None else ("", [])
+    only, extra = ("AND c.id = ?", [delivery_id]) if delivery_id is not None else ("", [])
     at = connection.ops.adapt_datetimefield_value
     candidates = [at(now), *extra, *extra]  # expired (now, id), then queued (id)
-    if connection.vendor != "postgresql":
-        # SQLite: a read first, so an idle poll never takes the write lock the webhooks need (an UPDATE
-        # takes it even when it matches nothing).
-        with connection.cursor() as cursor:
-            cursor.execute(_probe_sql(only), candidates)
+    with driver_cursor() as (cursor, dialect):
+        if dialect.name != "postgresql":
+            # SQLite: a read first, so an idle poll never takes the write lock the webhooks need (an UPDATE
+            # takes it even when it matches nothing).
+            cursor.execute(dialect.render(_probe_sql(only)), candidates)
             if not cursor.fetchone()[0]:
                 return None
-    params = [owner, at(now + timedelta(seconds=visibility)), *candidates]
-    if connection.vendor == "postgresql":
-        params.append(at(now))  # the re-test under the row lock (_STILL)
-    found = list(InboundDelivery.objects.raw(_claim_sql(connection.vendor, only), params))
-    return found[0] if found else None
+        params = [owner, at(now + timedelta(seconds=visibility)), *candidates]
+        if dialect.name == "postgresql":
+            params.append(at(now))  # the re-test under the row lock (_STILL)
+        cursor.execute(dialect.render(_claim_sql(dialect.name, only)), params)
+        row = cursor.fetchone()
+    return None if row is None else _delivery(row)
+
+
+def _delivery(row: Any) -> InboundDelivery:
+    """A claimed row (every column, then the session's marker) as the model instance the ORM would make."""
+    values = list(row[: len(_FIELDS)])
+    for i, convert in _converters():
+        values[i] = convert(values[i])
+    delivery = InboundDelivery.from_db(connection.alias, [f.attname for f in _FIELDS], values)
+    delivery.session_marker = row[len(_FIELDS)]
+    return delivery
+
+
+_converters_by_vendor: dict[str, list[tuple[int, Any]]] = {}
+
+
+def _converters() -> list[tuple[int, Any]]:
+    """(column index, value converter) for the columns the database returns in another form than the field's
+    (SQLite's text datetimes, JSON text): the converters Django's compiler applies, looked up once."""
+    found = _converters_by_vendor.get(connection.vendor)
+    if found is None:
+        found = []
+        for i, field in enumerate(_FIELDS):
+            col = field.get_col(_TABLE)
+            chain = [*connection.ops.get_db_converters(col), *field.get_db_converters(connection)]
+            if chain:
+                found.append((i, _chained(chain, col)))
+        _converters_by_vendor[connection.vendor] = found
+    return found
+
+
+def _chained(chain: list[Any], col: Any) -> Any:
+    def convert(value: Any) -> Any:
+        for fn in chain:
+            value = fn(value, col, connection)
+        return value
+
+    return convert
 
 
 def claim_next(owner: str, visibility: float) -> InboundDelivery | None:
@@ -130,20 +178,63 @@ def _mine(delivery: InboundDelivery, owner: str):
     return InboundDelivery.objects.filter(pk=delivery.pk, lease_owner=owner, status=Status.RUNNING)
 
 
+_MINE = "WHERE id = ? AND lease_owner = ? AND status = 'running'"
+_RENEW = f"UPDATE {_TABLE} SET lease_expires_at = ? {_MINE}"
+_FINISH = f"UPDATE {_TABLE} SET answer = ?, reply_status = ?, error = '' {_MINE} AND token = ?"
+_FINISH_DONE = (f"UPDATE {_TABLE} SET answer = ?, reply_status = ?, error = '', status = 'done', finished_at = ? "
+                f"{_MINE} AND token = ?")
+_STATUS = f"SELECT status FROM {_TABLE} WHERE id = ?"
+_COMPLETE = (f"UPDATE {_TABLE} SET status = 'done', reply_status = ?, reply_error = ?, finished_at = ? "
+             f"{_MINE} AND error = ''")
+
+
+def _write(sql: str, params: list[Any], using: str = "default") -> int:
+    """One statement on the driver's cursor (in autocommit unless a transaction is open); its row count."""
+    with driver_cursor(using) as (cursor, dialect):
+        cursor.execute(dialect.render(sql), params)
+        return cursor.rowcount
+
+
 def renew(delivery: InboundDelivery, owner: str, visibility: float) -> bool:
     """Extend the lease; False when it was lost (expired and taken by another worker)."""
-    until = timezone.now() + timedelta(seconds=visibility)
-    return _mine(delivery, owner).update(lease_expires_at=until) == 1
+    until = connection.ops.adapt_datetimefield_value(timezone.now() + timedelta(seconds=visibility))
+    return _write(_RENEW, [until, delivery.pk, owner]) == 1
 
 
-def finish(delivery: InboundDelivery, owner: str, answer: str, reply: str) -> bool:
+def answer_of(response: AgentResponse) -> str | None:
+    """What a turn's ``response`` gives its delivery to send: its text, or None when the turn was held for an
+    operator without an answer (nothing to send)."""
+    return None if response.held and not response.content else response.content
+
+
+def outcome(answer: str | None, replies_out: bool) -> tuple[str, str]:
+    """(answer text, reply status) recorded by :func:`finish`: HELD for a held turn (``answer`` None), SENDING
+    when the channel sends replies (``replies_out``: WhatsApp, Telegram), else NONE."""
+    if answer is None:
+        return "", InboundDelivery.Reply.HELD
+    return answer, InboundDelivery.Reply.SENDING if replies_out else InboundDelivery.Reply.NONE
+
+
+def finish(delivery: InboundDelivery, owner: str, answer: str, reply: str, using: str = "default") -> bool:
     """Record the turn's ``answer``. ``reply`` NONE or HELD (held for an operator): done. SENDING: the reply
     goes out next and the delivery stays running (the sender's next delivery waits) until :func:`complete`.
-    False if the lease was lost."""
-    fields: dict[str, Any] = {"answer": answer, "reply_status": reply, "error": ""}
+    False if the lease was lost (or the delivery played again since: its token changed).
+
+    Called on its own after a turn whose commit did not record it, and by ``webhooks_app.settle`` inside the
+    commit's transaction of the delivery's turn (``using``: that commit's database), so what the turn
+    answered is stored with it."""
     if reply in (InboundDelivery.Reply.NONE, InboundDelivery.Reply.HELD):
-        fields.update(status=Status.DONE, finished_at=timezone.now())
-    return _mine(delivery, owner).update(**fields) == 1
+        now = connection.ops.adapt_datetimefield_value(timezone.now())
+        return _write(_FINISH_DONE, [answer, reply, now, delivery.pk, owner, delivery.token], using) == 1
+    return _write(_FINISH, [answer, reply, delivery.pk, owner, delivery.token], using) == 1
+
+
+def status_of(delivery: InboundDelivery, using: str = "default") -> str | None:
+    """The delivery's status now (None when it is gone)."""
+    with driver_cursor(using) as (cursor, dialect):
+        cursor.execute(dialect.render(_STATUS), [delivery.pk])
+        row = cursor.fetchone()
+    return None if row is None else row[0]
 
 
 def fail(delivery: InboundDelivery, owner: str, error: str, fallback: str, reply: str) -> bool:
@@ -165,19 +256,27 @@ def complete(delivery: InboundDelivery, owner: str, reply: str, reply_error: str
     A delivery without an error (the usual case) is one UPDATE in autocommit; one with an error is
     marked failed and its id's claim released in one transaction.
     """
-    mine = _mine(delivery, owner)
-    common = {"reply_status": reply, "reply_error": reply_error[:4000], "finished_at": timezone.now()}
-    if mine.filter(error="").update(status=Status.DONE, **common):
+    now = timezone.now()
+    if _write(_COMPLETE, [reply, reply_error[:4000], connection.ops.adapt_datetimefield_value(now), delivery.pk,
+                          owner]):
         return
+    mine = _mine(delivery, owner)
+    common = {"reply_status": reply, "reply_error": reply_error[:4000], "finished_at": now}
     with transaction.atomic():
         if mine.exclude(error="").update(status=Status.FAILED, **common):
             release_claim(delivery.claim_key)
 
 
-def release(delivery: InboundDelivery, owner: str) -> None:
-    """Give an unfinished delivery back to the queue (the worker is stopping)."""
-    _mine(delivery, owner).update(status=Status.QUEUED, lease_owner="", lease_expires_at=None,
-                                  attempts=F("attempts") - 1)
+def release(delivery: InboundDelivery, owner: str, unsent: bool = False) -> None:
+    """Give an unfinished delivery back to the queue (the worker is stopping). ``unsent``: this worker never
+    started sending its reply, so a ``sending`` recorded for it (with its turn's commit) is cleared and the
+    next claim sends it; otherwise a recorded ``sending`` stays (the reply may have gone out: never twice)."""
+    fields: dict[str, Any] = {"status": Status.QUEUED, "lease_owner": "", "lease_expires_at": None,
+                              "attempts": F("attempts") - 1}
+    if unsent:
+        sending = InboundDelivery.Reply.SENDING
+        fields["reply_status"] = Case(When(reply_status=sending, then=Value("")), default=F("reply_status"))
+    _mine(delivery, owner).update(**fields)
 
 
 def turn_committed(delivery: InboundDelivery) -> bool:

@@ -7,13 +7,16 @@ its own database connection). Per delivery:
    lease cancels the turn (rolled back, invariant 3);
 2. play the turn on the site's Runner, which writes the delivery's *marker* into the session's
    metadata as the turn's ``turn_metadata``, so the marker commits in the same transaction as the
-   turn's rows, or not at all. A delivery claimed again after a crash (SIGKILL between claim and
-   the ``done`` write) whose marker is already in the session is not played again: its answer is
-   read back from the session;
-3. write the answer and ``reply_status=sending``, THEN send the reply, then record ``sent``/``failed``
-   and ``done`` together. The delivery stays running until then, so one sender's replies go out in
-   order. A delivery claimed again with ``sending`` recorded is finished without sending: a crash
-   between that write and the end of the send never sends twice (at most one reply).
+   turn's rows, or not at all; that transaction also records the turn's answer on the delivery and
+   ``reply_status=sending`` (``webhooks_app.settle``), or is refused when the delivery was cancelled
+   or taken over by another worker meanwhile. A delivery claimed again after a crash between claim and
+   commit plays its turn; one whose marker is already in the session is not played again (its answer
+   is read back from the session and recorded then);
+3. send the reply, then record ``sent``/``failed`` and ``done`` together. The delivery stays running
+   until then, so one sender's replies go out in order. A delivery claimed again with ``sending``
+   recorded is finished without sending: a crash between the commit and the end of the send never
+   sends twice (at most one reply; the console shows it unknown and can send it again). A worker that
+   stops before it began a send gives the delivery back with its ``sending`` cleared, so it is sent.
 
 Engine failure: the turn is rolled back, one fallback reply is sent, and the delivery is marked failed
 (the claim on its id is released in the same transaction); the console can retry it. After
@@ -73,6 +76,20 @@ def _turn_metadata(delivery: InboundDelivery) -> dict[str, Any]:
     return {**fresh, taskqueue.MARKER_KEY: delivery.marker}
 
 
+#: How a delivery's reply went, for ``taskqueue.complete``: (reply status, reply error).
+_Completion = tuple[str, str]
+
+
+def _complete_then_claim(delivery: InboundDelivery, owner: str, completion: _Completion | None,
+                         visibility: float | None) -> InboundDelivery | None:
+    """A slot's last write for ``delivery`` and its first for the next, in one hand-off to the slot's thread:
+    ``complete`` with ``completion`` (when a reply was sent or tried), then the claim of the slot's next
+    delivery (unless ``visibility`` is None: the worker is stopping)."""
+    if completion is not None:
+        taskqueue.complete(delivery, owner, *completion)
+    return None if visibility is None else taskqueue.claim_next(owner, visibility)
+
+
 class CancelledByOperator(Exception):
     """The delivery's turn was stopped by an operator's Cancel turn (its message: who and why)."""
 
@@ -94,9 +111,9 @@ class Worker:
         self._stopping = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
-        # One reply client per slot: httpx checks every idle pooled connection before each request
-        # (a getpeername and a poll each), so one shared pool of ``slots`` connections cost ``slots`` checks.
+        # One reply client (an aiohttp session, its own keep-alive connection) per slot.
         self._http: dict[ThreadPoolExecutor, Any] = {}
+        self._sending: set[int] = set()  # deliveries whose reply send has started
 
     # ---- control ------------------------------------------------------------------------------
     def wake(self) -> None:
@@ -116,7 +133,9 @@ class Worker:
         One loop claims for the idle slots, one claim at a time, and hands each delivery to a slot; a
         wake-up (or a finished delivery, or the poll interval) makes it claim again until the queue has
         nothing claimable or every slot is busy. So a webhook costs one claim transaction, not one per
-        idle slot: on SQLite every claim takes the write lock the webhook acknowledgements need.
+        idle slot: on SQLite every claim takes the write lock the webhook acknowledgements need. A slot
+        that finishes a delivery claims its next one itself, in the same hand-off to its thread as the
+        delivery's last write (:meth:`process`); it is idle only when that finds nothing.
         """
         from webhooks_app import embedded
 
@@ -124,13 +143,24 @@ class Worker:
         wake = self._wake = asyncio.Event()
         executors = [ThreadPoolExecutor(1, thread_name_prefix=f"chatflow-queue-{i}") for i in range(self.slots)]
         idle = list(executors)  # slots without a delivery; each slot has its own thread and connection
-        in_hand: set[asyncio.Future[None]] = set()
+        in_hand: set[asyncio.Future[InboundDelivery | None]] = set()
 
-        def freed(task: asyncio.Future[None], ex: ThreadPoolExecutor) -> None:
+        def start(delivery: InboundDelivery, ex: ThreadPoolExecutor) -> None:
+            task = asyncio.ensure_future(self.process(delivery, ex))
+            in_hand.add(task)
+            task.add_done_callback(lambda t, ex=ex: freed(t, ex))
+
+        def freed(task: asyncio.Future[InboundDelivery | None], ex: ThreadPoolExecutor) -> None:
             in_hand.discard(task)
+            following = None
             if not task.cancelled() and (err := task.exception()) is not None:
                 # e.g. the database went away: the delivery keeps its lease and is played again after it
                 logger.error("A delivery failed in the worker: %s", err, exc_info=err)
+            elif not task.cancelled():
+                following = task.result()
+            if following is not None:  # the slot claimed its next delivery itself
+                start(following, ex)
+                return
             idle.append(ex)
             wake.set()  # the session's next delivery may be claimable now
 
@@ -146,28 +176,27 @@ class Worker:
                     if delivery is None:
                         break
                     idle.pop()
-                    task = asyncio.ensure_future(self.process(delivery, ex))
-                    in_hand.add(task)
-                    task.add_done_callback(lambda t, ex=ex: freed(t, ex))
+                    start(delivery, ex)
                 if self._stopping:
                     break
                 if drain and not in_hand and await loop.run_in_executor(idle[-1], taskqueue.pending) == 0:
                     break
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(wake.wait(), None if drain and in_hand else self.poll)
-            if in_hand:  # stopping: finish the deliveries in hand
-                await asyncio.wait(in_hand)
+            while in_hand:  # stopping: finish the deliveries in hand (and one a slot claimed as it stopped)
+                await asyncio.wait(set(in_hand))
         except asyncio.CancelledError:  # roll back what is in hand and requeue it (see process)
-            for task in in_hand:
-                task.cancel()
-            if in_hand:
-                await asyncio.wait(in_hand)
+            self._stopping = True  # no slot claims a next delivery from now on
+            while in_hand:  # including one a slot had claimed before this
+                for task in list(in_hand):
+                    task.cancel()
+                await asyncio.wait(set(in_hand))
             raise
         finally:
             await heartbeat.stop(beating)
             embedded.unregister(self)
             for http in self._http.values():
-                await http.aclose()
+                await http.close()
             for ex in executors:
                 with contextlib.suppress(RuntimeError):  # executors already shut down at interpreter exit
                     ex.submit(connections.close_all).result()
@@ -175,8 +204,10 @@ class Worker:
         return self.processed
 
     # ---- one delivery ---------------------------------------------------------------------------
-    async def process(self, delivery: InboundDelivery, ex: ThreadPoolExecutor) -> None:
-        """Play a claimed delivery and send its reply (see the module docstring), under a heartbeat."""
+    async def process(self, delivery: InboundDelivery, ex: ThreadPoolExecutor) -> InboundDelivery | None:
+        """Play a claimed delivery and send its reply (see the module docstring), under a heartbeat; then, unless
+        the worker is stopping, claim the slot's next delivery in the same hand-off to its thread as the
+        delivery's last write (``complete``), and return it."""
         loop = asyncio.get_running_loop()
 
         def db(fn: Any, *args: Any) -> Any:
@@ -186,40 +217,49 @@ class Worker:
         handling = asyncio.ensure_future(self._handle(delivery, db, ex))
         heartbeat = asyncio.ensure_future(self._heartbeat(delivery, db, handling))
         try:
-            await asyncio.shield(handling)
+            completion = await asyncio.shield(handling)
         except asyncio.CancelledError:
             if not handling.done():  # this worker is being cancelled: roll the turn back, requeue
                 handling.cancel()
                 await asyncio.gather(handling, return_exceptions=True)
-                await asyncio.shield(db(taskqueue.release, delivery, self.owner))
+                unsent = delivery.pk not in self._sending
+                await asyncio.shield(db(taskqueue.release, delivery, self.owner, unsent))
                 raise
             logger.warning("Delivery %s: lease lost, turn cancelled", delivery.pk)
+            return None
         finally:
+            self._sending.discard(delivery.pk)
             heartbeat.cancel()
             await asyncio.gather(heartbeat, return_exceptions=True)
             tracing.leave(traced)
             if self.costs is not None:
                 self.costs.deliveries += 1
+        visibility = None if self._stopping else self.visibility
+        if completion is None and visibility is None:
+            return None
+        with self._stage("claim" if completion is None else "finish"):
+            return await db(_complete_then_claim, delivery, self.owner, completion, visibility)
 
     def _stage(self, name: str) -> contextlib.AbstractContextManager[None]:
         return self.costs.stage(name) if self.costs is not None else contextlib.nullcontext()
 
-    async def _handle(self, delivery: InboundDelivery, db: Any, slot: ThreadPoolExecutor) -> None:
+    async def _handle(self, delivery: InboundDelivery, db: Any, slot: ThreadPoolExecutor) -> _Completion | None:
+        """Play and answer ``delivery``; returns how its reply went (for ``complete``), None when nothing was sent."""
         replies_out = delivery.provider in (InboundDelivery.Provider.WHATSAPP, InboundDelivery.Provider.TELEGRAM)
         reply = Reply.SENDING if replies_out else Reply.NONE
         if delivery.reply_status == Reply.SENDING:
             # Claimed again after its worker died while sending the reply: it may have gone out; never twice.
-            with self._stage("finish"):
-                await db(taskqueue.complete, delivery, self.owner, Reply.SENDING,
-                         "The worker stopped while sending the reply; it is not sent again.")
-            return
+            return Reply.SENDING, "The worker stopped while sending the reply; it is not sent again."
         try:
-            answer = await self._play(delivery, db)
+            answer, settled = await self._play(delivery, db, replies_out)
         except CancelledByOperator as err:  # rolled back; the customer gets nothing, the console a Retry
             logger.info("Delivery %s: %s", delivery.pk, err)
             with self._stage("finish"):
                 await db(taskqueue.fail, delivery, self.owner, str(err), "", Reply.NONE)
-            return
+            return None
+        except settle.DeliveryLost:  # rolled back: its lease passed to another worker, which plays it
+            logger.info("Delivery %s: another worker took it over; its turn here was rolled back", delivery.pk)
+            return None
         except Exception as err:  # noqa: BLE001 - an engine or store failure: the turn was rolled back
             if not await db(taskqueue.turn_committed, delivery):
                 logger.warning("Delivery %s failed: %s: %s", delivery.pk, type(err).__name__, err)
@@ -228,32 +268,35 @@ class Worker:
                     takeover.note_failed_turn, delivery.session_id) else FALLBACK_REPLY
                 with self._stage("finish"):
                     failed = await db(taskqueue.fail, delivery, self.owner, error, fallback, reply)
-                if failed and replies_out:
-                    await self._send(delivery, fallback, db, slot)
-                return
-            answer = await db(taskqueue.last_answer, delivery.session_id)
-        if answer is None:  # held for the operator: stored, nothing to send
-            answer, reply = "", Reply.HELD
+                return await self._send(delivery, fallback, slot) if failed and replies_out else None
+            answer, settled = await db(taskqueue.last_answer, delivery.session_id), False
+        text, reply = taskqueue.outcome(answer, replies_out)
         self.processed += 1
-        with self._stage("finish"):
-            finished = await db(taskqueue.finish, delivery, self.owner, answer, reply)
-        if finished and reply == Reply.SENDING:
-            await self._send(delivery, answer, db, slot)
+        if not settled:  # the turn's commit did not record it (a turn played before a crash, an unsupported type…)
+            with self._stage("finish"):
+                if not await db(taskqueue.finish, delivery, self.owner, text, reply):
+                    return None
+        return await self._send(delivery, text, slot) if reply == Reply.SENDING else None
 
-    async def _play(self, delivery: InboundDelivery, db: Any) -> str | None:
-        """The answer to send; None when the turn was held for an operator (nothing to send)."""
+    async def _play(self, delivery: InboundDelivery, db: Any, replies_out: bool) -> tuple[str | None, bool]:
+        """(the answer to send, None when the turn was held for an operator; True when the turn's commit
+        recorded it on the delivery: ``webhooks_app.settle``)."""
         if delivery.kind == Kind.UNSUPPORTED:
-            return UNSUPPORTED_REPLY
+            return UNSUPPORTED_REPLY, False
         if taskqueue.played_before(delivery):  # its marker, read with the claim
             logger.info("Delivery %s: its turn committed before a crash; not played again", delivery.pk)
             if delivery.kind == Kind.RESET:
-                return RESET_REPLY
-            return None if await db(takeover.ends_with_customer, delivery.session_id) else await db(
-                taskqueue.last_answer, delivery.session_id)
-        with settle.playing(delivery), self._stage("turn"):  # its commit is refused if the session is deleted
+                return RESET_REPLY, False
+            held = await db(takeover.ends_with_customer, delivery.session_id)
+            return (None if held else await db(taskqueue.last_answer, delivery.session_id)), False
+        fixed = RESET_REPLY if delivery.kind == Kind.RESET else None
+        # Its commit records the answer on the delivery, or is refused (the session deleted, the delivery lost).
+        with settle.playing(delivery, self.owner, replies_out, fixed) as play, self._stage("turn"):
             report = self._report(delivery)
             try:
-                return await self._play_turn(delivery, report)
+                return await self._play_turn(delivery, report), play.settled
+            except settle.DeliveryLost:
+                raise
             except SessionBusyError:
                 # Stopped: nothing was written. An operator's Cancel turn ends the delivery; a takeover
                 # "now" or a lost lease plays it again, in line behind whoever holds the session now.
@@ -261,7 +304,9 @@ class Worker:
                 logger.info("Delivery %s: its turn was stopped; playing it again", delivery.pk)
             report = self._report(delivery)
             try:
-                return await self._play_turn(delivery, report)
+                return await self._play_turn(delivery, report), play.settled
+            except settle.DeliveryLost:
+                raise
             except SessionBusyError:
                 await self._unless_cancelled(delivery, db, report)  # the replay cancelled too
                 raise
@@ -287,7 +332,7 @@ class Worker:
             return RESET_REPLY
         response = await runner.run_async(delivery.session_id, delivery.text, delivery.metadata,
                                           turn_metadata=_turn_metadata(delivery), report=report)
-        return None if response.held and not response.content else response.content
+        return taskqueue.answer_of(response)
 
     async def _heartbeat(self, delivery: InboundDelivery, db: Any, playing: asyncio.Future[Any]) -> None:
         while True:
@@ -301,11 +346,12 @@ class Worker:
                 playing.cancel()
                 return
 
-    async def _send(self, delivery: InboundDelivery, text: str, db: Any, slot: ThreadPoolExecutor) -> None:
-        """Send, then record sent/failed and finish the delivery (``sending`` was committed before)."""
+    async def _send(self, delivery: InboundDelivery, text: str, slot: ThreadPoolExecutor) -> _Completion:
+        """Send (``sending`` was committed before); returns the outcome for ``complete``."""
         http = self._http.get(slot)
         if http is None:
             http = self._http[slot] = replies.client()
+        self._sending.add(delivery.pk)
         try:
             with self._stage("reply send"):
                 await replies.send(http, delivery, text)
@@ -314,5 +360,4 @@ class Worker:
             outcome, error = Reply.FAILED, f"{type(err).__name__}: {err}"
         else:
             outcome, error = Reply.SENT, ""
-        with self._stage("finish"):
-            await db(taskqueue.complete, delivery, self.owner, outcome, error)
+        return outcome, error

@@ -22,7 +22,7 @@ from decimal import Decimal
 from typing import Literal
 
 from chatflow_agent.exceptions import SessionBusyError, SessionDeletedError
-from chatflow_agent.types import ModelCallUsage, TurnUsage
+from chatflow_agent.types import AgentResponse, ModelCallUsage, TurnUsage
 
 __all__ = ["TOOL_OUTCOMES", "TURN_SOURCES", "TURN_STATUSES", "ToolCallReport", "TurnReport", "TurnStatus"]
 
@@ -52,9 +52,11 @@ class TurnReport:
     work waited before a worker took it: a webhook delivery's first sighting → its claim), ``trace_id``
     (32 hex digits, the OpenTelemetry trace). Set by the Runner: ``user_text``, ``agents`` (the agent
     that played the turn, then every handoff target), ``calls`` (each model call's priced usage),
-    ``tools``. Set by the store: ``owner`` (the lease owner, ``host:pid:…``), ``requested_at`` /
-    ``started_at`` / ``finished_at`` (unix epoch seconds: the turn asked for the session, got its lease,
-    ended), ``status`` and ``error`` (``"TypeName: message"`` of what ended a failed turn).
+    ``tools``, and ``response`` (the turn's ``AgentResponse``, once it has one: before the store
+    commits the turn, so a backend can write what the turn answered with its rows). Set by the store:
+    ``owner`` (the lease owner, ``host:pid:…``), ``requested_at`` / ``started_at`` / ``finished_at``
+    (unix epoch seconds: the turn asked for the session, got its lease, ended), ``status`` and ``error``
+    (``"TypeName: message"`` of what ended a failed turn).
     """
 
     source: str = "other"
@@ -70,6 +72,7 @@ class TurnReport:
     agents: list[str] = field(default_factory=list)
     calls: list[ModelCallUsage] = field(default_factory=list)
     tools: list[ToolCallReport] = field(default_factory=list)
+    response: AgentResponse | None = None
 
     @property
     def lease_wait_ms(self) -> float | None:

@@ -53,20 +53,25 @@ logger = logging.getLogger("chatflow_agent.runner")
 __all__ = ["Runner", "Subscriber"]
 
 Subscriber = Callable[[RunEvent], Awaitable[None] | None]
+#: ``wants(session_id, event_type) -> bool``: whether a subscriber receives that event (see ``Runner.subscribe``).
+_Wants = Callable[[str, str], bool]
 _Emit = Callable[[RunEvent], Awaitable[None]]
 
 
 class _Turn:
     """The state of one running turn.
 
-    Run events are only built when someone receives them (``watched``): a turn nobody streams
-    or subscribes to skips their construction (about a tenth of the Runner's own cost per turn).
+    Run events are only built when someone receives them (:meth:`wants`): a turn nobody streams, and
+    whose subscribers all decline the event (see ``Runner.subscribe``), skips their construction (a
+    turn's events are about a tenth of the Runner's own cost).
     """
 
     session: SessionContext  # set once the store has handed the session out
 
-    def __init__(self, runner: Runner, emit: _Emit, streamed: bool, report: TurnReport | None = None) -> None:
+    def __init__(self, runner: Runner, session_id: str, emit: _Emit, streamed: bool,
+                 report: TurnReport | None = None) -> None:
         self.runner = runner
+        self.session_id = session_id
         self.report = report if report is not None else TurnReport()
         self.emit = emit
         self.streamed = streamed
@@ -83,10 +88,16 @@ class _Turn:
     def usage(self) -> TurnUsage:
         return TurnUsage(calls=list(self.calls))
 
-    @property
-    def watched(self) -> bool:
-        """True when this turn's events reach someone: a ``run_streamed`` consumer or a subscriber."""
-        return self.streamed or bool(self.runner._subscribers)
+    def wants(self, event_type: str) -> bool:
+        """True when an event of ``event_type`` (a ``RunEvent.type``) of this turn reaches someone: a
+        ``run_streamed`` consumer, or a subscriber that does not decline it."""
+        if self.streamed:
+            return True
+        session_id = self.session_id
+        for _, wants in self.runner._subscribers:
+            if wants is None or wants(session_id, event_type):
+                return True
+        return False
 
     @property
     def turn_id(self) -> str:
@@ -97,7 +108,7 @@ class _Turn:
 
     async def append(self, message: Message) -> None:
         self.session.add_message(message)
-        if self.watched:
+        if self.wants("message_appended"):
             await self.emit(MessageAppended(
                 session_id=self.session.session_id, turn_id=self.turn_id, message=message,
                 agent_name=self.session.active_agent.name, index=self.count,
@@ -146,7 +157,7 @@ class Runner:
         self.on_human_request = on_human_request
         self.human_request_reply = human_request_reply
         self._agents_registry: dict[str, Agent] = {}
-        self._subscribers: list[Subscriber] = []
+        self._subscribers: list[tuple[Subscriber, _Wants | None]] = []
         self._background: set[asyncio.Task[Any]] = set()
         self._register_agent_tree(starting_agent)
         if hasattr(self.session_store, "set_agent_resolver"):
@@ -177,12 +188,19 @@ class Runner:
     # ---- events ---------------------------------------------------------------------------
     def subscribe(self, subscriber: Subscriber) -> Callable[[], None]:
         """Call ``subscriber(event)`` (sync or async) for every event of every run; returns an
-        unsubscribe function. A subscriber that raises is logged and does not fail the turn."""
-        self._subscribers.append(subscriber)
-        return lambda: self._subscribers.remove(subscriber) if subscriber in self._subscribers else None
+        unsubscribe function. A subscriber that raises is logged and does not fail the turn.
+
+        A subscriber with a ``wants(session_id, event_type) -> bool`` method (``event_type``: a
+        ``RunEvent.type``) is asked before each event is built; when it and every other subscriber
+        decline (and nobody streams the turn), the event is not built at all. It may still be called
+        with events it declined, when another receiver wanted them. ``wants`` must be cheap and must
+        not raise."""
+        entry = (subscriber, getattr(subscriber, "wants", None))
+        self._subscribers.append(entry)
+        return lambda: self._subscribers.remove(entry) if entry in self._subscribers else None
 
     async def _publish(self, event: RunEvent) -> None:
-        for subscriber in list(self._subscribers):
+        for subscriber, _ in list(self._subscribers):
             try:
                 result = subscriber(event)
                 if inspect.isawaitable(result):
@@ -252,7 +270,7 @@ class Runner:
                        *, streamed: bool, starting_agent: Agent | None = None,
                        turn_metadata: dict[str, Any] | None = None,
                        report: TurnReport | None = None) -> AgentResponse:
-        turn = _Turn(self, emit, streamed, report)
+        turn = _Turn(self, session_id, emit, streamed, report)
         turn.report.user_text = user_message
         started = time.perf_counter()
         try:
@@ -261,18 +279,18 @@ class Runner:
                 turn.session = session
                 if turn_metadata:
                     session.metadata.update(turn_metadata)
-                response = await self._play(turn, user_message)
+                response = turn.report.response = await self._play(turn, user_message)
         except BaseException as err:
             committed = getattr(getattr(turn, "session", None), "turn_committed", False)
             if isinstance(err, asyncio.CancelledError) and committed:
-                if turn.watched:  # cancelled while the commit was written: the turn is kept (see store.turn)
+                if turn.wants("turn_completed"):  # cancelled while the commit was written: the turn is kept
                     await self._completed(turn, emit, response, started)
                 raise
-            if turn.watched:
+            if turn.wants("turn_failed"):
                 await emit(TurnFailed(session_id=session_id, turn_id=turn.turn_id, error_type=type(err).__name__,
                                       error=str(err) or type(err).__name__, usage=turn.usage))
             raise
-        if turn.watched:
+        if turn.wants("turn_completed"):
             await self._completed(turn, emit, response, started)
         return response
 
@@ -293,7 +311,7 @@ class Runner:
                            session.session_id, agent.name, self.starting_agent.name)
             session.active_agent = self.starting_agent
         turn.report.add_agent(session.active_agent.name)
-        if turn.watched:
+        if turn.wants("turn_started"):
             await turn.emit(TurnStarted(session_id=session.session_id, turn_id=turn.turn_id,
                                         agent_name=session.active_agent.name, user_message=user_message))
         decision = await self._consult_gate(session, user_message)
@@ -347,7 +365,7 @@ class Runner:
             result = await engine.generate_turn_async(agent=agent, history=history)
         else:
             async def on_delta(text: str) -> None:
-                if turn.watched:
+                if turn.wants("text_delta"):
                     await turn.emit(TextDelta(session_id=turn.session.session_id, turn_id=turn.turn_id,
                                               text=text, agent_name=agent.name))
 
@@ -362,7 +380,7 @@ class Runner:
         results: list[ToolResult] = []
         limit_hit = False
         for call in calls:
-            if turn.watched:
+            if turn.wants("tool_call_started"):
                 await turn.emit(ToolCallStarted(session_id=turn.session.session_id, turn_id=turn.turn_id,
                                                 call=call, agent_name=agent.name))
             started = time.perf_counter()
@@ -378,7 +396,7 @@ class Runner:
             duration_ms = (time.perf_counter() - started) * 1000
             turn.report.tools.append(ToolCallReport(call.name, duration_ms, _outcome(skipped, result, handoffs,
                                                                                      turn.handoffs)))
-            if turn.watched:
+            if turn.wants("tool_call_finished"):
                 await turn.emit(ToolCallFinished(session_id=turn.session.session_id, turn_id=turn.turn_id,
                                                  result=result, agent_name=agent.name, duration_ms=duration_ms))
         return results
@@ -417,7 +435,7 @@ class Runner:
         turn.handoffs += 1
         turn.last_handoff = handoff
         turn.report.add_agent(target.name)
-        if turn.watched:
+        if turn.wants("handoff"):
             await turn.emit(HandoffOccurred(session_id=session.session_id, turn_id=turn.turn_id,
                                             from_agent=previous.name, to_agent=target.name, handoff=handoff))
         return ToolResult(tool_call_id=call.id, name=call.name, content={

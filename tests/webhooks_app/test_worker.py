@@ -6,15 +6,17 @@ import asyncio
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 
+from agents_app import runtime
 from chatflow_agent.types import Role
 from sessions_app.models import ChatMessage, ChatSession, OperatorAction, ProcessedMessage
 from tests.sessions_app import personas
 from tests.webhooks_app import payloads as p
 from tests.webhooks_app.fakes import FakeProviderAPI
 from tests.webhooks_app.test_endpoints import post_generic, post_tg, post_wa
-from webhooks_app import ledger, replies, taskqueue
+from webhooks_app import ledger, replies, settle, taskqueue
 from webhooks_app.models import InboundDelivery
 from webhooks_app.worker import FALLBACK_REPLY, RESET_REPLY, UNSUPPORTED_REPLY, Worker
 
@@ -116,26 +118,98 @@ def test_a_retry_needs_csrf(client, apis, tmp_path):
     assert d.status == "failed"
 
 
-def test_a_turn_committed_before_a_crash_is_not_played_again(client, apis):
-    """SIGKILL after the turn's commit and before the done write, simulated: the reclaiming worker finds
-    the delivery's marker in the session, skips the turn and sends the one reply."""
+def _play_turn(delivery: InboundDelivery, owner: str) -> None:
+    """Play ``delivery``'s turn as a worker does, up to its commit (then nothing: a crash, or the caller's test)."""
+    async def play() -> None:
+        with settle.playing(delivery, owner, replies_out=True):
+            await runtime.site_runner().run_async(delivery.session_id, delivery.text, delivery.metadata,
+                                                  turn_metadata={taskqueue.MARKER_KEY: delivery.marker})
+
+    asyncio.run(play())
+
+
+def test_the_turns_commit_records_its_answer_and_that_the_reply_is_being_sent(client, apis):
+    post_wa(client, p.whatsapp(p.wa_text("wamid.K", "once")))
+    d = taskqueue.claim_next("worker:crashed", 30)
+    _play_turn(d, "worker:crashed")
+    d.refresh_from_db()
+    assert len(texts("15550100")) == 2
+    assert (d.status, d.reply_status, d.answer, d.lease_owner) == ("running", "sending", "echo: once", "worker:crashed")
+
+
+def test_a_turn_committed_before_a_crash_is_neither_played_nor_answered_again(client, apis):
+    """SIGKILL after the turn's commit and before the send, simulated: the reclaiming worker finds the marker,
+    does not play the turn again and does not send (the reply may have gone out): the ledger shows it unknown,
+    for an operator to send again."""
     wa, _ = apis
     post_wa(client, p.whatsapp(p.wa_text("wamid.K", "once")))
-    crashed = Worker(slots=1)
-    d = taskqueue.claim_next(crashed.owner, 30)
-
-    async def play_then_die() -> None:
-        with ledger.queue_thread() as ex:
-            await crashed._play(d, lambda fn, *a: asyncio.get_running_loop().run_in_executor(ex, fn, *a))
-
-    asyncio.run(play_then_die())
-    assert len(texts("15550100")) == 2
+    d = taskqueue.claim_next("worker:crashed", 30)
+    _play_turn(d, "worker:crashed")
     InboundDelivery.objects.filter(pk=d.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
-    assert drain() == 1
+    assert drain() == 0  # finished, not played
+    assert len(texts("15550100")) == 2 and wa.bodies() == []
+    d = ledger.with_reply_state().get(pk=d.pk)
+    assert (d.status, d.attempts, d.reply_status, d.reply_unknown, d.resendable) == ("done", 2, "sending", True, True)
+
+
+def test_a_worker_stopped_after_the_commit_and_before_the_send_gives_the_reply_back_to_be_sent(client, apis):
+    """Cancelled (a second SIGTERM) once the turn committed, before its send began: nothing went out, so the
+    delivery goes back to the queue with its ``sending`` cleared; the next worker sends the reply, once,
+    without playing the turn again."""
+    wa, _ = apis
+    post_wa(client, p.whatsapp(p.wa_text("wamid.C", "hello")))
+
+    async def stop_after_the_commit() -> None:
+        run = asyncio.ensure_future(Worker(slots=1, poll=0.05).run())
+
+        async def on_event(event) -> None:
+            if event.type == "turn_completed":  # committed; the worker stops while the turn still reports it
+                run.cancel()
+                await asyncio.sleep(5)  # a slow subscriber: the stop reaches the turn here, before the send
+
+        stop = runtime.site_runner().subscribe(on_event)
+        try:
+            with pytest.raises(asyncio.CancelledError):
+                await run
+        finally:
+            stop()
+
+    asyncio.run(stop_after_the_commit())
+    d = InboundDelivery.objects.get()
+    assert (d.status, d.reply_status, d.lease_owner) == ("queued", "", "") and wa.bodies() == []
     assert len(texts("15550100")) == 2
-    assert [b["text"]["body"] for b in wa.bodies()] == ["echo: once"]
+    assert drain() == 1
+    assert len(texts("15550100")) == 2 and [b["text"]["body"] for b in wa.bodies()] == ["echo: hello"]
     d.refresh_from_db()
-    assert (d.status, d.attempts, d.reply_status) == ("done", 2, "sent")
+    assert (d.status, d.reply_status) == ("done", "sent")
+
+
+def test_a_turn_whose_delivery_passed_to_another_worker_is_refused_at_its_commit(client, apis):
+    """The delivery's lease expired mid-turn and another worker claimed it: this turn's commit writes nothing
+    (the other worker plays it), instead of a turn the other would play a second time."""
+    post_wa(client, p.whatsapp(p.wa_text("wamid.L", "hello")))
+    d = taskqueue.claim_next("worker:slow", 30)
+
+    def taken_over() -> None:  # on a thread of its own, which closes its connection
+        try:
+            InboundDelivery.objects.filter(pk=d.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+            assert taskqueue.claim_next("worker:other", 30) is not None
+        finally:
+            connection.close()
+
+    async def on_event(event) -> None:
+        if event.type == "turn_started":
+            await asyncio.to_thread(taken_over)
+
+    stop = runtime.site_runner().subscribe(on_event)
+    try:
+        with pytest.raises(settle.DeliveryLost):
+            _play_turn(d, "worker:slow")
+    finally:
+        stop()
+    assert texts("15550100") == []
+    d.refresh_from_db()
+    assert (d.status, d.lease_owner, d.reply_status, d.answer) == ("running", "worker:other", "", "")
 
 
 def test_a_delivery_whose_worker_died_is_claimed_again_after_the_visibility_timeout(client, apis):
