@@ -10,6 +10,7 @@ increments ``duplicates_suppressed``. Either everything of a payload is written 
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 import uuid
@@ -25,6 +26,7 @@ from django.utils import timezone
 from agents_app.runtime import site_store
 from health_app import tracing
 from sessions_app.models import ProcessedMessage
+from sessions_app.store import driver_cursor
 from webhooks_app.models import InboundDelivery
 
 __all__ = ["Inbound", "Accepted", "accept", "aaccept", "claim_key", "retry", "RetryRefused"]
@@ -139,32 +141,70 @@ async def aaccept(messages: list[Inbound]) -> Accepted:
     return await asyncio.get_running_loop().run_in_executor(_inbox_executor(), _accept_on_inbox_thread, messages)
 
 
+_TABLE = InboundDelivery._meta.db_table
+# A new message's delivery, or nothing when a delivery of its id exists (then _accept_seen decides).
+_INSERT_NEW = (
+    f"INSERT INTO {_TABLE} (provider, provider_message_id, claim_key, session_id, kind, text, metadata, payload, "
+    "status, attempts, first_seen, last_seen, duplicates_suppressed, token, lease_owner, lease_expires_at, error, "
+    "answer, reply_status, reply_error, finished_at) VALUES (?, ?, ?, ?, ?, ?, {json}, {json}, 'queued', 0, ?, ?, 0, "
+    "?, '', NULL, '', '', '', '', NULL) ON CONFLICT (provider, provider_message_id) DO NOTHING RETURNING id"
+)
+_DUPLICATE = (f"UPDATE {_TABLE} SET duplicates_suppressed = duplicates_suppressed + 1, last_seen = ? "
+              "WHERE provider = ? AND provider_message_id = ?")
+
+
 def _accept_one(store: Any, msg: Inbound) -> InboundDelivery | None:
+    """Claim ``msg``'s id and queue its delivery (inside ``accept``'s transaction); None for a duplicate.
+
+    The two statements every message makes (the claim, then the new delivery's insert, or a duplicate's
+    count) run on the driver's cursor; a message whose id has a delivery already goes through
+    :func:`_accept_seen`."""
     now = timezone.now()
+    at = connection.ops.adapt_datetimefield_value(now)
     key = claim_key(msg.provider, msg.provider_message_id)
-    same = InboundDelivery.objects.filter(provider=msg.provider, provider_message_id=msg.provider_message_id)
     if not store.record_processed_message(key):  # one statement, in this transaction
-        same.update(duplicates_suppressed=F("duplicates_suppressed") + 1, last_seen=now)
+        _execute(_DUPLICATE, [at, msg.provider, msg.provider_message_id])
         return None
-    fields = {
+    token = uuid.uuid4().hex
+    row = _execute(_INSERT_NEW, [msg.provider, msg.provider_message_id, key, msg.session_id, msg.kind, msg.text,
+                                 json.dumps(msg.metadata), json.dumps(msg.payload), at, at, token])
+    if row is None:
+        return _accept_seen(msg, key, now)
+    delivery = InboundDelivery(
+        id=row[0], provider=msg.provider, provider_message_id=msg.provider_message_id, **_fields(msg, key, now, token))
+    delivery._state.adding, delivery._state.db = False, connection.alias
+    return delivery
+
+
+def _execute(sql: str, params: list[Any]) -> Any:
+    """One statement on the driver's cursor of this thread's connection; its first row (None without one)."""
+    with driver_cursor() as (cursor, dialect):
+        cursor.execute(dialect.render(sql), params)
+        return cursor.fetchone() if cursor.description else None
+
+
+def _fields(msg: Inbound, key: str, now: Any, token: str) -> dict[str, Any]:
+    """A queued delivery's fields (those ``_INSERT_NEW`` writes)."""
+    return {
         "claim_key": key, "session_id": msg.session_id, "kind": msg.kind, "text": msg.text,
         "metadata": msg.metadata, "payload": msg.payload, "status": Status.QUEUED, "attempts": 0,
-        "first_seen": now, "last_seen": now, "duplicates_suppressed": 0, "token": uuid.uuid4().hex,
+        "first_seen": now, "last_seen": now, "duplicates_suppressed": 0, "token": token,
         "lease_owner": "", "lease_expires_at": None, "error": "", "answer": "", "reply_status": "",
         "reply_error": "", "finished_at": None,
     }
-    existing = same.select_for_update().first()
-    if existing is None:
-        return InboundDelivery.objects.create(
-            provider=msg.provider, provider_message_id=msg.provider_message_id, **fields
-        )
+
+
+def _accept_seen(msg: Inbound, key: str, now: Any) -> InboundDelivery | None:
+    """The claim was won but a delivery of this id exists: after the TTL, or after a failure released the claim."""
+    same = InboundDelivery.objects.filter(provider=msg.provider, provider_message_id=msg.provider_message_id)
+    existing = same.select_for_update().get()
     if existing.status in (Status.QUEUED, Status.RUNNING):
         # The claim had expired (or was released) while the delivery still waits or runs: it is
         # the same work, so this is a duplicate, not a second turn.
         same.update(duplicates_suppressed=F("duplicates_suppressed") + 1, last_seen=now)
         return None
-    # A new delivery of an id seen before: after the TTL, or after a failure released the claim.
-    for name, value in fields.items():
+    # A new delivery of an id seen before.
+    for name, value in _fields(msg, key, now, uuid.uuid4().hex).items():
         setattr(existing, name, value)
     existing.save()
     return existing
