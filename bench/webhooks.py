@@ -1,29 +1,56 @@
-"""Webhook acknowledgement latency under load, and queue throughput, on SQLite and PostgreSQL.
+"""Webhook queue throughput and acknowledgement latency, on SQLite and PostgreSQL, A/B against other checkouts.
 
-    python bench/webhooks.py                       # both databases, defaults below
-    python bench/webhooks.py --db sqlite --requests 3000 --concurrency 32
+    python bench/webhooks.py                                  # this checkout alone, both databases
+    python bench/webhooks.py --vs /work/base607 --rounds 3    # and another checkout, interleaved
+    python bench/webhooks.py --db postgres --modes draining --turns 600 --vs ../other
 
-Per database, on a fresh migrated database:
+Run it under the shared lock (``flock /tmp/bench.lock python bench/webhooks.py …``): other benchmarks on
+the machine move every figure. Every tree (this checkout, and each ``--vs DIR``, another checkout of this
+project) runs its own processes — ``python`` is this one (``sys.executable``), the working directory that
+tree's — on databases migrated with its own ``manage.py``: once per database kind into a template, then a
+fresh copy for every measurement, so each starts from the same state. Replies go to a fake Graph API.
 
-1. **Ack latency.** One daphne process with its embedded queue worker (the embedded default) serves
-   ``/webhooks/whatsapp/``; this script, a second process, is the load generator: ``--requests`` signed
-   Cloud API payloads (one text message each, from 200 senders, 10 % of them redeliveries of an earlier
-   message) sent open-loop at ``--rate`` per second (httpx). The worker plays the turns (demo engine) and
-   sends replies to a fake Graph API (a process of its own) while the load runs. Reported: p50/p90/p99/max of
-   the request round trip and the turns completed during the load; then a closed-loop saturation run
-   over ``--concurrency`` connections (acks per second, its p99). Repeated with the turns played by a
-   ``chatflow_worker`` process instead (``CHATFLOW_EMBEDDED_WORKER=off`` on daphne), and with no turns
-   at all (the acknowledgement path alone; its deliveries stay queued and count in no turn figure).
-   First of all, the same open-loop run against the fake Graph API (a stdlib server that only answers
-   200) measures the load generator's own share of a round trip, printed under the table.
-2. **Queue throughput.** ``--turns`` deliveries are queued (daphne with the embedded worker off), then
-   ``manage.py chatflow_worker --drain`` processes (1, and on PostgreSQL also 4, × 8 slots) play them:
-   turns per second from the first worker's "ready" (Django set up) to the last exit, replies included;
-   then the cost breakdown per delivery the workers measured (``chatflow_worker --costs``: database
-   round trips and write transactions by table group, ms by stage, worker CPU) and the whole
-   machine's CPU per turn during the drain (``/proc/stat``: the database and everything else too).
+1. **Queue throughput, A/B.** Configurations: SQLite 1 worker × 8 slots, PostgreSQL 1 × 8 and 4 × 8. For each
+   of ``--rounds`` rounds (default 3), each configuration is measured for every tree in turn (A B A B …): a
+   daphne of that tree (embedded worker off) accepts ``--turns`` signed webhooks (plus 10 % redeliveries;
+   ``--turns 600`` queues 601 deliveries), is stopped, then ``manage.py chatflow_worker --drain --slots 8
+   --poll 0.05`` processes drain the backlog, without instrumentation. Turns/s run from the first worker's
+   "ready" line (Django set up) to the last worker's exit, replies included. Each drain prints its turns
+   (queued before it), deliveries done after it and replies the fake Graph API received (all three should
+   match), and the CPU per delivery over the same window, measured from outside: the whole machine
+   (``/proc/stat``), the PostgreSQL server (``utime + stime`` of the live ``postgres`` processes plus the
+   postmaster's ``cutime + cstime``, so backends that exit count), the workers (each one's CPU at its exit,
+   from ``os.wait4``, minus its CPU at its "ready" line, from ``/proc/<pid>/stat``) and the fake Graph API;
+   "rest" is the machine less those three (this script, the kernel, anyone else's processes: ~0 on a quiet
+   machine; slightly negative is accounting noise, ``/proc/stat`` being sampled per tick). "spread" is how
+   long after the first worker the last one was ready (inside the timed window, as start-up contends).
+   Summary per configuration: the median turns/s of each tree and the median of the per-round ratios
+   (this / vs); on PostgreSQL, for each tree, the median of the per-round ratios 4 workers / 1 worker.
+2. **Cost breakdown** (this checkout only): one more drain per database (1 × 8) with ``chatflow_worker
+   --costs`` — database round trips and write transactions by table group, ms by stage (wall, summed over
+   the slots), worker CPU — per delivery. Its instrumentation slows the worker: its turns/s are not
+   compared. A tree whose worker has no ``--costs`` (found from its ``--help``) gets none.
+3. **Acknowledgement latency** (``--modes``, default all four). ``--requests`` webhooks (one text message
+   each, from 200 senders, 10 % redeliveries) sent open-loop at ``--rate`` per second by this process
+   (httpx); p50/p90/p99/max of the request round trip.
+   - ``draining`` (every tree, every round): a backlog of ``--turns`` deliveries, then ONE ``chatflow_worker
+     --drain`` (8 slots); from its "ready" line until it exits, the open-loop webhooks go to the same
+     daphne (so at most ``--requests``; the drain's length and turns/s are printed beside them). The window
+     lasts until the worker has caught up with the backlog and the new webhooks: a few seconds for a fast
+     tree (a p99 of a few hundred acks), all ``--requests`` for one slower than ``--rate``; a larger
+     ``--turns`` lengthens it.
+   - ``embedded``, ``worker process``, ``no turns`` (this checkout, once): daphne with its embedded worker;
+     a ``chatflow_worker`` process beside daphne; no worker at all. Each followed by a closed-loop
+     saturation run over ``--concurrency`` connections (acks/s, its p99).
+   The floor — the load generator alone, the same open-loop run against the fake Graph API — is measured
+   at the start and again at the end; ratios use the worse (higher p99) of the two.
+4. **The fake Graph API**: a stdlib asyncio server in a process of its own (``bench/_webhooks_rig.py``)
+   that parses each request, counts it and answers one 200 JSON body with keep-alive; its CPU per reply
+   over the whole run is printed (it shares the two cores with everything measured).
 
-Prints a table and a JSON line; the README's performance section records the figures.
+Targets (issue 15), printed per database against the first ``--vs`` tree: this tree's turns/s ≥ 5× the vs
+tree's; PostgreSQL 4 workers ≥ 1.5× one; acknowledgement p99 while draining ≤ 3× the floor. Prints tables
+and one JSON line; the README's performance section records the figures.
 """
 
 from __future__ import annotations
@@ -34,76 +61,32 @@ import contextlib
 import hashlib
 import hmac
 import json
-import multiprocessing
-import os
-import secrets
 import statistics
-import subprocess
-import sys
-import tempfile
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
+from _webhooks_rig import (
+    PG,
+    REPO,
+    SECRET,
+    FakeGraph,
+    Tree,
+    Workers,
+    count,
+    env_for,
+    load_average,
+    merge_costs,
+    start_daphne,
+    stop,
+)
 
-REPO = Path(__file__).resolve().parent.parent
-SECRET = "bench-app-secret"
-PG = "postgres://postgres@127.0.0.1:5432/{name}"
-MODES = ("embedded", "worker process", "no turns")
+__all__ = ["PG", "REPO", "FakeGraph", "count", "env_for", "payload", "signed", "start_daphne", "stop"]  # soak.py
 
-
-class FakeGraph:
-    """A loopback Graph API in a process of its own: counts POST /{phone_number_id}/messages.
-
-    Its own process, so that receiving the replies does not compete for the load generator's GIL
-    (which would add to the acknowledgement latencies this script measures).
-    """
-
-    def __init__(self) -> None:
-        ctx = multiprocessing.get_context("spawn")
-        self._count = ctx.Value("q", 0)
-        ready = ctx.Queue()
-        self.process = ctx.Process(target=_serve_graph, args=(self._count, ready), daemon=True)
-        self.process.start()
-        self.base = f"http://127.0.0.1:{ready.get(timeout=30)}"
-
-    @property
-    def count(self) -> int:
-        return self._count.value
-
-
-def _serve_graph(counter, ready) -> None:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        # Headers and body go out in two writes; with Nagle's algorithm the second waits for the
-        # client's delayed ACK (~40 ms on Linux loopback) — every reply and floor request did before.
-        disable_nagle_algorithm = True
-
-        def do_POST(self) -> None:  # noqa: N802
-            self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            with counter.get_lock():
-                counter.value += 1
-            body = b'{"messages": [{"id": "wamid.out"}]}'
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args) -> None:
-            pass
-
-    class Server(ThreadingHTTPServer):
-        daemon_threads = True
-
-        def handle_error(self, request, client_address) -> None:
-            pass  # a worker stopped with a keep-alive connection open: not news
-
-    server = Server(("127.0.0.1", 0), Handler)
-    ready.put(server.server_address[1])
-    server.serve_forever()
+MODES = ("draining", "embedded", "worker process", "no turns")
+CONFIGS = {"sqlite": (1,), "postgres": (1, 4)}
+TARGETS = {"speedup": 5.0, "scaling": 1.5, "ack_over_floor": 3.0}
 
 
 def payload(wamid: str, sender: int, text: str) -> bytes:
@@ -121,69 +104,17 @@ def signed(body: bytes) -> dict[str, str]:
             "X-Hub-Signature-256": "sha256=" + hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()}
 
 
-def env_for(db_url: str, graph: str, embedded: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("CHATFLOW_", "WHATSAPP_", "DATABASE_URL"))}
-    env.update(CHATFLOW_ENV_FILE="", DEBUG="0", SECRET_KEY=secrets.token_urlsafe(50), ALLOWED_HOSTS="127.0.0.1",
-               SECURE_SSL_REDIRECT="0", DATABASE_URL=db_url, CHATFLOW_ENGINE="demo",
-               WHATSAPP_APP_SECRET=SECRET, WHATSAPP_ACCESS_TOKEN="bench", WHATSAPP_API_BASE=graph,
-               CHATFLOW_EMBEDDED_WORKER=embedded)
-    return env
+def message_number(i: int) -> int:
+    return i - 7 if i % 10 == 9 else i  # every tenth request redelivers an earlier message
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_daphne(env: dict[str, str]) -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-                             "chatflow_site.asgi:application"], cwd=REPO, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
-    for _ in range(300):
-        try:
-            if httpx.get(f"{base}/healthz/", timeout=1).status_code == 200:
-                return proc, base
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    raise SystemExit("daphne did not start")
-
-
-def stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, 15)
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, 9)
-            proc.wait()
-
-
-def count(db_url: str, status: str) -> int:
-    """Deliveries with ``status``, read straight from the database (no Django process per poll)."""
-    sql = "SELECT count(*) FROM chatflow_inbound_deliveries WHERE status = "
-    if db_url.startswith("sqlite:///"):
-        import sqlite3
-
-        with contextlib.closing(sqlite3.connect(db_url.removeprefix("sqlite:///"), timeout=30)) as conn:
-            return conn.execute(sql + "?", (status,)).fetchone()[0]
-    import psycopg
-
-    with psycopg.connect(db_url) as conn:
-        return conn.execute(sql + "%s", (status,)).fetchone()[0]
-
-
-async def load(base: str, requests: int, concurrency: int, tag: str, rate: float = 0.0) -> list[float]:
+async def load(base: str, requests: int, concurrency: int, tag: str, rate: float = 0.0,
+               until: Callable[[], bool] | None = None) -> list[float]:
     """Send ``requests`` webhooks; open loop at ``rate`` per second when given (the latency a provider
-    sees at that arrival rate), else closed loop over ``concurrency`` connections (saturation)."""
-    bodies: list[bytes] = []
-    for i in range(requests):
-        n = i - 7 if i % 10 == 9 else i  # every tenth request redelivers an earlier message
-        bodies.append(payload(f"wamid.{tag}.{n}", n % 200, f"Where is order {n}?"))
+    sees at that arrival rate; no more once ``until()`` is true), else closed loop over ``concurrency``
+    connections (saturation). Returns each request's round trip in seconds."""
+    numbers = map(message_number, range(requests))
+    bodies = [payload(f"wamid.{tag}.{n}", n % 200, f"Where is order {n}?") for n in numbers]
     latencies: list[float] = []
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     async with httpx.AsyncClient(base_url=base, limits=limits, timeout=30) as client:
@@ -195,12 +126,12 @@ async def load(base: str, requests: int, concurrency: int, tag: str, rate: float
                 raise SystemExit(f"ack failed: {r.status_code} {r.text}")
 
         if rate:
-            start = time.perf_counter()
-            tasks = []
+            start, tasks = time.perf_counter(), []
             for i, body in enumerate(bodies):
-                delay = start + i / rate - time.perf_counter()
-                if delay > 0:
+                if (delay := start + i / rate - time.perf_counter()) > 0:
                     await asyncio.sleep(delay)
+                if until is not None and until():
+                    break
                 tasks.append(asyncio.ensure_future(send(body)))
             await asyncio.gather(*tasks)
         else:
@@ -217,210 +148,297 @@ async def load(base: str, requests: int, concurrency: int, tag: str, rate: float
 
 
 def pct(values: list[float], q: float) -> float:
-    return statistics.quantiles(values, n=1000)[int(q * 10) - 1] * 1000 if len(values) > 1 else values[0] * 1000
+    """The ``q``-th percentile in ms, interpolated inside the samples (never above the maximum)."""
+    if len(values) < 2:
+        return values[0] * 1000
+    return statistics.quantiles(values, n=1000, method="inclusive")[int(q * 10) - 1] * 1000
 
 
-def wait_drained(db_url: str, total: int, timeout: float) -> float:
-    started = time.perf_counter()
-    while time.perf_counter() - started < timeout:
-        if count(db_url, "done") >= total:
-            break
-        time.sleep(0.5)
-    return time.perf_counter() - started
+def latency(values: list[float]) -> dict:
+    return {"acks": len(values), "p50_ms": round(pct(values, 50), 1), "p90_ms": round(pct(values, 90), 1),
+            "p99_ms": round(pct(values, 99), 1), "max_ms": round(max(values) * 1000, 1)}
 
 
-def ack_run(db_url: str, graph: FakeGraph, args: argparse.Namespace, mode: str) -> dict:
-    """Open-loop latency at ``--rate`` while turns run, then a closed-loop saturation run."""
-    embedded, turns = mode == "embedded", mode != "no turns"
-    env = env_for(db_url, graph.base, "on" if embedded else "off")
-    server, base = start_daphne(env)
-    worker = None if embedded or not turns else subprocess.Popen(
-        [sys.executable, "manage.py", "chatflow_worker", "--slots", "8", "--poll", "0.05"], cwd=REPO, env=env,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    tag = {"embedded": "emb", "worker process": "sep"}.get(mode, "idle")
+def backlog_requests(turns: int) -> int:
+    return turns * 10 // 9 + 1  # with every tenth a redelivery: turns + 1 unique messages
 
-    def drained(total: int) -> None:
-        if turns:
-            wait_drained(db_url, total, 600)
 
+@contextlib.contextmanager
+def serving(tree: Tree, env: dict[str, str]) -> Iterator[str]:
+    """A daphne of ``tree`` while inside (its base URL)."""
+    server, base = start_daphne(env, tree.root)
     try:
-        base_done = count(db_url, "done")
-        asyncio.run(load(base, 50, 4, f"{tag}warm"))  # warm-up: imports, connections, first turns
-        drained(base_done + 45)
-        before = count(db_url, "done")
-        started = time.perf_counter()
-        lat = asyncio.run(load(base, args.requests, args.concurrency, f"{tag}load", rate=args.rate))
-        elapsed = time.perf_counter() - started
-        during = count(db_url, "done") - before
-        unique = len({i - 7 if i % 10 == 9 else i for i in range(args.requests)})
-        drained(before + unique)
-        sat = asyncio.run(load(base, args.requests // 2, args.concurrency, f"{tag}sat"))
-        sat_s = sum(sat) / args.concurrency
-        drained(before + unique + len({i - 7 if i % 10 == 9 else i for i in range(args.requests // 2)}))
+        yield base
     finally:
         stop(server)
-        if worker is not None:
-            stop(worker)
-    return {"requests": args.requests, "rate_per_s": args.rate, "achieved_per_s": round(args.requests / elapsed),
-            "p50_ms": round(pct(lat, 50), 1), "p90_ms": round(pct(lat, 90), 1),
-            "p99_ms": round(pct(lat, 99), 1), "max_ms": round(max(lat) * 1000, 1), "turns_during_load": during,
-            "saturation_acks_per_s": round(len(sat) / sat_s), "saturation_p99_ms": round(pct(sat, 99), 1)}
 
 
-def bench_db(kind: str, args: argparse.Namespace, graph: FakeGraph) -> dict:
-    tmp = Path(tempfile.mkdtemp(prefix="chatflow-bench-webhooks-"))
-    name = f"chatflow_bench_webhooks_{os.getpid()}"
-    if kind == "sqlite":
-        db_url = f"sqlite:///{tmp / 'bench.db'}"
-    else:
-        import psycopg
+def drain(tree: Tree, kind: str, workers: int, graph: FakeGraph, args: argparse.Namespace,
+          costs: bool = False) -> dict:
+    """One throughput measurement on a fresh database of ``tree``: fill, then ``workers`` × 8 slots drain."""
+    with tree.fresh_db(kind) as db_url:
+        env = env_for(db_url, graph.base, "off")
+        with serving(tree, env) as base:
+            asyncio.run(load(base, backlog_requests(args.turns), args.concurrency, "fill"))
+        queued = count(db_url, "queued")
+        crew = Workers(tree.root, env, workers, graph, costs=costs)
+        window = crew.join()
+        done = count(db_url, "done")
+    out = {"tree": tree.label, "db": kind, "workers": workers, "slots": 8, "instrumented": costs,
+           "turns": queued, "done": done, "replies": window.pop("replies"), "ready_spread_s": window["ready_spread_s"]}
+    out |= crew.per_delivery(window, queued)
+    return out | ({"costs": merge_costs(crew.reports)} if costs else {})
 
-        with psycopg.connect(PG.format(name="postgres"), autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
-            conn.execute(f'CREATE DATABASE "{name}"')
-        db_url = PG.format(name=name)
-    out: dict = {"db": kind}
-    try:
-        subprocess.run([sys.executable, "manage.py", "migrate", "-v", "0"], cwd=REPO,
-                       env=env_for(db_url, graph.base, "off"), check=True)
-        # 1. ack latency while turns run: in the server process (embedded), or in a worker process
-        out["ack"] = {}
-        for mode in args.modes:
-            out["ack"][mode] = ack_run(db_url, graph, args, mode)
-        # 2. queue throughput with standalone workers
-        out["throughput"] = []
-        for workers in ([] if args.no_throughput else [1] if kind == "sqlite" else [1, 4]):
-            env_off = env_for(db_url, graph.base, "off")
-            server, base = start_daphne(env_off)
-            try:
-                tag = f"tp{workers}"
-                asyncio.run(load(base, args.turns * 10 // 9 + 1, args.concurrency, tag))
-            finally:
-                stop(server)
+
+def draining_run(tree: Tree, kind: str, graph: FakeGraph, args: argparse.Namespace) -> dict:
+    """Acknowledgement latency at ``--rate`` while one worker drains a backlog of ``--turns`` deliveries."""
+    with tree.fresh_db(kind) as db_url:
+        env = env_for(db_url, graph.base, "off")
+        with serving(tree, env) as base:
+            asyncio.run(load(base, backlog_requests(args.turns), args.concurrency, "fill"))
             queued = count(db_url, "queued")
-            replies_before = graph.count
-            procs = [subprocess.Popen([sys.executable, "manage.py", "chatflow_worker", "--drain", "--slots", "8",
-                                       "--poll", "0.05", "--costs"], cwd=REPO, env=env_off, stdout=subprocess.PIPE,
-                                      stderr=subprocess.DEVNULL, text=True) for _ in range(workers)]
-            ready: list[float] = []
-            reports: list[dict] = []
-            cpu: list[float] = []
-
-            def wait_ready(proc: subprocess.Popen, ready: list[float] = ready, cpu: list[float] = cpu,
-                           reports: list[dict] = reports) -> None:
-                proc.stdout.readline()  # "… ready": Django is set up, the worker polls from now on
-                ready.append(time.perf_counter())
-                if len(ready) == 1:
-                    cpu.append(machine_cpu_s())
-                for line in proc.stdout.read().splitlines():
-                    if line.startswith("costs "):
-                        reports.append(json.loads(line.removeprefix("costs ")))
-
-            readers = [threading.Thread(target=wait_ready, args=(p,)) for p in procs]
-            for t in readers:
-                t.start()
-            for p in procs:
-                p.wait()
-            for t in readers:
-                t.join()
-            started = min(ready)  # process start-up (imports, Django setup) is not queue time
-            elapsed = time.perf_counter() - started
-            machine = machine_cpu_s() - cpu[0]
-            out["throughput"].append({"workers": workers, "slots": 8, "turns": queued,
-                                      "turns_per_s": round(queued / elapsed, 1),
-                                      "replies": graph.count - replies_before,
-                                      "machine_cpu_ms_per_turn": round(machine * 1000 / max(queued, 1), 2),
-                                      "machine_cpu_busy": round(machine / elapsed / (os.cpu_count() or 1), 2),
-                                      "costs": merge_costs(reports)})
-    finally:
-        if kind == "postgres":
-            import psycopg
-
-            with psycopg.connect(PG.format(name="postgres"), autocommit=True) as conn:
-                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    return out
+            crew = Workers(tree.root, env, 1, graph)
+            crew.wait_first_ready()
+            lat = asyncio.run(load(base, args.requests, args.concurrency, "ack", rate=args.rate, until=crew.exited))
+            window = crew.join()
+        done = count(db_url, "done")
+    return {"tree": tree.label, "db": kind, "backlog": queued, "done": done, "replies": window["replies"],
+            "drain_s": round(window["elapsed_s"], 1), "drain_turns_per_s": round(done / window["elapsed_s"], 1)
+            } | latency(lat)
 
 
-def machine_cpu_s() -> float:
-    """CPU seconds the whole machine spent busy since boot (every core: user, nice, system, irq)."""
-    with open("/proc/stat") as f:
-        fields = [int(x) for x in f.readline().split()[1:]]
-    busy = fields[0] + fields[1] + fields[2] + fields[5] + fields[6] + fields[7]
-    return busy / os.sysconf("SC_CLK_TCK")
+def ack_run(tree: Tree, kind: str, graph: FakeGraph, args: argparse.Namespace, mode: str) -> dict:
+    """Open-loop latency at ``--rate`` while turns run (or none), then a closed-loop saturation run."""
+    embedded, turns = mode == "embedded", mode != "no turns"
+    with tree.fresh_db(kind) as db_url:
+        env = env_for(db_url, graph.base, "on" if embedded else "off")
+        crew = None if embedded or not turns else Workers(tree.root, env, 1, graph, drain=False)
+
+        def drained(total: int) -> None:
+            started = time.perf_counter()
+            while turns and count(db_url, "done") < total and time.perf_counter() - started < 600:
+                time.sleep(0.5)
+
+        try:
+            with serving(tree, env) as base:
+                asyncio.run(load(base, 50, 4, "warm"))  # warm-up: imports, connections, first turns
+                drained(45)
+                before, started = count(db_url, "done"), time.perf_counter()
+                lat = asyncio.run(load(base, args.requests, args.concurrency, "load", rate=args.rate))
+                elapsed, during = time.perf_counter() - started, count(db_url, "done") - before
+                drained(before + len(set(map(message_number, range(args.requests)))))
+                sat = asyncio.run(load(base, args.requests // 2, args.concurrency, "sat"))
+        finally:
+            if crew is not None:
+                crew.stop()
+    return {"tree": tree.label, "db": kind, "mode": mode, "rate_per_s": args.rate,
+            "achieved_per_s": round(args.requests / elapsed), **latency(lat), "turns_during_load": during,
+            "saturation_acks_per_s": round(len(sat) * args.concurrency / sum(sat)),
+            "saturation_p99_ms": round(pct(sat, 99), 1)}
 
 
-def merge_costs(reports: list[dict]) -> dict:
-    """The workers' ``costs`` reports as one: per-delivery figures weighted by each worker's deliveries."""
-    total = sum(r["deliveries"] for r in reports)
-    if not total:
-        return {}
-
-    def merged(path: list[str]) -> dict:
-        keys = sorted({k for r in reports for k in _dig(r["per_delivery"], path)})
-        return {k: round(sum(_dig(r["per_delivery"], path).get(k, 0) * r["deliveries"] for r in reports) / total, 3)
-                for k in keys}
-
-    return {"deliveries": total, "worker_cpu_ms": round(sum(r["cpu_s"] for r in reports) * 1000 / total, 3),
-            "round_trips": merged(["round_trips"]), "write_transactions": merged(["write_transactions"]),
-            "ms_by_stage": merged(["ms_by_stage"])}
-
-
-def _dig(d: dict, path: list[str]) -> dict:
-    for key in path:
-        d = d.get(key, {})
-    return d
+def run_rounds(trees: list[Tree], kinds: list[str], graph: FakeGraph, args: argparse.Namespace) -> dict:
+    """Every measurement, in order: interleaved rounds, then the instrumented drains, then the other modes."""
+    drains: list[dict] = []
+    draining: list[dict] = []
+    for n in range(args.rounds):
+        for kind in kinds:
+            for workers in () if args.no_throughput else CONFIGS[kind]:
+                for tree in trees:
+                    drains.append(drain(tree, kind, workers, graph, args) | {"round": n + 1})
+                    progress(drains[-1])
+            for tree in trees if "draining" in args.modes else ():
+                draining.append(draining_run(tree, kind, graph, args) | {"round": n + 1})
+                progress(draining[-1])
+    costs = [drain(trees[0], kind, 1, graph, args, costs=True) for kind in kinds
+             if trees[0].has_costs and not args.no_throughput]
+    ack = [ack_run(trees[0], kind, graph, args, mode) for kind in kinds for mode in args.modes if mode != "draining"]
+    return {"drains": drains, "draining": draining, "instrumented": costs, "ack": ack}
 
 
-def print_costs(results: list[dict]) -> None:
-    """Per delivery, as the workers measured it (``chatflow_worker --costs``)."""
-    for r in results:
-        for t in r["throughput"]:
-            c = t.get("costs")
-            if not c:
-                continue
-            print(f"\n{r['db']} {t['workers']}×{t['slots']}, per delivery ({c['deliveries']} deliveries): "
-                  f"worker CPU {c['worker_cpu_ms']} ms, whole machine CPU {t['machine_cpu_ms_per_turn']} ms "
-                  f"(machine {t['machine_cpu_busy']:.0%} busy during the drain)")
-            for what in ("round_trips", "write_transactions"):
-                print(f"  {what.replace('_', ' '):<20}" + "  ".join(f"{k} {v}" for k, v in c[what].items()))
-            print("  ms by stage         " + "  ".join(f"{k} {v}" for k, v in c["ms_by_stage"].items()))
-    print("  (stages: claim, turn = lease + load + commit + engine, reply send, finish; wall time per delivery,"
-          " summed over concurrent slots)")
+def progress(row: dict) -> None:
+    what = f"{row['workers']}×{row['slots']} {row['turns_per_s']} turns/s" if "workers" in row else \
+        f"draining p99 {row['p99_ms']} ms"
+    print(f"  round {row['round']} {row['db']} {row['tree']}: {what}", flush=True)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--db", choices=["sqlite", "postgres", "both"], default="both")
-    parser.add_argument("--requests", type=int, default=2000)
-    parser.add_argument("--rate", type=float, default=50.0, help="webhooks per second in the latency run")
-    parser.add_argument("--concurrency", type=int, default=16, help="connections in the saturation run")
-    parser.add_argument("--turns", type=int, default=1000)
+    parser.add_argument("--vs", action="append", default=[], metavar="DIR", type=Path,
+                        help="another checkout of this project to measure in the same run (repeatable)")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the A/B measurements")
+    parser.add_argument("--requests", type=int, default=2000, help="webhooks in an open-loop latency run (at most)")
+    parser.add_argument("--rate", type=float, default=50.0, help="webhooks per second in the latency runs")
+    parser.add_argument("--concurrency", type=int, default=16, help="connections filling a backlog and saturating")
+    parser.add_argument("--turns", type=int, default=1000, help="backlog drained in a throughput or draining run")
     parser.add_argument("--modes", nargs="*", choices=MODES, default=list(MODES),
-                        help="which acknowledgement runs (default: all three; none: throughput only)")
+                        help="which acknowledgement runs (default: all four; none: throughput only)")
     parser.add_argument("--no-throughput", action="store_true", help="skip the queue throughput runs")
     args = parser.parse_args()
     graph = FakeGraph()
-    # The load generator's own share of every round trip: the same open-loop run against the fake
-    # Graph API (a stdlib HTTP server that only answers 200), before any database run.
-    floor = asyncio.run(load(graph.base, args.requests, args.concurrency, "floor", rate=args.rate))
-    floor_ms = {f"p{q}_ms": round(pct(floor, q), 1) for q in (50, 90, 99)} | {"max_ms": round(max(floor) * 1000, 1)}
-    results = [bench_db(kind, args, graph) for kind in (["sqlite", "postgres"] if args.db == "both" else [args.db])]
-    print(f"{'db':<9}{'turns run in':<16}{'rate/s':>7}{'p50 ms':>8}{'p90 ms':>8}{'p99 ms':>8}{'max ms':>8}"
-          f"{'turns during':>13}{'sat. acks/s':>12}{'sat. p99':>9}")
-    for r in results:
-        for mode, a in r["ack"].items():
-            print(f"{r['db']:<9}{mode:<16}{a['achieved_per_s']:>7}{a['p50_ms']:>8}{a['p90_ms']:>8}{a['p99_ms']:>8}"
-                  f"{a['max_ms']:>8}{a['turns_during_load']:>13}{a['saturation_acks_per_s']:>12}"
-                  f"{a['saturation_p99_ms']:>9}")
-    print(f"{'(load generator alone, no-op server)':<32}{floor_ms['p50_ms']:>8}{floor_ms['p90_ms']:>8}"
-          f"{floor_ms['p99_ms']:>8}{floor_ms['max_ms']:>8}")
-    print(f"\n{'db':<9}{'workers×slots':>14}{'turns':>7}{'turns/s':>9}{'replies':>9}")
-    for r in results:
-        for t in r["throughput"]:
-            print(f"{r['db']:<9}{str(t['workers']) + '×' + str(t['slots']):>14}{t['turns']:>7}"
-                  f"{t['turns_per_s']:>9}{t['replies']:>9}")
-    print_costs(results)
-    print(json.dumps({"load_generator_alone": floor_ms, "databases": results}))
+    started_load = load_average()
+    trees = [Tree(REPO, "this", "t0")] + [Tree(d, str(d), f"t{i + 1}") for i, d in enumerate(args.vs)]
+    kinds = ["sqlite", "postgres"] if args.db == "both" else [args.db]
+    try:
+        floors = [floor(graph, args)] if args.modes else []
+        results = run_rounds(trees, kinds, graph, args)
+        floors += [floor(graph, args)] if args.modes else []
+    finally:
+        for tree in trees:
+            tree.close()
+    print(f"\nload average at the start {started_load}, at the end {load_average()} (2 cores: above 2, something"
+          " else ran too)")
+    report(trees, results, floors, graph)
+
+
+def floor(graph: FakeGraph, args: argparse.Namespace) -> dict:
+    """The load generator's own share of every round trip: the open-loop run against the fake Graph API
+    (after a warm-up: the first requests of a client pay its connections and imports)."""
+    asyncio.run(load(graph.base, 50, 4, "floorwarm"))
+    return latency(asyncio.run(load(graph.base, args.requests, args.concurrency, "floor", rate=args.rate)))
+
+
+# ---- the report -------------------------------------------------------------------------------
+def median_of(values: list[float]) -> float | None:
+    return round(statistics.median(values), 2) if values else None
+
+
+def summarize(trees: list[Tree], results: dict, floors: list[dict]) -> dict:
+    """Medians over the rounds, per-round ratios and their medians, the floor the ack ratios use."""
+    labels = [t.label for t in trees]
+    tps = {(d["round"], d["db"], d["workers"], d["tree"]): d["turns_per_s"] for d in results["drains"]}
+    rounds = sorted({d["round"] for d in results["drains"]})
+    configs = sorted({(d["db"], d["workers"]) for d in results["drains"]}, key=lambda c: (c[0] != "sqlite", c[1]))
+
+    def ratios(a: tuple, b: tuple) -> list[float]:
+        return [tps[(r, *a)] / tps[(r, *b)] for r in rounds if tps.get((r, *a)) and tps.get((r, *b))]
+
+    throughput = [{"db": k, "workers": w,
+                   "median_turns_per_s": {t: median_of([tps[(r, k, w, t)] for r in rounds]) for t in labels},
+                   "median_ratio_vs": {t: median_of(ratios((k, w, labels[0]), (k, w, t))) for t in labels[1:]}}
+                  for k, w in configs]
+    scaling = {t: median_of(ratios(("postgres", 4, t), ("postgres", 1, t))) for t in labels}
+    floor = max(floors, key=lambda f: f["p99_ms"]) if floors else None
+    draining = [{"db": k, "tree": t} | draining_medians([a["p99_ms"] for a in results["draining"]
+                                                         if (a["db"], a["tree"]) == (k, t)], floor)
+                for k in dict.fromkeys(a["db"] for a in results["draining"]) for t in labels]
+    return {"throughput": throughput, "postgres_4_over_1": scaling, "floor_used": floor, "draining": draining}
+
+
+def draining_medians(p99s: list[float], floor: dict | None) -> dict:
+    """Median ack p99 of the rounds, and the median of each round's p99 over the (worse) floor's."""
+    over = [p / floor["p99_ms"] for p in p99s] if floor else []
+    return {"median_p99_ms": median_of(p99s), "median_p99_over_floor": median_of(over)}
+
+
+def print_acks(results: dict, floors: list[dict]) -> None:
+    if not floors:
+        return
+    print(f"{'db':<9}{'tree':<18}{'turns run in':<16}{'rnd':>4}{'acks':>6}{'p50 ms':>8}{'p90 ms':>8}{'p99 ms':>8}"
+          f"{'max ms':>8}{'  beside':<10}")
+    for a in results["draining"]:
+        print(f"{a['db']:<9}{a['tree'][-17:]:<18}{'draining':<16}{a['round']:>4}{a['acks']:>6}{a['p50_ms']:>8}"
+              f"{a['p90_ms']:>8}{a['p99_ms']:>8}{a['max_ms']:>8}  drain {a['drain_s']} s, {a['drain_turns_per_s']} "
+              f"turns/s ({a['done']} done: {a['backlog']} queued + the acks; {a['replies']} replies)")
+    for a in results["ack"]:
+        print(f"{a['db']:<9}{a['tree'][-17:]:<18}{a['mode']:<16}{'':>4}{a['acks']:>6}{a['p50_ms']:>8}{a['p90_ms']:>8}"
+              f"{a['p99_ms']:>8}{a['max_ms']:>8}  at {a['achieved_per_s']}/s, {a['turns_during_load']} turns during;"
+              f" saturation "
+              f"{a['saturation_acks_per_s']} acks/s, p99 {a['saturation_p99_ms']} ms")
+    for name, f in zip(("at the start", "at the end"), floors, strict=False):
+        print(f"{'(load generator alone, no-op server, ' + name + ')':<53}{f['acks']:>6}{f['p50_ms']:>8}"
+              f"{f['p90_ms']:>8}{f['p99_ms']:>8}{f['max_ms']:>8}")
+    print(f"  ack ratios use the worse floor: p99 {max(f['p99_ms'] for f in floors)} ms")
+    if any(a["acks"] < 1000 for a in results["draining"]):
+        print("  (a p99 of n acks is about their (n/100)-th largest: under ~1,000 acks one stall moves it; the"
+              " draining window lasts until the worker has caught up, so a larger --turns lengthens it)")
+
+
+def print_drains(drains: list[dict]) -> None:
+    if not drains:
+        return
+    print(f"\n{'db':<9}{'w×slots':>8}{'rnd':>4}  {'tree':<18}{'turns':>6}{'done':>6}{'replies':>8}{'turns/s':>9}"
+          f"{'spread':>7}   CPU ms per delivery: {'machine':>7}{'postgres':>9}{'workers':>8}{'graph':>6}{'rest':>6}"
+          f"{'busy':>6}")
+    for d in drains:
+        cpu = d["cpu_ms_per_delivery"]
+        rnd = "cost" if d["instrumented"] else d["round"]
+        print(f"{d['db']:<9}{str(d['workers']) + '×' + str(d['slots']):>8}{rnd:>4}  {d['tree'][-17:]:<18}"
+              f"{d['turns']:>6}{d['done']:>6}{d['replies']:>8}{d['turns_per_s']:>9}{d['ready_spread_s']:>7}"
+              f"{'':>24}{cpu['machine']:>7}"
+              f"{cpu['postgres']:>9}{cpu['workers']:>8}{cpu['graph']:>6}{cpu['rest']:>6}{d['machine_busy']:>6.0%}")
+    print("  (spread: seconds from the first worker's \"ready\" to the last's, inside the timed window; rest: the"
+          " machine less the three before it — this script, the kernel, other users' processes; busy: the machine's"
+          " share of its cores in the window; rnd cost: the instrumented drain, --costs, not compared)")
+
+
+def print_summary(summary: dict) -> None:
+    for row in summary["throughput"]:
+        medians = ", ".join(f"{t} {v}" for t, v in row["median_turns_per_s"].items())
+        ratios = ", ".join(f"this / {t} {v}×" for t, v in row["median_ratio_vs"].items())
+        print(f"{row['db']} {row['workers']}×8 median turns/s: {medians}" + (f"; median of per-round {ratios}"
+                                                                               if ratios else ""))
+    if any(row["db"] == "postgres" for row in summary["throughput"]):
+        print("postgres 4 workers / 1, median of per-round ratios: "
+              + ", ".join(f"{t} {v}×" for t, v in summary["postgres_4_over_1"].items()))
+    for row in summary["draining"]:
+        print(f"{row['db']} ack p99 while draining, median: {row['tree']} {row['median_p99_ms']} ms "
+              f"= {row['median_p99_over_floor']}× the floor")
+
+
+def print_costs(instrumented: list[dict]) -> None:
+    """Per delivery, as the workers measured it (``chatflow_worker --costs``)."""
+    for d in instrumented:
+        c = d.get("costs")
+        if not c:
+            continue
+        print(f"\n{d['db']} {d['workers']}×{d['slots']}, this tree, per delivery ({c['deliveries']} deliveries, "
+              f"instrumented: {d['turns_per_s']} turns/s): worker CPU {c['worker_cpu_ms']} ms")
+        for what in ("round_trips", "write_transactions", "ms_by_stage"):
+            print(f"  {what.replace('_', ' '):<20}" + "  ".join(f"{k} {v}" for k, v in c[what].items()))
+    if instrumented:
+        print("  (stages: claim, turn = lease + load + commit + engine, reply send, finish; wall time per delivery,"
+              " summed over concurrent slots)")
+
+
+def target_line(name: str, ratio: float | None, target: float, at_most: bool = False) -> str:
+    if ratio is None:
+        return f"{name} n/a"
+    met = ratio <= target if at_most else ratio >= target
+    return f"{name} {ratio}× ({'≤' if at_most else '≥'} {target:g}×: {'met' if met else 'NOT met'})"
+
+
+def print_targets(trees: list[Tree], summary: dict) -> None:
+    vs = trees[1].label if len(trees) > 1 else None
+    if not summary["throughput"] and not summary["draining"]:
+        return
+    print(f"\nTargets (issue 15), this tree{' against ' + vs if vs else ''}:")
+    for kind in dict.fromkeys([r["db"] for r in summary["throughput"]] + [r["db"] for r in summary["draining"]]):
+        parts = [target_line(f"turns/s {r['workers']}×8 / vs", r["median_ratio_vs"].get(vs), TARGETS["speedup"])
+                 for r in summary["throughput"] if r["db"] == kind and vs]
+        if kind == "postgres" and summary["postgres_4_over_1"]:
+            parts.append(target_line("4 workers / 1", summary["postgres_4_over_1"][trees[0].label],
+                                     TARGETS["scaling"]))
+        parts += [target_line("ack p99 draining / floor", r["median_p99_over_floor"], TARGETS["ack_over_floor"], True)
+                  for r in summary["draining"] if r["db"] == kind and r["tree"] == trees[0].label]
+        print(f"  {kind:<9}" + "; ".join(parts))
+
+
+def report(trees: list[Tree], results: dict, floors: list[dict], graph: FakeGraph) -> None:
+    summary = summarize(trees, results, floors)
+    print()
+    print_acks(results, floors)
+    print_drains(results["drains"] + results["instrumented"])
+    print()
+    print_summary(summary)
+    print_costs(results["instrumented"])
+    graph_ms = round((graph.cpu_s() - graph.started_cpu_s) * 1000 / max(graph.count, 1), 3)
+    print(f"\nfake Graph API: {graph.count} requests answered, {graph_ms} ms CPU per reply (whole run, after start-up)")
+    print_targets(trees, summary)
+    trees_out = [{"label": t.label, "root": str(t.root), "has_costs": t.has_costs} for t in trees]
+    print(json.dumps({"trees": trees_out, "floors": floors, "graph_cpu_ms_per_reply": graph_ms, "summary": summary}
+                     | results))
 
 
 if __name__ == "__main__":
