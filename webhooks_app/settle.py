@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -49,7 +50,7 @@ Status, Reply = InboundDelivery.Status, InboundDelivery.Reply
 @dataclass
 class Playing:
     """A delivery whose turn this process is playing (see :func:`playing`); ``settled`` turns True when its
-    turn's commit recorded the answer."""
+    turn's commit, having recorded the answer, is committed."""
 
     delivery: InboundDelivery
     owner: str  # the worker's lease owner
@@ -102,7 +103,8 @@ def settle_turn(sender: Any, session_id: str, metadata: dict[str, Any], using: s
     answer = play.answer if report is None or report.response is None else taskqueue.answer_of(report.response)
     text, reply = taskqueue.outcome(answer, play.replies_out)
     if taskqueue.finish(play.delivery, play.owner, text, reply, using):
-        play.settled = True
+        # Settled once the commit is: a commit refused after this (a lost session lease) rolls it back too.
+        transaction.on_commit(lambda: setattr(play, "settled", True), using=using)
         return
     if taskqueue.status_of(play.delivery, using) == Status.CANCELLED:
         raise SessionDeletedError(session_id)

@@ -146,7 +146,7 @@ class Worker:
         in_hand: set[asyncio.Future[InboundDelivery | None]] = set()
 
         def start(delivery: InboundDelivery, ex: ThreadPoolExecutor) -> None:
-            task = asyncio.ensure_future(self.process(delivery, ex))
+            task = asyncio.ensure_future(self.process(delivery, ex, claim_next=True))
             in_hand.add(task)
             task.add_done_callback(lambda t, ex=ex: freed(t, ex))
 
@@ -204,10 +204,11 @@ class Worker:
         return self.processed
 
     # ---- one delivery ---------------------------------------------------------------------------
-    async def process(self, delivery: InboundDelivery, ex: ThreadPoolExecutor) -> InboundDelivery | None:
-        """Play a claimed delivery and send its reply (see the module docstring), under a heartbeat; then, unless
-        the worker is stopping, claim the slot's next delivery in the same hand-off to its thread as the
-        delivery's last write (``complete``), and return it."""
+    async def process(self, delivery: InboundDelivery, ex: ThreadPoolExecutor, *,
+                      claim_next: bool = False) -> InboundDelivery | None:
+        """Play a claimed delivery and send its reply (see the module docstring), under a heartbeat. With
+        ``claim_next`` (a slot of :meth:`run`), unless the worker is stopping, claim the slot's next delivery in
+        the same hand-off to its thread as the delivery's last write (``complete``), and return it; else None."""
         loop = asyncio.get_running_loop()
 
         def db(fn: Any, *args: Any) -> Any:
@@ -234,11 +235,18 @@ class Worker:
             tracing.leave(traced)
             if self.costs is not None:
                 self.costs.deliveries += 1
-        visibility = None if self._stopping else self.visibility
+        visibility = self.visibility if claim_next and not self._stopping else None
         if completion is None and visibility is None:
             return None
         with self._stage("claim" if completion is None else "finish"):
-            return await db(_complete_then_claim, delivery, self.owner, completion, visibility)
+            claiming = db(_complete_then_claim, delivery, self.owner, completion, visibility)
+            try:
+                return await asyncio.shield(claiming)
+            except asyncio.CancelledError:  # the worker is being cancelled: requeue what the slot claimed
+                following = await claiming
+                if following is not None:
+                    await asyncio.shield(db(taskqueue.release, following, self.owner))
+                raise
 
     def _stage(self, name: str) -> contextlib.AbstractContextManager[None]:
         return self.costs.stage(name) if self.costs is not None else contextlib.nullcontext()
@@ -343,7 +351,9 @@ class Worker:
                 logger.exception("Delivery %s: renewing the lease failed", delivery.pk)
                 continue
             if not kept:
-                playing.cancel()
+                # Done by its own turn's commit (held, or no reply to send): nothing left to keep.
+                if await db(taskqueue.status_of, delivery) != InboundDelivery.Status.DONE:
+                    playing.cancel()
                 return
 
     async def _send(self, delivery: InboundDelivery, text: str, slot: ThreadPoolExecutor) -> _Completion:

@@ -345,3 +345,68 @@ def test_a_failed_reply_is_recorded_and_the_delivery_is_done(client, apis):
     d = InboundDelivery.objects.get()
     assert (d.status, d.reply_status) == ("done", "failed") and "500" in d.reply_error
     assert len(wa.bodies()) == 1  # tried once, not retried
+
+
+def test_a_wait_request_plays_only_its_own_delivery_and_leaves_the_queue_to_the_workers(client, apis):
+    """A ``?wait=true`` request plays its delivery in the request; it claims nothing else (no worker of its own
+    keeps running to play what it would take)."""
+    post_wa(client, p.whatsapp(p.wa_text("wamid.Q", "queued before")))
+    r = post_generic(client, p.generic("web:2", "m-1", "hi"), query="?wait=true")
+    assert r.status_code == 200 and r.json()["answer"] == "echo: hi"
+    waiting = InboundDelivery.objects.get(provider="whatsapp")
+    assert (waiting.status, waiting.lease_owner, waiting.attempts) == ("queued", "", 0)
+    assert drain() == 1
+    waiting.refresh_from_db()
+    assert (waiting.status, waiting.reply_status) == ("done", "sent")
+
+
+def test_a_turn_whose_commit_is_refused_after_the_answer_was_recorded_records_it_again_when_played_again(client, apis):
+    """The commit records the answer first, then is refused (the session lease passed to an operator's takeover
+    "now", say): that write rolls back with the turn, so the turn played again records it in its own commit, and
+    the reply goes out once, marked sending first."""
+    from chatflow_agent.exceptions import SessionBusyError
+    from sessions_app.store import session_committing
+
+    wa, _ = apis
+    post_wa(client, p.whatsapp(p.wa_text("wamid.B", "hello")))
+    refused: list[str] = []
+    seen: list[str] = []
+
+    def refuse_first(sender, session_id, **kwargs) -> None:  # connected after settle_turn: runs after it
+        seen.append(InboundDelivery.objects.get().reply_status)
+        if not refused:
+            refused.append(session_id)
+            raise SessionBusyError(session_id)
+
+    session_committing.connect(refuse_first, dispatch_uid="test.refuse_first")
+    try:
+        assert drain() == 1
+    finally:
+        session_committing.disconnect(dispatch_uid="test.refuse_first")
+    assert refused == ["15550100"] and seen == ["sending", "sending"]  # recorded in each commit's transaction
+    assert texts("15550100") == [("user", "hello"), ("model", "echo: hello")]
+    d = InboundDelivery.objects.get()
+    assert (d.status, d.reply_status, d.answer) == ("done", "sent", "echo: hello")
+    assert [b["text"]["body"] for b in wa.bodies()] == ["echo: hello"]
+
+
+def test_a_delivery_done_by_its_turns_commit_is_not_taken_for_a_lost_lease(client, apis):
+    """A delivery with no reply to send is done in its turn's commit; a heartbeat after that commit (the turn
+    still reporting it) finds it done, not lost: the worker counts it and carries on."""
+    post_generic(client, p.generic("web:3", "m-1", "hi"))
+    post_generic(client, p.generic("web:3", "m-2", "again"))
+
+    async def slow(event) -> None:
+        if event.type == "turn_completed":
+            await asyncio.sleep(0.4)  # several heartbeats after the commit
+
+    async def run() -> int:
+        stop = runtime.site_runner().subscribe(slow)
+        try:
+            return await Worker(slots=1, poll=0.05, visibility=0.3).run(drain=True)
+        finally:
+            stop()
+
+    assert asyncio.run(run()) == 2
+    assert list(InboundDelivery.objects.order_by("id").values_list("status", "answer")) == [
+        ("done", "echo: hi"), ("done", "echo: again")]
