@@ -111,9 +111,10 @@ def encode_event(event: Any) -> dict[str, Any]:
     return out
 
 
-def _groups_for(event: Any) -> list[str]:
-    groups = [group_for_session(event.session_id)]
-    if event.type in LIST_KINDS:
+def _groups(session_id: str, event_type: str) -> list[str]:
+    """The groups a run event of ``event_type`` on ``session_id`` goes to."""
+    groups = [group_for_session(session_id)]
+    if event_type in LIST_KINDS:
         groups.append(LIST_GROUP)
     return groups
 
@@ -238,12 +239,10 @@ class Publisher:
     def wants(self, session_id: str, event_type: str) -> bool:
         """The Runner asks before it builds an event (``Runner.subscribe``): False when nobody can receive it
         (:func:`has_receivers`), so a standalone worker's turns build no events for this publisher."""
-        groups = [group_for_session(session_id), LIST_GROUP] if event_type in LIST_KINDS else [
-            group_for_session(session_id)]
-        return has_receivers(get_channel_layer(), groups)
+        return has_receivers(get_channel_layer(), _groups(session_id, event_type))
 
     def __call__(self, event: Any) -> None:
-        groups = _groups_for(event)
+        groups = _groups(event.session_id, event.type)
         if not has_receivers(get_channel_layer(), groups):
             return  # nobody in this process listens (a standalone worker on the in-memory layer): no encoding
         try:

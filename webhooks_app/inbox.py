@@ -170,10 +170,10 @@ def _accept_one(store: Any, msg: Inbound) -> InboundDelivery | None:
                                  json.dumps(msg.metadata), json.dumps(msg.payload), at, at, token])
     if row is None:
         return _accept_seen(msg, key, now)
-    delivery = InboundDelivery(
-        id=row[0], provider=msg.provider, provider_message_id=msg.provider_message_id, **_fields(msg, key, now, token))
-    delivery._state.adding, delivery._state.db = False, connection.alias
-    return delivery
+    values = {"id": row[0], "provider": msg.provider, "provider_message_id": msg.provider_message_id,
+              **_fields(msg, key, now, token)}
+    concrete = InboundDelivery._meta.concrete_fields
+    return InboundDelivery.from_db(connection.alias, [f.attname for f in concrete], [values[f.attname] for f in concrete])
 
 
 def _execute(sql: str, params: list[Any]) -> Any:
