@@ -173,7 +173,8 @@ def _accept_one(store: Any, msg: Inbound) -> InboundDelivery | None:
     values = {"id": row[0], "provider": msg.provider, "provider_message_id": msg.provider_message_id,
               **_fields(msg, key, now, token)}
     concrete = InboundDelivery._meta.concrete_fields
-    return InboundDelivery.from_db(connection.alias, [f.attname for f in concrete], [values[f.attname] for f in concrete])
+    return InboundDelivery.from_db(connection.alias, [f.attname for f in concrete],
+                                   [values[f.attname] for f in concrete])
 
 
 def _execute(sql: str, params: list[Any]) -> Any:
