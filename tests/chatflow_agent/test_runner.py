@@ -372,3 +372,31 @@ async def test_a_new_session_gets_the_starting_agent_asked_for_only_when_its_fir
         fresh.close()
     finally:
         store.close()
+
+
+@pytest.mark.asyncio
+async def test_a_subscriber_that_declines_an_event_type_does_not_get_it_unless_another_wants_it() -> None:
+    runner = Runner(make_agent(engine=ScriptedEngine("One.", "Two.")))
+    asked: list[tuple[str, str]] = []
+
+    class OnlyEnds:
+        def __init__(self) -> None:
+            self.seen: list[str] = []
+
+        def wants(self, session_id: str, event_type: str) -> bool:
+            asked.append((session_id, event_type))
+            return event_type == "turn_completed"
+
+        def __call__(self, event: RunEvent) -> None:
+            self.seen.append(event.type)
+
+    ends = OnlyEnds()
+    runner.subscribe(ends)
+    await runner.run_async("s1", "hello")
+    assert ends.seen == ["turn_completed"]
+    assert ("s1", "message_appended") in asked and ("s1", "turn_started") in asked
+    everything: list[str] = []
+    runner.subscribe(lambda e: everything.append(e.type))  # no wants: every event is built again
+    await runner.run_async("s1", "again")
+    assert everything == ["turn_started", "message_appended", "message_appended", "turn_completed"]
+    assert ends.seen == ["turn_completed", *everything]  # built for the other subscriber: delivered to both
