@@ -410,3 +410,39 @@ def test_a_delivery_done_by_its_turns_commit_is_not_taken_for_a_lost_lease(clien
     assert asyncio.run(run()) == 2
     assert list(InboundDelivery.objects.order_by("id").values_list("status", "answer")) == [
         ("done", "echo: hi"), ("done", "echo: again")]
+
+
+def test_a_worker_cancelled_while_a_slot_claims_its_next_delivery_gives_that_delivery_back(client, apis, monkeypatch):
+    """A hard stop (a second SIGTERM) while a slot's thread completes one delivery and claims the next: the
+    claim finishes on its thread, and the delivery it took goes back to the queue at once instead of staying
+    leased to a worker that is gone until its lease runs out."""
+    import threading
+
+    post_wa(client, p.whatsapp(p.wa_text("wamid.F", "first", wa_id="15550101")))
+    post_wa(client, p.whatsapp(p.wa_text("wamid.N", "next", wa_id="15550102")))
+    real_claim_next, calls = taskqueue.claim_next, []
+    entered, go = threading.Event(), threading.Event()
+
+    def slow_second_claim(owner: str, visibility: float):
+        calls.append(owner)
+        if len(calls) == 2:  # the slot's own claim, after completing its first delivery
+            entered.set()
+            go.wait(10)
+        return real_claim_next(owner, visibility)
+
+    monkeypatch.setattr(taskqueue, "claim_next", slow_second_claim)
+
+    async def cancel_during_the_claim() -> None:
+        loop = asyncio.get_running_loop()
+        run = asyncio.ensure_future(Worker(slots=1, poll=0.05).run())
+        await loop.run_in_executor(None, entered.wait, 10)
+        run.cancel()
+        loop.call_later(0.3, go.set)  # the claim ends after the stop reached the slot
+        with pytest.raises(asyncio.CancelledError):
+            await run
+
+    asyncio.run(cancel_during_the_claim())
+    first, following = InboundDelivery.objects.order_by("id")
+    assert (first.status, first.reply_status) == ("done", "sent")
+    assert (following.status, following.lease_owner, following.attempts) == ("queued", "", 0)
+    assert drain() == 1
