@@ -119,28 +119,23 @@ def _take(owner: str, visibility: float, delivery_id: int | None = None) -> Inbo
 def _delivery(row: Any) -> InboundDelivery:
     """A claimed row (every column, then the session's marker) as the model instance the ORM would make."""
     values = list(row[: len(_FIELDS)])
-    for i, convert in _converters():
+    for i, convert in _converters(connection.vendor):
         values[i] = convert(values[i])
     delivery = InboundDelivery.from_db(connection.alias, [f.attname for f in _FIELDS], values)
     delivery.session_marker = row[len(_FIELDS)]
     return delivery
 
 
-_converters_by_vendor: dict[str, list[tuple[int, Any]]] = {}
-
-
-def _converters() -> list[tuple[int, Any]]:
-    """(column index, value converter) for the columns the database returns in another form than the field's
-    (SQLite's text datetimes, JSON text): the converters Django's compiler applies, looked up once."""
-    found = _converters_by_vendor.get(connection.vendor)
-    if found is None:
-        found = []
-        for i, field in enumerate(_FIELDS):
-            col = field.get_col(_TABLE)
-            chain = [*connection.ops.get_db_converters(col), *field.get_db_converters(connection)]
-            if chain:
-                found.append((i, _chained(chain, col)))
-        _converters_by_vendor[connection.vendor] = found
+@functools.cache
+def _converters(vendor: str) -> list[tuple[int, Any]]:
+    """(column index, value converter) for the columns ``vendor``'s database returns in another form than the
+    field's (SQLite's text datetimes, JSON text): the converters Django's compiler applies, looked up once."""
+    found = []
+    for i, field in enumerate(_FIELDS):
+        col = field.get_col(_TABLE)
+        chain = [*connection.ops.get_db_converters(col), *field.get_db_converters(connection)]
+        if chain:
+            found.append((i, _chained(chain, col)))
     return found
 
 
