@@ -53,13 +53,14 @@ def setup(database: str | None, tmp: Path) -> str | None:
     from django.conf import settings
 
     if database:
-        import environ
         import psycopg
+
+        from chatflow_site.settings import database_config
 
         scratch = f"chatflow_bench_{os.getpid()}"
         with psycopg.connect(pg_url(database), autocommit=True) as conn:
             conn.execute(f'CREATE DATABASE "{scratch}"')
-        settings.DATABASES["pg"] = environ.Env.db_url_config(database.rsplit("/", 1)[0] + f"/{scratch}")
+        settings.DATABASES["pg"] = database_config(database.rsplit("/", 1)[0] + f"/{scratch}")
     import django
 
     django.setup()

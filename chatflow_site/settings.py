@@ -84,8 +84,10 @@ def _redact(url: str) -> str:
     return re.sub(r"(://[^:/@]*):[^@]*@", r"\1:***@", url)
 
 
-def _database(url: str) -> dict:
-    """A DATABASES entry from DATABASE_URL (sqlite or postgres only: the migrations speak those two)."""
+def database_config(url: str) -> dict:
+    """A DATABASES entry from a DATABASE_URL-style URL (sqlite or postgres only: the migrations speak those
+    two), with the site's options for that database; ``ImproperlyConfigured`` for any other URL."""
+    prepared = _bool("CHATFLOW_PG_PREPARED_STATEMENTS", default=True)  # refused when malformed, on SQLite too
     scheme = urlsplit(url).scheme if "://" in url else ""
     if scheme not in {"sqlite", "postgres", "postgresql", "pgsql", "psql"}:
         raise ImproperlyConfigured(
@@ -112,6 +114,12 @@ def _database(url: str) -> dict:
         config["TEST"] = {"NAME": str(Path(tempfile.gettempdir()) / f"chatflow-test-{os.getpid()}.db")}
     else:
         config["CONN_HEALTH_CHECKS"] = True
+        # The session store's and the queue's statements run on server-binding cursors
+        # (sessions_app.store.driver_cursor), which psycopg prepares after this many runs on a connection;
+        # Django's own cursors bind on the client and never prepare. Off (None) behind a pooler in
+        # transaction mode that does not keep prepared statements.
+        options = config.setdefault("OPTIONS", {})
+        options.setdefault("prepare_threshold", 5 if prepared else None)
         config["TEST"] = {"NAME": f"test_{config['NAME']}_{os.getpid()}"}
     return config
 
@@ -132,7 +140,7 @@ for _origin in CSRF_TRUSTED_ORIGINS:
         raise ImproperlyConfigured(f"CSRF_TRUSTED_ORIGINS entries must look like https://host[:port]; got {_origin!r}")
 
 DATABASE_URL = env.str("DATABASE_URL", default="").strip() or f"sqlite:///{VAR_DIR / 'chatflow.db'}"
-DATABASES = {"default": _database(DATABASE_URL)}
+DATABASES = {"default": database_config(DATABASE_URL)}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 INSTALLED_APPS = [

@@ -119,6 +119,13 @@ class CountingConnection:
     def cursor(self, *args: Any, **kwargs: Any) -> _CountingCursor:
         return _CountingCursor(self._raw.cursor(*args, **kwargs), self)
 
+    def server_binding_cursor(self) -> _CountingCursor:
+        """PostgreSQL: a counted ``psycopg.Cursor`` (server-side binding) on the connection, as the
+        session store opens on a bare one."""
+        import psycopg
+
+        return _CountingCursor(psycopg.Cursor(self._raw), self)
+
     def statement(self, sql: str, seconds: float) -> None:
         """Count one executed statement (after it ran)."""
         words = sql.split(None, 1)

@@ -80,19 +80,36 @@ def _unflushed_lease(lease_sql: str, params: Sequence[Any]) -> tuple[str, Sequen
     return f"WITH lease AS ({lease_sql} RETURNING session_id) SELECT 1 FROM lease WHERE {_NO_FLUSH_WAIT}", params
 
 
+def _open_cursor(conn: Any) -> Any:
+    """A cursor of the driver's connection under Django's wrapper ``conn``. On PostgreSQL a server-binding
+    ``psycopg.Cursor`` (not Django's client-binding one): psycopg prepares a statement once it has run the
+    connection's ``prepare_threshold`` times (the database's ``OPTIONS``; None never prepares), so a hot
+    statement is planned once per connection instead of on every run."""
+    raw = conn.connection
+    if conn.vendor != "postgresql":
+        return raw.cursor()
+    import psycopg
+
+    if isinstance(raw, psycopg.Connection):
+        return psycopg.Cursor(raw)
+    return raw.server_binding_cursor()  # a wrapper of the connection (sessions_app.roundtrips)
+
+
 @contextmanager
 def driver_cursor(using: str = "default") -> Iterator[tuple[Cursor, Dialect]]:
     """A cursor of the driver's own connection (``sqlite3`` or psycopg) under Django's connection ``using``
     (opened if needed), with its ``chatflow_agent.core.sql.Dialect``: for statements on a hot path, where
     building an ORM query costs far more than running it. Statements run in whatever transaction Django
     has open on the connection (autocommit otherwise) and the driver's errors are raised as
-    ``django.db``'s. Write them with ``?`` placeholders and render them with ``dialect.render``.
+    ``django.db``'s. Write them with ``?`` placeholders and render them with ``dialect.render``. On
+    PostgreSQL the parameters are bound by the server (a ``None`` needs a cast where its type is not
+    evident) and the statements are prepared as the database's ``prepare_threshold`` option says.
 
     Not on a thread that runs an event loop (Django refuses queries there)."""
     conn = connections[using]
     conn.ensure_connection()
     with conn.wrap_database_errors:
-        cursor = conn.connection.cursor()
+        cursor = _open_cursor(conn)
         try:
             yield cursor, _DIALECTS[conn.vendor]
         finally:
@@ -225,7 +242,7 @@ class DjangoBackend(SQLLeasesAndClaims):
         """``fn`` on a cursor of the driver's connection under Django's wrapper: in whatever
         transaction Django has open on it, with the driver's errors raised as ``django.db``'s."""
         with conn.wrap_database_errors:
-            cursor = conn.connection.cursor()
+            cursor = _open_cursor(conn)
             try:
                 return fn(cursor)
             finally:

@@ -35,6 +35,7 @@ PRODUCTION = {"DEBUG": "0", "SECRET_KEY": secrets.token_urlsafe(50), "ALLOWED_HO
         ("CHATFLOW_WORKER_CPU", {"CHATFLOW_WORKER_CPU": "-1"}),
         ("CHATFLOW_WORKER_NICE", {"CHATFLOW_WORKER_NICE": "20"}),
         ("CHATFLOW_WORKER_NICE", {"CHATFLOW_WORKER_NICE": "-5"}),
+        ("CHATFLOW_PG_PREPARED_STATEMENTS", {"CHATFLOW_PG_PREPARED_STATEMENTS": "sometimes"}),
     ],
 )
 def test_it_refuses_to_start_with_a_bad_value_and_names_the_variable(variable, overrides):
@@ -84,3 +85,13 @@ def test_check_deploy_complains_when_debug_is_left_on():
 
     assert result.returncode != 0
     assert "security.W018" in result.stderr
+
+
+@pytest.mark.parametrize(("value", "threshold"), [("", "5"), ("on", "5"), ("off", "None")])
+def test_postgresql_statements_are_prepared_unless_turned_off(value, threshold):
+    env = site_env(DATABASE_URL="postgres://chatflow@127.0.0.1:5432/chatflow", CHATFLOW_PG_PREPARED_STATEMENTS=value)
+    result = run_manage("shell", "-c", "from django.conf import settings; "
+                        "print(settings.DATABASES['default']['OPTIONS']['prepare_threshold'])", env=env)
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split()[-1] == threshold

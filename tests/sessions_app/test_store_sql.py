@@ -119,3 +119,17 @@ def test_immediate_refuses_a_connection_already_in_a_transaction():
             immediate(cursor, lambda c: None)
     finally:
         cursor.execute("ROLLBACK", ())
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="prepared statements are PostgreSQL's")
+def test_a_turn_s_statements_are_prepared_on_the_connection_after_a_few_turns(store):
+    for n in range(8):
+        with store.sync_turn("s", AGENT) as session:
+            session.add_message(Message(role=Role.USER, content=f"hello {n}"))
+
+    with connection.cursor() as cursor:  # this thread's connection: the one the sync turns ran on
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        prepared = [row[0] for row in cursor.fetchall()]
+    assert any("chatflow_session_leases" in sql and "INSERT" in sql for sql in prepared), prepared
+    assert any(sql.startswith("INSERT INTO chatflow_messages") for sql in prepared), prepared
+    assert ChatMessage.objects.filter(session_id="s").count() == 8
