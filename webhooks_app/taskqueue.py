@@ -12,9 +12,10 @@ and only when no earlier delivery of the same session is still queued or running
 messages are played in the order they arrived even with many workers. Every later write is guarded
 by the lease owner: a worker that lost its lease changes nothing.
 
-The statements a delivery makes every time (claim, renew, finish, complete) run on the driver's cursor
+The worker's statements (claim, renew, finish, fail, complete, release) run on the driver's cursor
 (``sessions_app.store.driver_cursor``): building them through the ORM cost several times what running
-them costs. They are written with ``?`` placeholders and rendered for the connection's dialect.
+them costs. They are written with ``?`` placeholders and rendered for the connection's dialect, and
+every write after the claim carries the same lease-owner guard (``_MINE``).
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from datetime import timedelta
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import Case, F, Value, When
 from django.utils import timezone
 
 from chatflow_agent.jsonsafe import json_object
@@ -169,10 +169,7 @@ def played_before(delivery: InboundDelivery) -> bool:
     return getattr(delivery, "session_marker", None) == delivery.marker
 
 
-def _mine(delivery: InboundDelivery, owner: str):
-    return InboundDelivery.objects.filter(pk=delivery.pk, lease_owner=owner, status=Status.RUNNING)
-
-
+# The one guard of every write by the worker holding a delivery: its lease, still running.
 _MINE = "WHERE id = ? AND lease_owner = ? AND status = 'running'"
 _RENEW = f"UPDATE {_TABLE} SET lease_expires_at = ? {_MINE}"
 _FINISH = f"UPDATE {_TABLE} SET answer = ?, reply_status = ?, error = '' {_MINE} AND token = ?"
@@ -181,6 +178,15 @@ _FINISH_DONE = (f"UPDATE {_TABLE} SET answer = ?, reply_status = ?, error = '', 
 _STATUS = f"SELECT status FROM {_TABLE} WHERE id = ?"
 _COMPLETE = (f"UPDATE {_TABLE} SET status = 'done', reply_status = ?, reply_error = ?, finished_at = ? "
              f"{_MINE} AND error = ''")
+_COMPLETE_FAILED = (f"UPDATE {_TABLE} SET status = 'failed', reply_status = ?, reply_error = ?, finished_at = ? "
+                    f"{_MINE} AND error <> ''")
+_FAIL = f"UPDATE {_TABLE} SET error = ?, answer = ?, reply_status = ? {_MINE}"
+_FAIL_NOW = f"UPDATE {_TABLE} SET error = ?, answer = ?, reply_status = ?, status = 'failed', finished_at = ? {_MINE}"
+_RELEASE = (f"UPDATE {_TABLE} SET status = 'queued', lease_owner = '', lease_expires_at = NULL, "
+            f"attempts = attempts - 1 {_MINE}")
+_RELEASE_UNSENT = (f"UPDATE {_TABLE} SET status = 'queued', lease_owner = '', lease_expires_at = NULL, "
+                   f"attempts = attempts - 1, "
+                   f"reply_status = CASE WHEN reply_status = 'sending' THEN '' ELSE reply_status END {_MINE}")
 
 
 def _write(sql: str, params: list[Any], using: str = "default") -> int:
@@ -235,12 +241,13 @@ def status_of(delivery: InboundDelivery, using: str = "default") -> str | None:
 def fail(delivery: InboundDelivery, owner: str, error: str, fallback: str, reply: str) -> bool:
     """Record a failed turn. ``reply`` NONE: failed now, and the id's claim released (invariant 6) in the
     same transaction. SENDING: the fallback goes out next, then :func:`complete` marks it failed."""
+    params: list[Any] = [error[:4000] or "failed", fallback, reply]
+    if reply != InboundDelivery.Reply.NONE:
+        return _write(_FAIL, [*params, delivery.pk, owner]) == 1
     with transaction.atomic():
-        fields: dict[str, Any] = {"error": error[:4000] or "failed", "answer": fallback, "reply_status": reply}
-        if reply == InboundDelivery.Reply.NONE:
-            fields.update(status=Status.FAILED, finished_at=timezone.now())
-        ok = _mine(delivery, owner).update(**fields) == 1
-        if ok and reply == InboundDelivery.Reply.NONE:
+        now = connection.ops.adapt_datetimefield_value(timezone.now())
+        ok = _write(_FAIL_NOW, [*params, now, delivery.pk, owner]) == 1
+        if ok:
             release_claim(delivery.claim_key)
     return ok
 
@@ -251,14 +258,11 @@ def complete(delivery: InboundDelivery, owner: str, reply: str, reply_error: str
     A delivery without an error (the usual case) is one UPDATE in autocommit; one with an error is
     marked failed and its id's claim released in one transaction.
     """
-    now = timezone.now()
-    if _write(_COMPLETE, [reply, reply_error[:4000], connection.ops.adapt_datetimefield_value(now), delivery.pk,
-                          owner]):
+    params = [reply, reply_error[:4000], connection.ops.adapt_datetimefield_value(timezone.now()), delivery.pk, owner]
+    if _write(_COMPLETE, params):
         return
-    mine = _mine(delivery, owner)
-    common = {"reply_status": reply, "reply_error": reply_error[:4000], "finished_at": now}
     with transaction.atomic():
-        if mine.exclude(error="").update(status=Status.FAILED, **common):
+        if _write(_COMPLETE_FAILED, params):
             release_claim(delivery.claim_key)
 
 
@@ -266,12 +270,7 @@ def release(delivery: InboundDelivery, owner: str, unsent: bool = False) -> None
     """Give an unfinished delivery back to the queue (the worker is stopping). ``unsent``: this worker never
     started sending its reply, so a ``sending`` recorded for it (with its turn's commit) is cleared and the
     next claim sends it; otherwise a recorded ``sending`` stays (the reply may have gone out: never twice)."""
-    fields: dict[str, Any] = {"status": Status.QUEUED, "lease_owner": "", "lease_expires_at": None,
-                              "attempts": F("attempts") - 1}
-    if unsent:
-        sending = InboundDelivery.Reply.SENDING
-        fields["reply_status"] = Case(When(reply_status=sending, then=Value("")), default=F("reply_status"))
-    _mine(delivery, owner).update(**fields)
+    _write(_RELEASE_UNSENT if unsent else _RELEASE, [delivery.pk, owner])
 
 
 def turn_committed(delivery: InboundDelivery) -> bool:
