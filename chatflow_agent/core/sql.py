@@ -178,6 +178,16 @@ _SESSION_UPDATE = (
 _MESSAGES_DELETE_SOME = "DELETE FROM chatflow_messages WHERE session_id = ? AND id IN ({ids})"
 _MESSAGES_INSERT = "INSERT INTO chatflow_messages (session_id, role, content, message_json, created_at) VALUES "
 _MESSAGES_DELETE = "DELETE FROM chatflow_messages WHERE session_id = ?"
+# RETURNING databases (PostgreSQL): a commit on a known session row as one statement. The session
+# update comes first (every other part waits for its row, and writes nothing when there is none);
+# each inserted row comes back with the update's ``updated_at`` text and the count of deleted ids.
+_ROWS_WRITE = (
+    "WITH updated AS (" + _SESSION_UPDATE + "){pruned} "
+    + _MESSAGES_INSERT.removesuffix("VALUES ") + "SELECT * FROM (VALUES {rows}) AS v "
+    "WHERE EXISTS (SELECT 1 FROM updated) RETURNING id, (SELECT * FROM updated), {deleted}"
+)
+_ROWS_PRUNED = (", pruned AS (DELETE FROM chatflow_messages WHERE session_id = ? AND id IN ({ids}) "
+                "AND EXISTS (SELECT 1 FROM updated) RETURNING 1)")
 _SESSION_DELETE = "DELETE FROM chatflow_sessions WHERE session_id = ?"
 _SESSION_IDS = "SELECT session_id FROM chatflow_sessions ORDER BY updated_at DESC"
 _CLEAR = ("DELETE FROM chatflow_messages", "DELETE FROM chatflow_sessions")
@@ -227,6 +237,19 @@ class Dialect:
         row = "(" + ", ".join([self.placeholder] * 5) + ")"
         return self._multi_row("insert", count,
                                lambda: _MESSAGES_INSERT + ", ".join([row] * count) + " RETURNING id")
+
+    def write_rows(self, deletes: int, inserts: int) -> str:
+        """RETURNING dialects: one statement that updates a session row (the ``session_update`` params),
+        deletes ``deletes`` of its message ids (session id, then the ids) and inserts ``inserts`` rows (5
+        params each), all only when the row is there; it returns, per inserted row, its id, the row's
+        new ``updated_at`` text and how many ids were deleted (no rows: no session row, nothing written)."""
+        def build() -> str:
+            row = "(" + ", ".join(["?"] * 5) + ")"
+            pruned = _ROWS_PRUNED.replace("{ids}", ", ".join(["?"] * deletes)) if deletes else ""
+            return self.render(_ROWS_WRITE.replace("{pruned}", pruned).replace("{rows}", ", ".join([row] * inserts))
+                               .replace("{deleted}", "(SELECT COUNT(*) FROM pruned)" if deletes else "0"))
+
+        return self._multi_row(f"write, deleting {deletes}", inserts, build)
 
     def _multi_row(self, kind: str, count: int, build: Callable[[], str]) -> str:
         key = (kind, count)
@@ -303,9 +326,11 @@ def write_commit(cur: Cursor, rules: SessionRules, changes: Changes,
     """Write ``changes`` with ``cur``, inside the caller's transaction (``SessionBackend.commit``'s
     contract, in its order): the session row (upsert, or update on the row of ``changes.token``,
     else ``SessionDeletedError``), deletes of ``delete_ids`` and inserts of ``inserts`` in chunks of
-    ``CHUNK_ROWS`` (the inserts ``RETURNING id``), the lease release (``SessionBusyError`` when
-    ``release_owner`` no longer holds it). The caller rolls back on an error. ``release_rider``,
-    given the new row ids in order, gives the ``LeaseRider`` (or None) for the release statement.
+    ``CHUNK_ROWS`` (the inserts ``RETURNING id``; on a RETURNING dialect, an update of a known row with
+    some inserts and at most ``CHUNK_ROWS`` of each is one statement, ``Dialect.write_rows``), the lease
+    release (``SessionBusyError`` when ``release_owner`` no longer holds it). The caller rolls back on
+    an error. ``release_rider``, given the new row ids in order, gives the ``LeaseRider`` (or None) for
+    the release statement.
 
     A turn's commit (lease released, token known, rows inserted, ``changes.version`` a tuple)
     computes the new version from the one read when the lease was taken and the ``updated_at``
@@ -314,6 +339,53 @@ def write_commit(cur: Cursor, rules: SessionRules, changes: Changes,
     d = rules.dialect
     sid = changes.session_id
     stamp = d.stamp(time.time())
+    ids, inserts = changes.delete_ids, changes.inserts
+    if d.returning and changes.token is not None and 0 < len(inserts) <= CHUNK_ROWS and len(ids) <= CHUNK_ROWS:
+        token = changes.token
+        updated, deleted, new_ids = _write_rows(cur, d, changes, stamp)
+    else:
+        token, updated, deleted, new_ids = _write_rows_apart(cur, d, changes, stamp)
+    rider = None if release_rider is None else release_rider(new_ids)
+    if changes.release_owner and not rules.release_lease(cur, sid, changes.release_owner, rider):
+        # The lease expired (its renewals stalled) and may have gone to another turn:
+        # committing now could interleave with it, so this turn fails and writes nothing.
+        raise SessionBusyError(sid)
+    prev = changes.version
+    if changes.release_owner and changes.token is not None and new_ids and isinstance(prev, tuple):
+        # The version read when the lease was taken is current (nobody else ran a turn since),
+        # so the new one follows without reading the head again. A non-turn write elsewhere
+        # meanwhile only makes it differ, which forces a reload.
+        return CommitResult(new_ids, token, (updated, new_ids[-1], prev[2] - deleted + len(new_ids)))
+    head = read_head(cur, d, sid)
+    assert head is not None
+    return CommitResult(new_ids, head.token, head.version)
+
+
+def _row_params(session_id: str, messages: Sequence[Any], stamp: Any) -> list[Any]:
+    params: list[Any] = []
+    for msg in messages:
+        params += (session_id, msg.role.value, msg.content, msg.model_dump_json(), stamp)
+    return params
+
+
+def _write_rows(cur: Cursor, d: Dialect, changes: Changes, stamp: Any) -> tuple[Any, int, list[int]]:
+    """``write_commit``'s rows in one statement (``Dialect.write_rows``): (updated_at text, deleted, new ids)."""
+    sid, ids = changes.session_id, changes.delete_ids
+    params: list[Any] = [changes.agent_name, changes.metadata_json, stamp, sid, changes.token]
+    if ids:
+        params += (sid, *ids)
+    cur.execute(d.write_rows(len(ids), len(changes.inserts)), params + _row_params(sid, changes.inserts, stamp))
+    rows = cur.fetchall()
+    if not rows:
+        raise SessionDeletedError(sid)  # deleted (maybe re-created) since it was loaded
+    # RETURNING gives no order; one statement's ids increase in the order of its rows.
+    return rows[0][1], int(rows[0][2]), sorted(int(r[0]) for r in rows)
+
+
+def _write_rows_apart(cur: Cursor, d: Dialect, changes: Changes, stamp: Any) -> tuple[Any, Any, int, list[int]]:
+    """``write_commit``'s rows a statement each (the session row, then chunks of deletes and inserts):
+    (token, updated_at text, deleted, new ids)."""
+    sid = changes.session_id
     if changes.token is None:
         cur.execute(d.session_upsert, (sid, changes.agent_name, changes.metadata_json, stamp, stamp))
         token, updated = cur.fetchone()
@@ -333,26 +405,10 @@ def write_commit(cur: Cursor, rules: SessionRules, changes: Changes,
     inserts = changes.inserts
     for start in range(0, len(inserts), CHUNK_ROWS):
         rows = inserts[start : start + CHUNK_ROWS]
-        params: list[Any] = []
-        for msg in rows:
-            params += (sid, msg.role.value, msg.content, msg.model_dump_json(), stamp)
-        cur.execute(d.insert_messages(len(rows)), params)
+        cur.execute(d.insert_messages(len(rows)), _row_params(sid, rows, stamp))
         # RETURNING gives no order; one statement's ids increase in the order of its rows.
         new_ids += sorted(int(r[0]) for r in cur.fetchall())
-    rider = None if release_rider is None else release_rider(new_ids)
-    if changes.release_owner and not rules.release_lease(cur, sid, changes.release_owner, rider):
-        # The lease expired (its renewals stalled) and may have gone to another turn:
-        # committing now could interleave with it, so this turn fails and writes nothing.
-        raise SessionBusyError(sid)
-    prev = changes.version
-    if changes.release_owner and changes.token is not None and new_ids and isinstance(prev, tuple):
-        # The version read when the lease was taken is current (nobody else ran a turn since),
-        # so the new one follows without reading the head again. A non-turn write elsewhere
-        # meanwhile only makes it differ, which forces a reload.
-        return CommitResult(new_ids, token, (updated, new_ids[-1], prev[2] - deleted + len(new_ids)))
-    head = read_head(cur, d, sid)
-    assert head is not None
-    return CommitResult(new_ids, head.token, head.version)
+    return token, updated, deleted, new_ids
 
 
 def delete_session(cur: Cursor, dialect: Dialect, session_id: str) -> bool:

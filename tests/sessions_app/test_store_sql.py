@@ -131,5 +131,29 @@ def test_a_turn_s_statements_are_prepared_on_the_connection_after_a_few_turns(st
         cursor.execute("SELECT statement FROM pg_prepared_statements")
         prepared = [row[0] for row in cursor.fetchall()]
     assert any("chatflow_session_leases" in sql and "INSERT" in sql for sql in prepared), prepared
-    assert any(sql.startswith("INSERT INTO chatflow_messages") for sql in prepared), prepared
+    assert any("INSERT INTO chatflow_messages" in sql for sql in prepared), prepared
     assert ChatMessage.objects.filter(session_id="s").count() == 8
+
+
+def test_a_turn_that_prunes_knows_the_new_version_so_the_next_turn_reads_only_the_head():
+    from sessions_app.roundtrips import Counts, count_connections
+
+    store = DjangoSessionStore(default_max_turns=2)
+    counts = Counts()
+    stop = count_connections(counts)
+    try:
+        for n in range(5):  # turns 3 to 5 delete the oldest turn's rows in their commit
+            with store.sync_turn("v", AGENT) as session:
+                session.add_message(Message(role=Role.USER, content=f"u{n}"))
+                session.add_message(Message(role=Role.MODEL, content=f"a{n}"))
+            memory = [m.content for m in session.history]
+            if n == 0:
+                counts.reset()  # the first turn also swept expired leases and read the new session's head
+    finally:
+        stop()
+        store.close()
+
+    assert counts.statements["SELECT"] == 4  # one head read per later turn; none read the rows again
+    assert memory == ["u3", "a3", "u4", "a4"]
+    stored = list(ChatMessage.objects.filter(session_id="v").order_by("id").values_list("content", flat=True))
+    assert stored == memory
