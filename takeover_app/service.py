@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
+from functools import partial
 from typing import Any, Literal, TypeVar
 
 from asgiref.sync import async_to_sync
@@ -111,14 +112,15 @@ def _name(user: Any) -> str:
 
 
 @contextmanager
-def _turn(session_id: str, *, wait: bool) -> Iterator[Any]:
+def _turn(session_id: str, *, wait: bool, queued: Callable[[], object] | None = None) -> Iterator[Any]:
     """The session's turn (the site store's ``sync_turn``); ``SessionBusy`` (409) when busy and not ``wait``.
 
     ``wait``: queue behind a running turn (FIFO); only outside any transaction (on SQLite a write
-    transaction held while waiting would stop the running turn from committing).
+    transaction held while waiting would stop the running turn from committing). ``queued``: called
+    once this turn has its place in the session's line (the store's ``sync_turn``).
     """
     try:
-        with site_store().sync_turn(session_id, registry.starting_agent(), wait=wait) as session:
+        with site_store().sync_turn(session_id, registry.starting_agent(), wait=wait, queued=queued) as session:
             yield session
     except SessionBusyError:
         raise SessionBusy(f"A turn is running on session {session_id!r}; try again when it has finished.") from None
@@ -153,11 +155,13 @@ def take_over(user: Any, session_id: str, *, when: Literal["after_turn", "now"] 
     current = mode_of(session_id)
     if current.mode == Mode.HUMAN and current.owner_username != _name(user):
         raise _taken(current)  # before stopping anything
-    if when == "now":
-        cancel_turn(user, session_id, "Stopped to take the session over.", replay=True)
+    # "now": the running turn is stopped once the takeover has its place in the session's line, so its
+    # replay (the webhook worker plays a stopped delivery again, maybe in this process) comes after.
+    stop = (partial(cancel_turn, user, session_id, "Stopped to take the session over.", replay=True)
+            if when == "now" else None)
     taken: SessionMode | None = None
     try:
-        with _turn(session_id, wait=True) as session, transaction.atomic():
+        with _turn(session_id, wait=True, queued=stop) as session, transaction.atomic():
             taken = _take(user, session_id, session, when)
     except SessionBusy:
         # Our own lease was taken away after the takeover committed (a second operator's "now" racing

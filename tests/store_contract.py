@@ -232,6 +232,61 @@ async def test_concurrent_turns_on_one_session_are_serialised_in_order(kit: Stor
     assert_reload_equals(kit, store, "conc", live)
 
 
+def _turn_in_thread(store: Any, name: str, order: list[str], **kwargs: Any) -> threading.Thread:
+    """A thread that plays one sync turn on session "line" adding the user message ``name``."""
+    def play() -> None:
+        with store.sync_turn("line", Agent(name="Bot", instructions="x"), **kwargs) as session:
+            order.append(name)
+            session.add_message(Message(role=Role.USER, content=name))
+    thread = threading.Thread(target=play)
+    thread.start()
+    return thread
+
+
+def test_a_sync_turn_keeps_its_place_in_line_while_queued_runs(kit: StoreKit) -> None:
+    """``sync_turn(queued=...)`` calls it with the turn's place in the line taken: a turn that joins the
+    line from inside it (as a stopped turn's replay would) comes after, not before."""
+    store = kit.make()
+    order: list[str] = []
+    running, release = threading.Event(), threading.Event()
+
+    def first() -> None:
+        with store.sync_turn("line", Agent(name="Bot", instructions="x")) as session:
+            order.append("A")
+            session.add_message(Message(role=Role.USER, content="A"))
+            running.set()
+            assert release.wait(10)
+    a = threading.Thread(target=first)
+    a.start()
+    assert running.wait(10)
+    later: list[threading.Thread] = []
+
+    def queued() -> None:
+        later.append(_turn_in_thread(store, "C", order))
+        time.sleep(0.3)  # C is waiting now, behind this turn
+        release.set()
+    b = _turn_in_thread(store, "B", order, queued=queued)
+    for thread in (a, b):
+        thread.join(10)
+    later[0].join(10)
+    assert order == ["A", "B", "C"]
+    assert contents(store.get("line").history) == ["A", "B", "C"]
+
+
+def test_a_sync_turn_whose_queued_raises_gives_up_its_place(kit: StoreKit) -> None:
+    store = kit.make()
+    order: list[str] = []
+
+    def queued() -> None:
+        raise RuntimeError("no")
+    with pytest.raises(RuntimeError, match="no"):
+        with store.sync_turn("line", Agent(name="Bot", instructions="x"), queued=queued):
+            order.append("never")
+    _turn_in_thread(store, "A", order, wait=False).join(10)  # the line is free again
+    assert order == ["A"]
+    assert contents(store.get("line").history) == ["A"]
+
+
 @pytest.mark.asyncio
 async def test_deleting_during_a_turn_raises_and_resurrects_nothing(kit: StoreKit) -> None:
     store = kit.make()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 __all__ = ["SessionLocks"]
@@ -82,23 +83,43 @@ class SessionLocks:
             # else: _grant will find the future cancelled and pass the lock on
             raise
 
-    def acquire_sync(self, key: str, timeout: float | None = None) -> bool:
-        """Blocking FIFO acquire for threads; False when ``timeout`` (seconds) runs out."""
+    def acquire_sync(self, key: str, timeout: float | None = None,
+                     queued: Callable[[], object] | None = None) -> bool:
+        """Blocking FIFO acquire for threads; False when ``timeout`` (seconds) runs out.
+
+        ``queued``: called once this call has its place in the line (holding the lock, or first
+        behind everyone already waiting), before it waits; whoever joins the line from then on,
+        e.g. a turn that ``queued`` itself causes, comes after. If it raises, the place is given up
+        and the error propagates."""
+        event: threading.Event | None = None
         with self._mutex:
             entry = self._enter(key)
             if not entry.held and not entry.waiters:
                 entry.held = True
-                return True
-            event = threading.Event()
-            entry.waiters.append(event)
-        if event.wait(timeout):
+            else:
+                event = threading.Event()
+                entry.waiters.append(event)
+        if queued is not None:
+            try:
+                queued()
+            except BaseException:
+                if event is None or not self._withdraw(key, entry, event):
+                    self.release(key)
+                raise
+        if event is None or event.wait(timeout):
             return True
+        if self._withdraw(key, entry, event):
+            return False
+        return True  # granted just as the wait timed out
+
+    def _withdraw(self, key: str, entry: _Entry, event: threading.Event) -> bool:
+        """Leave the line before being granted the lock (True); False when it was granted already."""
         with self._mutex:
             if event in entry.waiters:
                 entry.waiters.remove(event)
                 self._leave(key, entry)
-                return False
-        return True  # granted just as the wait timed out
+                return True
+        return False
 
     def release(self, key: str) -> None:
         """Hand the lock of ``key`` to the next waiter, or free it."""

@@ -373,12 +373,18 @@ class PersistentSessionStore(BaseSessionStore):
     @contextmanager
     def sync_turn(
         self, session_id: str, default_agent: Agent, metadata: dict[str, Any] | None = None, *, wait: bool = True,
-        report: TurnReport | None = None,
+        report: TurnReport | None = None, queued: Callable[[], object] | None = None,
     ) -> Iterator[SessionContext]:
         if wait:
-            self._locks.acquire_sync(session_id)
+            self._locks.acquire_sync(session_id, queued=queued)
         elif not self._locks.try_acquire(session_id):
             raise SessionBusyError(session_id)
+        elif queued is not None:
+            try:
+                queued()
+            except BaseException:
+                self._locks.release(session_id)
+                raise
         try:
             owner = new_lease_owner()
             stored = self._leases.acquire_sync(session_id, owner, wait, self._begin_for(report))

@@ -424,13 +424,25 @@ class BaseSessionStore(ABC):
     @contextmanager
     def sync_turn(
         self, session_id: str, default_agent: Agent, metadata: dict[str, Any] | None = None, *, wait: bool = True,
-        report: TurnReport | None = None,
+        report: TurnReport | None = None, queued: Callable[[], object] | None = None,
     ) -> Iterator[SessionContext]:
-        """Blocking twin of :meth:`turn` for code without an event loop (e.g. Django views)."""
+        """Blocking twin of :meth:`turn` for code without an event loop (e.g. Django views).
+
+        ``queued``: called once this call has its place in the session's line, before it waits for
+        a running turn; a turn that joins the line after (one that ``queued`` caused, say) comes
+        after this one. E.g. stopping the running turn from ``queued`` makes this call the next
+        turn even when the stopped turn's owner plays it again at once. If it raises, the place is
+        given up and the error propagates."""
         if wait:
-            self._locks.acquire_sync(session_id)
+            self._locks.acquire_sync(session_id, queued=queued)
         elif not self._locks.try_acquire(session_id):
             raise SessionBusyError(session_id)
+        elif queued is not None:
+            try:
+                queued()
+            except BaseException:
+                self._locks.release(session_id)
+                raise
         try:
             if report is not None:
                 report.begin("")
