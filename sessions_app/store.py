@@ -92,7 +92,10 @@ def _open_cursor(conn: Any) -> Any:
 
     if isinstance(raw, psycopg.Connection):
         return psycopg.Cursor(raw)
-    return raw.server_binding_cursor()  # a wrapper of the connection (sessions_app.roundtrips)
+    # A wrapper of the connection: its own server-binding cursor if it has one (sessions_app.roundtrips),
+    # else whatever cursor it gives (the statements run all the same, planned on every run).
+    opener = getattr(raw, "server_binding_cursor", None)
+    return raw.cursor() if opener is None else opener()
 
 
 @contextmanager

@@ -306,6 +306,28 @@ async def test_deleting_during_a_turn_raises_and_resurrects_nothing(kit: StoreKi
 
 
 @pytest.mark.asyncio
+async def test_deleting_from_another_store_during_a_pruning_turn_resurrects_nothing(kit: StoreKit) -> None:
+    """The deletion lands while a turn runs whose commit would prune (and, on PostgreSQL, write its rows
+    in one statement): the commit is refused and nothing of the session comes back."""
+    if kit.reopen is None:
+        pytest.skip("not persistent: there is no other store on the same data")
+    store = kit.make(default_max_turns=2)
+    engine = EchoEngine()
+    runner = Runner(Agent(name="Bot", instructions="x"), session_store=store, engine=engine)
+    for text in ("U1", "U2"):
+        await runner.run_async("prune-del", text)
+    engine.pause = 0.3
+    task = asyncio.ensure_future(runner.run_async("prune-del", "U3"))
+    await asyncio.sleep(0.1)
+    other = kit.reopen(store)
+    assert await asyncio.to_thread(other.delete, "prune-del") is True
+    with pytest.raises(SessionDeletedError):
+        await task
+    assert "prune-del" not in store.list_sessions()
+    assert kit.reopen(store).get("prune-del") is None
+
+
+@pytest.mark.asyncio
 async def test_a_failed_first_turn_leaves_no_session_and_a_retry_starts_afresh(kit: StoreKit) -> None:
     """Invariant 3 for a session the turn creates: before it there was none, so after it fails there is
     none, in memory as in storage; the retry gets the agent and metadata it asks for."""

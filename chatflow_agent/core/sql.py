@@ -201,17 +201,23 @@ class Dialect:
 
     ``render(sql)`` turns a statement written with ``?`` placeholders and ``{text}`` casts into this
     dialect's; ``stamp(at)`` is the parameter for a timestamp column at ``at`` (unix seconds);
-    ``returning`` says whether inserts report their key with ``RETURNING`` (else ``lastrowid``).
+    ``returning`` says whether inserts report their key with ``RETURNING`` (else ``lastrowid``);
+    ``writing_ctes`` whether a statement's ``WITH`` may hold ``INSERT``/``UPDATE``/``DELETE``
+    (PostgreSQL's may, SQLite's may not), which :meth:`write_rows` needs.
     """
 
+    #: statement texts of varying row counts kept (``delete_some``, ``insert_messages``, ``write_rows``)
+    MULTI_KEPT = 256
+
     def __init__(self, name: str, placeholder: str, text_cast: str, stamp: Callable[[float], Any],
-                 returning: bool, json_cast: str = "") -> None:
+                 returning: bool, json_cast: str = "", writing_ctes: bool = False) -> None:
         self.name = name
         self.placeholder = placeholder
         self.text_cast = text_cast
         self.json_cast = json_cast
         self.stamp = stamp
         self.returning = returning
+        self.writing_ctes = writing_ctes
         r = self.render
         self.head, self.rows = r(_HEAD), r(_ROWS)
         self.lease_free = r(_LEASE_UPSERT.replace("{ahead}", ""))
@@ -239,7 +245,7 @@ class Dialect:
                                lambda: _MESSAGES_INSERT + ", ".join([row] * count) + " RETURNING id")
 
     def write_rows(self, deletes: int, inserts: int) -> str:
-        """RETURNING dialects: one statement that updates a session row (the ``session_update`` params),
+        """Dialects with ``writing_ctes``: one statement that updates a session row (the ``session_update`` params),
         deletes ``deletes`` of its message ids (session id, then the ids) and inserts ``inserts`` rows (5
         params each), all only when the row is there; it returns, per inserted row, its id, the row's
         new ``updated_at`` text and how many ids were deleted (no rows: no session row, nothing written)."""
@@ -255,6 +261,9 @@ class Dialect:
         key = (kind, count)
         sql = self._multi.get(key)
         if sql is None:
+            if len(self._multi) >= self.MULTI_KEPT:
+                self._multi.clear()  # (atomic, unlike dropping the oldest while other threads add) the hot
+                # row counts are few and built again at once
             sql = self._multi[key] = build()
         return sql
 
@@ -271,7 +280,8 @@ def _render_ids(dialect: Dialect, sql: str, count: int) -> str:
 
 
 SQLITE = Dialect("sqlite", "?", "", utc_stamp, returning=False)
-POSTGRESQL = Dialect("postgresql", "%s", "::text", _aware, returning=True, json_cast="::jsonb")
+POSTGRESQL = Dialect("postgresql", "%s", "::text", _aware, returning=True, json_cast="::jsonb",
+                     writing_ctes=True)
 
 
 def read_head(cur: Cursor, dialect: Dialect, session_id: str) -> StoredSession | None:
@@ -326,7 +336,7 @@ def write_commit(cur: Cursor, rules: SessionRules, changes: Changes,
     """Write ``changes`` with ``cur``, inside the caller's transaction (``SessionBackend.commit``'s
     contract, in its order): the session row (upsert, or update on the row of ``changes.token``,
     else ``SessionDeletedError``), deletes of ``delete_ids`` and inserts of ``inserts`` in chunks of
-    ``CHUNK_ROWS`` (the inserts ``RETURNING id``; on a RETURNING dialect, an update of a known row with
+    ``CHUNK_ROWS`` (the inserts ``RETURNING id``; on a dialect with ``writing_ctes``, an update of a known row with
     some inserts and at most ``CHUNK_ROWS`` of each is one statement, ``Dialect.write_rows``), the lease
     release (``SessionBusyError`` when ``release_owner`` no longer holds it). The caller rolls back on
     an error. ``release_rider``, given the new row ids in order, gives the ``LeaseRider`` (or None) for
@@ -340,7 +350,7 @@ def write_commit(cur: Cursor, rules: SessionRules, changes: Changes,
     sid = changes.session_id
     stamp = d.stamp(time.time())
     ids, inserts = changes.delete_ids, changes.inserts
-    if d.returning and changes.token is not None and 0 < len(inserts) <= CHUNK_ROWS and len(ids) <= CHUNK_ROWS:
+    if d.writing_ctes and changes.token is not None and 0 < len(inserts) <= CHUNK_ROWS and len(ids) <= CHUNK_ROWS:
         token = changes.token
         updated, deleted, new_ids = _write_rows(cur, d, changes, stamp)
     else:
