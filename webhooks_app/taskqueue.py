@@ -34,7 +34,8 @@ from sessions_app.store import driver_cursor
 from webhooks_app.inbox import release_claim
 from webhooks_app.models import InboundDelivery
 
-__all__ = ["MARKER_KEY", "answer_of", "claim_next", "claim", "renew", "finish", "fail", "complete", "outcome",
+__all__ = ["MARKER_KEY", "answer_of", "claim_next", "claim", "renew", "finish", "fail", "complete",
+           "complete_and_claim_next", "outcome",
            "release", "status_of", "turn_committed", "played_before", "last_answer", "pending"]
 
 Status = InboundDelivery.Status
@@ -258,12 +259,55 @@ def complete(delivery: InboundDelivery, owner: str, reply: str, reply_error: str
     A delivery without an error (the usual case) is one UPDATE in autocommit; one with an error is
     marked failed and its id's claim released in one transaction.
     """
-    params = [reply, reply_error[:4000], connection.ops.adapt_datetimefield_value(timezone.now()), delivery.pk, owner]
-    if _write(_COMPLETE, params):
-        return
+    params = _completing(delivery, owner, reply, reply_error, timezone.now())
+    if not _write(_COMPLETE, params):
+        _complete_failed(delivery, params)
+
+
+def _completing(delivery: InboundDelivery, owner: str, reply: str, reply_error: str, now: Any) -> list[Any]:
+    """The parameters of ``_COMPLETE`` and ``_COMPLETE_FAILED``."""
+    return [reply, reply_error[:4000], connection.ops.adapt_datetimefield_value(now), delivery.pk, owner]
+
+
+def _complete_failed(delivery: InboundDelivery, params: list[Any]) -> None:
     with transaction.atomic():
         if _write(_COMPLETE_FAILED, params):
             release_claim(delivery.claim_key)
+
+
+@functools.cache
+def _complete_and_claim_sql() -> str:
+    """PostgreSQL: ``_COMPLETE`` and the claim of another delivery as one statement: the count of completed
+    rows (0 or 1), then the claimed row's columns (NULLs when none was claimed). The claim's reads see the
+    statement's snapshot, in which the delivery being completed is still running: its own row is left out
+    (its lease may have expired) and its session's next delivery stays blocked."""
+    claim = _claim_sql("postgresql", "AND c.id <> ?")
+    return (f"WITH done AS ({_COMPLETE} RETURNING id), claimed AS ({claim}) "
+            f"SELECT (SELECT COUNT(*) FROM done), claimed.* FROM (SELECT 1) AS one LEFT JOIN claimed ON TRUE")
+
+
+def complete_and_claim_next(delivery: InboundDelivery, owner: str, reply: str, reply_error: str,
+                            visibility: float) -> InboundDelivery | None:
+    """:func:`complete`, then :func:`claim_next` for ``owner`` and ``visibility`` (seconds); the claimed delivery
+    or None. On PostgreSQL a delivery completed without an error (the usual case) and the claim of a delivery of
+    another session are one statement, one commit; the next delivery of the same session (which that
+    statement cannot see unblocked) is claimed by a second statement when the first claimed nothing. The
+    outcome is the same as the two calls': each write is its own guard, and either may find nothing."""
+    now = timezone.now()
+    completing = _completing(delivery, owner, reply, reply_error, now)
+    row = None
+    with driver_cursor() as (cursor, dialect):
+        if dialect.name == "postgresql":
+            at = connection.ops.adapt_datetimefield_value
+            claiming = [owner, at(now + timedelta(seconds=visibility)), at(now), delivery.pk, delivery.pk, at(now)]
+            cursor.execute(dialect.render(_complete_and_claim_sql()), completing + claiming)
+            row = cursor.fetchone()
+    if row is None:  # SQLite
+        complete(delivery, owner, reply, reply_error)
+        return claim_next(owner, visibility)
+    if not row[0]:
+        _complete_failed(delivery, completing)  # an error to record, or no longer this worker's (then nothing)
+    return claim_next(owner, visibility) if row[1] is None else _delivery(row[1:])
 
 
 def release(delivery: InboundDelivery, owner: str, unsent: bool = False) -> None:

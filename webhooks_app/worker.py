@@ -85,6 +85,8 @@ def _complete_then_claim(delivery: InboundDelivery, owner: str, completion: _Com
     """A slot's last write for ``delivery`` and its first for the next, in one hand-off to the slot's thread:
     ``complete`` with ``completion`` (when a reply was sent or tried), then the claim of the slot's next
     delivery (unless ``visibility`` is None: the worker is stopping)."""
+    if completion is not None and visibility is not None:
+        return taskqueue.complete_and_claim_next(delivery, owner, *completion, visibility)
     if completion is not None:
         taskqueue.complete(delivery, owner, *completion)
     return None if visibility is None else taskqueue.claim_next(owner, visibility)

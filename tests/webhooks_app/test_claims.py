@@ -141,3 +141,61 @@ def test_a_delivery_being_finished_while_a_claim_runs_is_not_leased_again():
     d.refresh_from_db()
     assert (d.status, d.lease_owner) == (Status.DONE, "worker:old")
     assert taskqueue.claim_next("worker:new", 30) is None  # finished: not claimable once the lock is gone
+
+
+def _statuses(*deliveries: InboundDelivery) -> list[str]:
+    return [InboundDelivery.objects.get(pk=d.pk).status for d in deliveries]
+
+
+def test_complete_and_claim_next_completes_then_claims_another_sessions_delivery():
+    first, second = queue("cc1", 2)
+    (other,) = queue("cc2", 1)
+    a = taskqueue.claim_next("worker:a", 30)
+    assert a.pk == first.pk
+    b = taskqueue.complete_and_claim_next(a, "worker:a", Reply.SENT, "", 30)
+    assert b.pk in (second.pk, other.pk) and (b.status, b.lease_owner, b.attempts) == ("running", "worker:a", 1)
+    c = taskqueue.complete_and_claim_next(b, "worker:a", Reply.SENT, "", 30)
+    assert {b.pk, c.pk} == {second.pk, other.pk}  # each claimed once, the session's own in order
+    assert taskqueue.complete_and_claim_next(c, "worker:a", Reply.SENT, "", 30) is None
+    assert _statuses(first, second, other) == ["done", "done", "done"]
+    assert InboundDelivery.objects.get(pk=first.pk).reply_status == Reply.SENT
+
+
+def test_complete_and_claim_next_claims_the_same_sessions_next_delivery_when_it_is_the_only_one():
+    first, second = queue("cs1", 2)
+    a = taskqueue.claim_next("worker:a", 30)
+    b = taskqueue.complete_and_claim_next(a, "worker:a", Reply.NONE, "", 30)
+    assert (a.pk, b.pk) == (first.pk, second.pk)
+    assert _statuses(first, second) == ["done", "running"]
+
+
+def test_complete_and_claim_next_records_a_failure_and_releases_its_id():
+    bad, ok = queue("cf1", 1) + queue("cf2", 1)
+    a = taskqueue.claim_next("worker:a", 30)
+    assert a.pk == bad.pk
+    assert taskqueue.fail(a, "worker:a", "RuntimeError: down", "sorry", Reply.SENDING)
+    b = taskqueue.complete_and_claim_next(a, "worker:a", Reply.SENT, "", 30)
+    assert b.pk == ok.pk
+    a = InboundDelivery.objects.get(pk=bad.pk)
+    assert (a.status, a.reply_status, a.error) == ("failed", "sent", "RuntimeError: down")
+    assert not ProcessedMessage.objects.filter(pk=a.claim_key).exists()
+
+
+def test_complete_and_claim_next_by_a_worker_that_lost_the_lease_changes_nothing_but_still_claims():
+    (lost,) = queue("cl1", 1)
+    (other,) = queue("cl2", 1)
+    a = taskqueue.claim_next("worker:a", 30)
+    assert a.pk == lost.pk
+    b = taskqueue.complete_and_claim_next(a, "worker:gone", Reply.SENT, "", 30)
+    assert b.pk == other.pk and b.lease_owner == "worker:gone"
+    assert _statuses(lost) == ["running"]
+
+
+def test_complete_and_claim_next_never_claims_back_the_delivery_it_completes():
+    """Its own lease expired (a slow reply): the completion still lands, and the delivery is not leased again."""
+    (d,) = queue("ce1", 1)
+    a = taskqueue.claim_next("worker:a", 30)
+    InboundDelivery.objects.filter(pk=d.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    assert taskqueue.complete_and_claim_next(a, "worker:a", Reply.SENT, "", 30) is None
+    d.refresh_from_db()
+    assert (d.status, d.attempts, d.reply_status) == ("done", 1, "sent")

@@ -420,17 +420,15 @@ def test_a_worker_cancelled_while_a_slot_claims_its_next_delivery_gives_that_del
 
     post_wa(client, p.whatsapp(p.wa_text("wamid.F", "first", wa_id="15550101")))
     post_wa(client, p.whatsapp(p.wa_text("wamid.N", "next", wa_id="15550102")))
-    real_claim_next, calls = taskqueue.claim_next, []
+    real = taskqueue.complete_and_claim_next
     entered, go = threading.Event(), threading.Event()
 
-    def slow_second_claim(owner: str, visibility: float):
-        calls.append(owner)
-        if len(calls) == 2:  # the slot's own claim, after completing its first delivery
-            entered.set()
-            go.wait(10)
-        return real_claim_next(owner, visibility)
+    def slow_complete_and_claim(*args: object):  # the slot's claim after completing its first delivery
+        entered.set()
+        go.wait(10)
+        return real(*args)
 
-    monkeypatch.setattr(taskqueue, "claim_next", slow_second_claim)
+    monkeypatch.setattr(taskqueue, "complete_and_claim_next", slow_complete_and_claim)
 
     async def cancel_during_the_claim() -> None:
         loop = asyncio.get_running_loop()
