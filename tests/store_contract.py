@@ -273,14 +273,15 @@ def test_a_sync_turn_keeps_its_place_in_line_while_queued_runs(kit: StoreKit) ->
     assert contents(store.get("line").history) == ["A", "B", "C"]
 
 
-def test_a_sync_turn_whose_queued_raises_gives_up_its_place(kit: StoreKit) -> None:
+@pytest.mark.parametrize("wait", [True, False])
+def test_a_sync_turn_whose_queued_raises_gives_up_its_place(kit: StoreKit, wait: bool) -> None:
     store = kit.make()
     order: list[str] = []
 
     def queued() -> None:
         raise RuntimeError("no")
     with pytest.raises(RuntimeError, match="no"):
-        with store.sync_turn("line", Agent(name="Bot", instructions="x"), queued=queued):
+        with store.sync_turn("line", Agent(name="Bot", instructions="x"), wait=wait, queued=queued):
             order.append("never")
     _turn_in_thread(store, "A", order, wait=False).join(10)  # the line is free again
     assert order == ["A"]

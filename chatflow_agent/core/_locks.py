@@ -50,15 +50,24 @@ class SessionLocks:
             entry = self._entries.get(key)
             return bool(entry and entry.held)
 
-    def try_acquire(self, key: str) -> bool:
-        """Take the lock only if it is free and nobody waits; ``release`` it afterwards."""
+    def try_acquire(self, key: str, queued: Callable[[], object] | None = None) -> bool:
+        """Take the lock only if it is free and nobody waits; ``release`` it afterwards.
+
+        ``queued``: called once the lock is taken (as in ``acquire_sync``); if it raises, the lock
+        is released and the error propagates."""
         with self._mutex:
             entry = self._entries.get(key)
             if entry and (entry.held or entry.waiters):
                 return False
             entry = self._enter(key)
             entry.held = True
-            return True
+        if queued is not None:
+            try:
+                queued()
+            except BaseException:
+                self.release(key)
+                raise
+        return True
 
     async def acquire(self, key: str) -> None:
         """Wait (FIFO) for the lock of ``key``. Cancelling the wait leaves the lock consistent."""

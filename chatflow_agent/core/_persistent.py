@@ -377,14 +377,8 @@ class PersistentSessionStore(BaseSessionStore):
     ) -> Iterator[SessionContext]:
         if wait:
             self._locks.acquire_sync(session_id, queued=queued)
-        elif not self._locks.try_acquire(session_id):
+        elif not self._locks.try_acquire(session_id, queued=queued):
             raise SessionBusyError(session_id)
-        elif queued is not None:
-            try:
-                queued()
-            except BaseException:
-                self._locks.release(session_id)
-                raise
         try:
             owner = new_lease_owner()
             stored = self._leases.acquire_sync(session_id, owner, wait, self._begin_for(report))

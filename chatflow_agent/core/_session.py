@@ -435,14 +435,8 @@ class BaseSessionStore(ABC):
         given up and the error propagates."""
         if wait:
             self._locks.acquire_sync(session_id, queued=queued)
-        elif not self._locks.try_acquire(session_id):
+        elif not self._locks.try_acquire(session_id, queued=queued):
             raise SessionBusyError(session_id)
-        elif queued is not None:
-            try:
-                queued()
-            except BaseException:
-                self._locks.release(session_id)
-                raise
         try:
             if report is not None:
                 report.begin("")
