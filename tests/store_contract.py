@@ -7,9 +7,11 @@ their store: memory, SQLite file, SQLite in-memory URIs, Django on SQLite and on
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -342,6 +344,35 @@ async def test_a_failed_first_turn_leaves_no_session_and_a_retry_starts_afresh(k
     live = store.get("fresh")
     assert (live.active_agent.name, live.metadata, contents(live.history)) == ("Billing", {"try": 2}, ["U1", "A1"])
     assert_reload_equals(kit, store, "fresh", live)
+
+
+def test_a_persistent_store_keeps_a_bounded_history_alive_and_loads_the_rest_again(kit: StoreKit) -> None:
+    """Between turns a persistent store keeps the recently used sessions alive, bounded by the messages
+    their histories hold between them (a few thousand), not by the number of sessions alone: a handful
+    of long conversations push the least recently used session out of memory, and it loads again whole."""
+    if kit.reopen is None:
+        pytest.skip("not persistent: the store is its memory")
+    store = kit.make()
+    agent = Agent(name="Bot", instructions="x")
+
+    def play(session_id: str, messages: int) -> None:
+        with store.sync_turn(session_id, agent) as session:
+            session.add_message(Message(role=Role.USER, content=f"{session_id} asks"))
+            for i in range(messages - 1):
+                session.add_message(Message(role=Role.MODEL, content=f"{session_id} {i}"))
+
+    play("short", 10)
+    short = weakref.ref(store.get("short"))
+    play("another", 10)
+    gc.collect()
+    assert short() is not None  # kept alive by the store: nothing else holds it
+    for k in range(9):
+        play(f"long-{k}", 1000)
+    gc.collect()
+    assert short() is None  # nine sessions, 9,000 messages: pushed out
+    again = store.get("short")
+    assert contents(again.history) == ["short asks"] + [f"short {i}" for i in range(9)]
+    assert len(store.get("long-0").history) == 1000
 
 
 def test_deleting_a_session_another_store_deleted_answers_false(kit: StoreKit) -> None:
