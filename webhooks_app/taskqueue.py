@@ -291,8 +291,10 @@ def complete_and_claim_next(delivery: InboundDelivery, owner: str, reply: str, r
     """:func:`complete`, then :func:`claim_next` for ``owner`` and ``visibility`` (seconds); the claimed delivery
     or None. On PostgreSQL a delivery completed without an error (the usual case) and the claim of a delivery of
     another session are one statement, one commit; the next delivery of the same session (which that
-    statement cannot see unblocked) is claimed by a second statement when the first claimed nothing. The
-    outcome is the same as the two calls': each write is its own guard, and either may find nothing."""
+    statement cannot see unblocked) is claimed by a second statement when the first claimed nothing. Each
+    write is its own guard, and either may find nothing; unlike the two calls, the claim may pass over
+    that next delivery for a newer one of another session. Errors: ``django.db``'s, possibly with the
+    next delivery already claimed."""
     now = timezone.now()
     completing = _completing(delivery, owner, reply, reply_error, now)
     row = None
