@@ -13,6 +13,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from chatflow_agent.exceptions import SessionBusyError
+
 __all__ = ["SessionLocks"]
 
 
@@ -68,6 +70,21 @@ class SessionLocks:
                 self.release(key)
                 raise
         return True
+
+    async def enter(self, key: str, wait: bool) -> None:
+        """A turn's way into the line of ``key``: wait (FIFO) for the lock, or, when not ``wait``, take it
+        only if it is free and nobody waits, else ``SessionBusyError``."""
+        if wait:
+            await self.acquire(key)
+        elif not self.try_acquire(key):
+            raise SessionBusyError(key)
+
+    def enter_sync(self, key: str, wait: bool, queued: Callable[[], object] | None = None) -> None:
+        """Blocking :meth:`enter`, with ``queued`` called as in :meth:`acquire_sync` / :meth:`try_acquire`."""
+        if wait:
+            self.acquire_sync(key, queued=queued)
+        elif not self.try_acquire(key, queued=queued):
+            raise SessionBusyError(key)
 
     async def acquire(self, key: str) -> None:
         """Wait (FIFO) for the lock of ``key``. Cancelling the wait leaves the lock consistent."""

@@ -315,10 +315,7 @@ class PersistentSessionStore(BaseSessionStore):
         self, session_id: str, default_agent: Agent, metadata: dict[str, Any] | None = None, *, wait: bool = True,
         report: TurnReport | None = None,
     ) -> AsyncIterator[SessionContext]:
-        if wait:
-            await self._locks.acquire(session_id)
-        elif not self._locks.try_acquire(session_id):
-            raise SessionBusyError(session_id)
+        await self._locks.enter(session_id, wait)
         try:
             owner = new_lease_owner()
             stored = await self._leases.acquire(session_id, owner, wait, self._begin_for(report), report)
@@ -375,10 +372,7 @@ class PersistentSessionStore(BaseSessionStore):
         self, session_id: str, default_agent: Agent, metadata: dict[str, Any] | None = None, *, wait: bool = True,
         report: TurnReport | None = None, queued: Callable[[], object] | None = None,
     ) -> Iterator[SessionContext]:
-        if wait:
-            self._locks.acquire_sync(session_id, queued=queued)
-        elif not self._locks.try_acquire(session_id, queued=queued):
-            raise SessionBusyError(session_id)
+        self._locks.enter_sync(session_id, wait, queued)
         try:
             owner = new_lease_owner()
             stored = self._leases.acquire_sync(session_id, owner, wait, self._begin_for(report))

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from chatflow_agent.core._locks import BoundLock, SessionLocks
 from chatflow_agent.core._pruning import group_turns, prune_history
 from chatflow_agent.core.reports import TurnReport
-from chatflow_agent.exceptions import SessionBusyError, SessionDeletedError
+from chatflow_agent.exceptions import SessionDeletedError
 from chatflow_agent.types import Message, Role
 
 if TYPE_CHECKING:
@@ -398,10 +398,7 @@ class BaseSessionStore(ABC):
         ``cancelled``); a persistent store hands it to its backend with the lease and commit writes
         (turn records). The in-memory store keeps no records.
         """
-        if wait:
-            await self._locks.acquire(session_id)
-        elif not self._locks.try_acquire(session_id):
-            raise SessionBusyError(session_id)
+        await self._locks.enter(session_id, wait)
         try:
             if report is not None:
                 report.begin("")
@@ -433,10 +430,7 @@ class BaseSessionStore(ABC):
         after this one. E.g. stopping the running turn from ``queued`` makes this call the next
         turn even when the stopped turn's owner plays it again at once. If it raises, the place is
         given up and the error propagates."""
-        if wait:
-            self._locks.acquire_sync(session_id, queued=queued)
-        elif not self._locks.try_acquire(session_id, queued=queued):
-            raise SessionBusyError(session_id)
+        self._locks.enter_sync(session_id, wait, queued)
         try:
             if report is not None:
                 report.begin("")
