@@ -58,16 +58,21 @@ def running_site(directory: Path, seed: str = "", **variables: str) -> Iterator[
         done = run_manage(*args, env=env)
         assert done.returncode == 0, done.stderr
     port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "chatflow_site.asgi:application"],
-        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-    )
+    log = directory / "daphne.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "chatflow_site.asgi:application"],
+            cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )
     try:
         base = f"http://127.0.0.1:{port}"
         wait_for_http(f"{base}/healthz/", timeout=30, proc=proc)
         yield base
     finally:
         stop(proc)
+        # pytest shows a test's captured output only when it fails: the server's side of a failure.
+        print(f"--- the site's log ({log}), last lines ---")
+        print("\n".join(log.read_text(errors="replace").splitlines()[-60:]))
 
 
 @pytest.fixture

@@ -160,7 +160,9 @@ def test_the_composer_keeps_what_is_typed_while_the_workspace_is_re_rendered(sit
             page.goto(f"{site}/sessions/{WA_ID}/")
             expect(page.locator("#live-status")).to_have_text("Live updates on.")
             page.evaluate("document.getElementById('session-panel').dataset.old = '1'")
-            page.get_by_role("button", name="Take over", exact=True).click()
+            with page.expect_response(lambda r: "/actions/takeover/" in r.url) as taken:
+                page.get_by_role("button", name="Take over", exact=True).click()
+            assert taken.value.status == 200, (taken.value.status, taken.value.text())
             page.wait_for_function("!document.getElementById('session-panel').dataset.old")  # re-read after it
             box = page.get_by_role("textbox", name="Reply to the customer on whatsapp")
             page.context.new_cdp_session(page).send("Emulation.setCPUThrottlingRate", {"rate": 6})
