@@ -15,16 +15,18 @@ by the lease owner: a worker that lost its lease changes nothing.
 The worker's statements (claim, renew, finish, fail, complete, release) run on the driver's cursor
 (``sessions_app.store.driver_cursor``): building them through the ORM cost several times what running
 them costs. They are written with ``?`` placeholders and rendered for the connection's dialect, and
-every write after the claim carries the same lease-owner guard (``_MINE``).
+every write after the claim carries the same lease-owner guard (``_MINE``). On PostgreSQL a slot's last
+write for a delivery and its claim of the next are one statement (:func:`complete_and_claim_next`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from datetime import timedelta
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
 from chatflow_agent.jsonsafe import json_object
@@ -280,8 +282,13 @@ def _complete_and_claim_sql() -> str:
     """PostgreSQL: ``_COMPLETE`` and the claim of another delivery as one statement: the count of completed
     rows (0 or 1), then the claimed row's columns (NULLs when none was claimed). The claim's reads see the
     statement's snapshot, in which the delivery being completed is still running: its own row is left out
-    (its lease may have expired) and its session's next delivery stays blocked."""
-    claim = _claim_sql("postgresql", "AND c.id <> ?")
+    (its lease may have expired) and its session's next delivery stays blocked.
+
+    The sub-statements of a ``WITH`` run in no fixed order; the claim reads ``done`` (to leave out the
+    delivery being completed), so the completion has run, and waited for its row's lock if it had to, before
+    the claim locks any row. Locking the claimed row first could deadlock with a worker completing that one
+    and claiming this one (both leases expired)."""
+    claim = _claim_sql("postgresql", "AND c.id <> (SELECT COALESCE(MAX(id), ?) FROM done)")
     return (f"WITH done AS ({_COMPLETE} RETURNING id), claimed AS ({claim}) "
             f"SELECT (SELECT COUNT(*) FROM done), claimed.* FROM (SELECT 1) AS one LEFT JOIN claimed ON TRUE")
 
@@ -293,8 +300,9 @@ def complete_and_claim_next(delivery: InboundDelivery, owner: str, reply: str, r
     another session are one statement, one commit; the next delivery of the same session (which that
     statement cannot see unblocked) is claimed by a second statement when the first claimed nothing. Each
     write is its own guard, and either may find nothing; unlike the two calls, the claim may pass over
-    that next delivery for a newer one of another session. Errors: ``django.db``'s, possibly with the
-    next delivery already claimed."""
+    that next delivery for a newer one of another session (a caller with idle slots should look for it).
+    Errors: ``django.db``'s; a delivery the statement claimed before recording a failure raised is given
+    back to the queue first (when the database still answers; else its lease runs out)."""
     now = timezone.now()
     completing = _completing(delivery, owner, reply, reply_error, now)
     row = None
@@ -307,9 +315,16 @@ def complete_and_claim_next(delivery: InboundDelivery, owner: str, reply: str, r
     if row is None:  # SQLite
         complete(delivery, owner, reply, reply_error)
         return claim_next(owner, visibility)
-    if not row[0]:
-        _complete_failed(delivery, completing)  # an error to record, or no longer this worker's (then nothing)
-    return claim_next(owner, visibility) if row[1] is None else _delivery(row[1:])
+    claimed = None if row[1] is None else _delivery(row[1:])
+    if not row[0]:  # an error to record, or no longer this worker's (then nothing)
+        try:
+            _complete_failed(delivery, completing)
+        except BaseException:
+            if claimed is not None:
+                with contextlib.suppress(DatabaseError):
+                    release(claimed, owner)
+            raise
+    return claim_next(owner, visibility) if claimed is None else claimed
 
 
 def release(delivery: InboundDelivery, owner: str, unsent: bool = False) -> None:

@@ -7,7 +7,7 @@ import time
 from datetime import timedelta
 
 import pytest
-from django.db import connections, transaction
+from django.db import OperationalError, connections, transaction
 from django.utils import timezone
 
 from sessions_app.models import ProcessedMessage
@@ -199,3 +199,76 @@ def test_complete_and_claim_next_never_claims_back_the_delivery_it_completes():
     assert taskqueue.complete_and_claim_next(a, "worker:a", Reply.SENT, "", 30) is None
     d.refresh_from_db()
     assert (d.status, d.attempts, d.reply_status) == ("done", 1, "sent")
+
+
+@pytest.mark.skipif(connections["default"].vendor != "postgresql", reason="the PostgreSQL one-statement completion")
+def test_complete_and_claim_next_locks_nothing_new_while_its_completion_waits():
+    """The delivery being completed is locked by another transaction (a worker that claimed it after its
+    lease expired, in the middle of its claim): the completion waits for it, and while it waits the
+    statement holds no lock on the delivery it is about to claim. Locking that one first could deadlock
+    with a second worker completing it and claiming this one."""
+    (mine,) = queue("cd1", 1)
+    (other,) = queue("cd2", 1)
+    a = taskqueue.claim_next("worker:a", 30)
+    assert a.pk == mine.pk
+    locked, release = threading.Event(), threading.Event()
+    claimed: list[InboundDelivery | None] = []
+
+    def holder() -> None:
+        try:
+            with transaction.atomic():
+                InboundDelivery.objects.select_for_update().get(pk=mine.pk)
+                locked.set()
+                release.wait(30)  # a hang guard
+        finally:
+            connections.close_all()
+
+    def completing() -> None:
+        try:
+            claimed.append(taskqueue.complete_and_claim_next(a, "worker:a", Reply.SENT, "", 30))
+        finally:
+            connections.close_all()
+
+    holding = threading.Thread(target=holder)
+    holding.start()
+    try:
+        assert locked.wait(30)
+        worker = threading.Thread(target=completing)
+        worker.start()
+        deadline = time.monotonic() + 30
+        with connections["default"].cursor() as cursor:  # until the completion waits for the holder's lock
+            while not cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                                     ).fetchone()[0] and time.monotonic() < deadline:
+                time.sleep(0.01)
+        with transaction.atomic():  # the delivery it will claim is not locked meanwhile
+            free = InboundDelivery.objects.select_for_update(nowait=True).filter(pk=other.pk)
+            assert [d.pk for d in free] == [other.pk]
+    finally:
+        release.set()
+        holding.join()
+    worker.join(30)
+    assert not worker.is_alive() and [c.pk for c in claimed] == [other.pk]
+    assert _statuses(mine, other) == ["done", "running"]
+
+
+def test_complete_and_claim_next_gives_back_what_it_claimed_when_recording_a_failure_fails(monkeypatch):
+    """Recording the completed delivery's failure raises (the database went away between the two writes):
+    the error propagates, and the delivery the same call had claimed is back in the queue, not left leased
+    to a worker that never plays it until its lease runs out."""
+    bad, waiting = queue("cg1", 1) + queue("cg2", 1)
+    a = taskqueue.claim_next("worker:a", 30)
+    assert a.pk == bad.pk
+    assert taskqueue.fail(a, "worker:a", "RuntimeError: down", "sorry", Reply.SENDING)
+
+    def gone(key: str) -> None:
+        raise OperationalError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(taskqueue, "release_claim", gone)
+    with pytest.raises(OperationalError):
+        taskqueue.complete_and_claim_next(a, "worker:a", Reply.SENT, "", 30)
+    w = InboundDelivery.objects.get(pk=waiting.pk)
+    assert (w.status, w.lease_owner, w.attempts) == ("queued", "", 0)
+    assert _statuses(bad) == ["running"]  # its failure was not recorded: played again after its lease
+    monkeypatch.undo()
+    assert taskqueue.complete_and_claim_next(a, "worker:a", Reply.SENT, "", 30).pk == waiting.pk
+    assert _statuses(bad, waiting) == ["failed", "running"]
