@@ -162,6 +162,8 @@ class Worker:
                 following = task.result()
             if following is not None:  # the slot claimed its next delivery itself
                 start(following, ex)
+                if idle:  # that claim may have passed over one the finish made claimable: look again
+                    wake.set()
                 return
             idle.append(ex)
             wake.set()  # the session's next delivery may be claimable now
