@@ -43,8 +43,8 @@ from sessions_app.models import ChatMessage, ChatSession, OperatorAction, Sessio
 from takeover_app.models import OperatorReply, SessionMode
 
 __all__ = ["ACTIONS", "TakenOver", "WHATSAPP_WINDOW", "cancel_turn", "cancelled_by_operator", "channel_of",
-           "ends_with_customer", "hand_back", "idle_sweep", "mode_of", "note_failed_turn", "request_human", "resend",
-           "send_reply", "start_waiting", "take_over"]
+           "ends_with_customer", "hand_back", "idle_sweep", "lease_lost", "mode_of", "note_failed_turn",
+           "request_human", "resend", "send_reply", "start_waiting", "take_over"]
 
 logger = logging.getLogger("takeover_app")
 
@@ -211,6 +211,10 @@ def _hand_back(user: Any, session_id: str, agent_name: str | None, note: str) ->
             raise InvalidAction("This session is already answered by the bot.")
         if row.mode == Mode.HUMAN and row.owner_username and row.owner_username != _name(user):
             raise _taken(row)
+        if _winding_down(session_id, row):
+            raise SessionBusy("The turn stopped when the session was taken over is still winding down in a "
+                              "worker; hand back when it has (a few seconds): the bot would answer its message "
+                              "after your reply.")
         name = agent_name or row.previous_agent or session.active_agent.name
         agent = registry.get_agent(name)
         if agent is None:
@@ -227,6 +231,17 @@ def _hand_back(user: Any, session_id: str, agent_name: str | None, note: str) ->
         row.save()
         audit(user, "hand_back", session_id, before, {**_state(row), "active_agent": agent.name, "note": note})
     return row
+
+
+def _winding_down(session_id: str, row: SessionMode) -> bool:
+    """True while a webhook delivery of the session that arrived before it left the bot is still being
+    played (not sending its reply): a turn the takeover stopped in another process, which plays its
+    message again (held, while an operator has the session) once it notices."""
+    from webhooks_app.models import InboundDelivery
+
+    return InboundDelivery.objects.filter(
+        session_id=session_id, status=InboundDelivery.Status.RUNNING, first_seen__lt=row.since,
+    ).exclude(reply_status=InboundDelivery.Reply.SENDING).exists()
 
 
 # ---- waiting ------------------------------------------------------------------------------------
@@ -337,6 +352,13 @@ def cancel_turn(user: Any, session_id: str, reason: str, *, only_expired: bool =
                                                           "replay": replay or lease.expired})
     site_store().stop_turn(session_id, owner=before["lease_owner"])  # that turn, not one that began since
     return True
+
+
+def lease_lost(session_id: str, owner: str) -> bool:
+    """True when ``owner`` no longer holds ``session_id``'s lease: its turn was stopped from another process
+    (:func:`cancel_turn`, a takeover "now"), or its lease ran out. A process running that turn calls
+    its store's ``stop_turn`` then, instead of waiting for the lease's next renewal to find out."""
+    return not SessionLease.objects.filter(session_id=session_id, owner=owner).exists()
 
 
 def cancelled_by_operator(session_id: str, owner: str) -> str | None:

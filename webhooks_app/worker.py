@@ -62,6 +62,8 @@ logger = logging.getLogger("webhooks_app.worker")
 FALLBACK_REPLY = "Sorry, something went wrong on our side and I could not answer. Please try again in a moment."
 UNSUPPORTED_REPLY = "Sorry, I can only read text messages for now. Could you type your message?"
 RESET_REPLY = "Done: I have forgotten our conversation. How can I help?"
+#: How often (seconds) a running turn looks whether its session's lease was taken away from another process.
+STOP_CHECK_SECONDS = 1.0
 
 Kind = InboundDelivery.Kind
 Reply = InboundDelivery.Reply
@@ -306,7 +308,7 @@ class Worker:
         with settle.playing(delivery, self.owner, replies_out, fixed) as play, self._stage("turn"):
             report = self._report(delivery)
             try:
-                return await self._play_turn(delivery, report), play.settled
+                return await self._play_watched(delivery, report, db), play.settled
             except settle.DeliveryLost:
                 raise
             except SessionBusyError:
@@ -316,7 +318,7 @@ class Worker:
                 logger.info("Delivery %s: its turn was stopped; playing it again", delivery.pk)
             report = self._report(delivery)
             try:
-                return await self._play_turn(delivery, report), play.settled
+                return await self._play_watched(delivery, report, db), play.settled
             except settle.DeliveryLost:
                 raise
             except SessionBusyError:
@@ -334,6 +336,31 @@ class Worker:
     def _report(delivery: InboundDelivery) -> TurnReport:
         queued_ms = max(0.0, (time.time() - delivery.first_seen.timestamp()) * 1000)  # first seen → claimed
         return TurnReport(source="webhook", queue_wait_ms=queued_ms, trace_id=tracing.current_trace_id())
+
+    async def _play_watched(self, delivery: InboundDelivery, report: TurnReport, db: Any) -> str | None:
+        """:meth:`_play_turn`, stopped (``SessionBusyError``, rolled back) within about ``STOP_CHECK_SECONDS``
+        once its session's lease is taken away from another process (an operator's takeover "now" or Cancel
+        turn, which cannot reach this process): the store's own renewal finds out only a third of the lease
+        later, and a hand-back meanwhile would let the bot play the stopped message after the operator's
+        reply. A turn shorter than that costs a timer, no query."""
+        watching: list[asyncio.Future[None]] = []
+        timer = asyncio.get_running_loop().call_later(
+            STOP_CHECK_SECONDS, lambda: watching.append(asyncio.ensure_future(self._watch_lease(delivery, report, db))))
+        try:
+            return await self._play_turn(delivery, report)
+        finally:
+            timer.cancel()
+            for task in watching:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+
+    @staticmethod
+    async def _watch_lease(delivery: InboundDelivery, report: TurnReport, db: Any) -> None:
+        while True:  # polled: the lease is taken away in the database, by a process that cannot reach this one
+            if report.owner and await db(takeover.lease_lost, delivery.session_id, report.owner):
+                if runtime.site_store().stop_turn(delivery.session_id, owner=report.owner):
+                    return
+            await asyncio.sleep(STOP_CHECK_SECONDS)
 
     async def _play_turn(self, delivery: InboundDelivery, report: TurnReport) -> str | None:
         runner = runtime.site_runner()

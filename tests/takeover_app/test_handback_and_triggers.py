@@ -166,6 +166,36 @@ def test_a_delivery_whose_turn_is_stopped_by_a_takeover_is_held_not_answered_wit
     assert [b["text"]["body"] for b in env.wa.bodies()] == ["echo: hello"]  # no fallback
 
 
+@pytest.mark.slow
+def test_a_takeover_now_stops_a_worker_process_turn_at_once_and_a_quick_hand_back_waits_for_it(client, env):
+    """A worker process plays the session's turn (its lease is long: its next renewal is minutes away); an
+    operator takes over "now" in this process and hands back at once. The worker finds its lease gone within
+    about a second and plays the message again while the operator has the session: held, not answered. The
+    hand-back waits for that, so the bot never answers the stopped message after the operator's reply."""
+    from tests.processes import stop
+    from tests.webhooks_app import servers as s
+
+    wa_message(client, "wamid.1", "hello")
+    env.block.touch()
+    wa_message(client, "wamid.2", "slow one [block]")
+    worker = s.start_worker(s.child_env(env.wa.base, env.tg.base, env.tmp, CHATFLOW_LEASE_SECONDS="600"),
+                            env.tmp / "worker.log", "--slots", "1")
+    try:
+        wait_until(lambda: len(env.engine_calls()) == 2 and _leased(), "the second turn to start in the worker")
+        operator = personas.operator()
+        service.take_over(operator, SID, when="now")
+        service.hand_back(operator, SID)
+        assert SessionMode.objects.get(pk=SID).mode == "bot"
+        d = InboundDelivery.objects.get(provider_message_id="wamid.2")
+        assert (d.status, d.reply_status) == ("done", "held")  # before the hand-back
+    finally:
+        env.block.unlink()
+        stop(worker)
+        worker.stdout.close()
+    assert texts(SID) == [("user", "hello"), ("model", "echo: hello"), ("user", "slow one [block]")]
+    assert [b["text"]["body"] for b in env.wa.bodies()] == ["echo: hello"]
+
+
 def _leased() -> bool:
     from sessions_app.models import SessionLease
 
