@@ -38,18 +38,39 @@
     var status = e.detail.xhr.status;
     if (status >= 200 && status < 300) {
       e.detail.shouldSwap = false;
-      var live = document.getElementById("live-session");
-      // The sent text leaves the box; what was typed after it while it was on its way stays, caret and all.
-      var box = form.hasAttribute("data-composer") ? document.getElementById("reply-text") : null;
-      var sent = box && e.detail.requestConfig.formData ? e.detail.requestConfig.formData.get("text") : null;
-      if (box && typeof sent === "string" && box.value.indexOf(sent) === 0) box.setRangeText("", 0, sent.length);
-      if (live && live.dataset.panelUrl) {
-        htmx.ajax("GET", live.dataset.panelUrl + "&order=" + currentOrder(), {target: "#session-panel", swap: "outerHTML"});
-      }
+      done(form, e.detail.requestConfig);
       return;
     }
     var slot = form.dataset.errorTarget && document.querySelector(form.dataset.errorTarget);
     if (slot) e.detail.target = slot;
+  });
+  function done(form, requestConfig) {
+    // The sent text leaves the box; what was typed after it while it was on its way stays, caret and all.
+    var box = form.hasAttribute("data-composer") ? document.getElementById("reply-text") : null;
+    var sent = box && requestConfig && requestConfig.formData ? requestConfig.formData.get("text") : null;
+    if (box && typeof sent === "string" && box.value.indexOf(sent) === 0) box.setRangeText("", 0, sent.length);
+    reread();
+  }
+  function reread() {
+    var live = document.getElementById("live-session");
+    if (live && live.dataset.panelUrl) {
+      htmx.ajax("GET", live.dataset.panelUrl + "&order=" + currentOrder(), {target: "#session-panel", swap: "outerHTML"});
+    }
+  }
+  // The action's own live update can come before its answer and replace the form that was sent (the
+  // panel, the dialog). htmx then drops the answer: it looks for the answer's target from the detached
+  // form and finds none, and nothing reaches the listener above. Such an answer is handled here once it
+  // has loaded: the workspace is re-read, or the refusal shown in the form's error slot shown now.
+  document.addEventListener("htmx:beforeRequest", function (e) {
+    var elt = e.detail.elt, xhr = e.detail.xhr, config = e.detail.requestConfig;
+    var form = elt && elt.closest ? elt.closest("[data-takeover]") : null;
+    if (!form || !xhr) return;
+    xhr.addEventListener("loadend", function () {
+      if (document.contains(form) || !xhr.status) return; // htmx had it (above), or no answer came
+      if (xhr.status >= 200 && xhr.status < 300) { done(form, config); return; }
+      var slot = form.dataset.errorTarget && document.querySelector(form.dataset.errorTarget);
+      if (slot) slot.innerHTML = xhr.responseText;
+    });
   });
   // htmx.ajax resolves its target when called; a re-read queued behind another one (two actions in quick
   // succession: htmx runs them one after the other) would swap into the workspace the first one replaced.

@@ -199,3 +199,42 @@ def test_the_composer_keeps_what_is_typed_while_the_workspace_is_re_rendered(sit
             assert state == {"same": True, "focused": True, "start": end, "end": end}, state
         finally:
             browser.close()
+
+
+# A live update replacing the takeover panel while its form's action is on its way (the action's own live
+# message can come before its answer): done as the request leaves, so the answer always finds it replaced.
+REPLACE_PANEL_ON_SEND = """() => { let done = false;
+  document.addEventListener('htmx:beforeRequest', (e) => {
+    const panel = document.getElementById('takeover-panel');
+    if (done || !panel || !panel.contains(e.detail.elt)) return;
+    done = true;
+    panel.replaceWith(panel.cloneNode(true));
+  }); }"""
+
+
+def test_an_actions_answer_after_a_live_update_replaced_its_form_still_re_reads_the_workspace(site, graph):
+    """htmx looks for the answer's target from the form that was sent; once a live update has replaced that
+    form it finds none and drops the answer. The page re-reads the workspace all the same: the operator sees
+    the session taken over and gets the composer."""
+    from playwright.sync_api import expect, sync_playwright
+
+    customer_writes(site, "wamid.R1", "My parcel is lost. I want to talk to a human")
+    s.wait_until(lambda: len(sent_texts(graph)) == 1, 30, "the holding message")
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=NO_NETWORK)
+        try:
+            page = browser.new_page(viewport={"width": 1366, "height": 900})
+            page.set_default_timeout(30_000)
+            log_in(page, site)
+            page.goto(f"{site}/sessions/{WA_ID}/")
+            expect(page.locator("#live-status")).to_have_text("Live updates on.")
+            page.evaluate(REPLACE_PANEL_ON_SEND)
+            page.evaluate("document.getElementById('session-panel').dataset.old = '1'")
+            with page.expect_response(lambda r: "/actions/takeover/" in r.url) as taken:
+                page.get_by_role("button", name="Take over", exact=True).click()
+            assert taken.value.status == 200
+            page.wait_for_function("!document.getElementById('session-panel').dataset.old")
+            expect(page.locator("#mode-badge")).to_contain_text("Operator: olga.operator since")
+            expect(page.get_by_role("textbox", name="Reply to the customer on whatsapp")).to_be_visible()
+        finally:
+            browser.close()
