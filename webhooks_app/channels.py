@@ -214,11 +214,16 @@ def telegram_messages(data: Any) -> list[Inbound]:
 
 # ---- generic ----------------------------------------------------------------------------------
 def generic_message(data: Any) -> Inbound:
-    """``{"session_id": str, "message_id": str, "text": str, "metadata": {…} (optional)}``."""
+    """``{"session_id": str, "message_id": str, "text": str, "metadata": {…} (optional: absent or null)}``;
+    ``metadata.channel``, when given, a non-empty string (``generic`` otherwise). Anything else is 400
+    ``invalid_payload``: a number id would be stored as its digits (``5`` and ``"5"`` one session), not as sent."""
     data = _obj(data, "The body")
     missing = [k for k in ("session_id", "message_id", "text") if k not in data]
     if missing:
         raise _bad(f"Missing field(s): {', '.join(missing)}.")
+    for name in ("session_id", "message_id"):
+        if not isinstance(data[name], str):
+            raise _bad(f"{name} must be a string.")
     text = data["text"]
     if isinstance(text, str):
         text = json_safe(text)
@@ -226,9 +231,13 @@ def generic_message(data: Any) -> Inbound:
         raise _bad("text must be a non-empty string.")
     if len(text) > MAX_TEXT:
         raise _bad(f"text is longer than {MAX_TEXT} characters.")
-    metadata = data.get("metadata") or {}
+    metadata = data.get("metadata")
+    metadata = {} if metadata is None else metadata
     if not isinstance(metadata, dict):
         raise _bad("metadata must be an object.")
+    channel = metadata.get("channel", "generic")
+    if not isinstance(channel, str) or not channel.strip():
+        raise _bad("metadata.channel must be a non-empty string (generic when left out).")
     metadata = {"channel": "generic", **metadata}
     return _inbound(Provider.GENERIC, _id(data["message_id"], "message_id"), _id(data["session_id"], "session_id"),
                     Kind.TEXT, text, metadata, data)

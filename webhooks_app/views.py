@@ -23,6 +23,8 @@ from django.views.decorators.http import require_GET, require_POST
 
 from health_app import metrics, tracing
 from sessions_app.access import console_required
+from sessions_app.models import ChatSession
+from sessions_app.views import session_gone
 from webhooks_app import channels, inbox, ledger
 from webhooks_app.asgi import lean_webhook
 from webhooks_app.channels import Refused
@@ -226,7 +228,10 @@ async def _play_now(delivery_id: int) -> InboundDelivery:
 @require_GET
 @console_required()
 def session_ledger(request: HttpRequest, session_id: str) -> HttpResponse:
-    """The session's deliveries (the ledger partial; the whole page is the session detail)."""
+    """The session's deliveries (the ledger partial; the whole page is the session detail). A session that does
+    not exist (deleted, or not created yet by its first turn) is a 404 with the message, as its page is."""
+    if not ChatSession.objects.filter(pk=session_id).exists():
+        return session_gone(request, session_id)
     ctx = ledger.context(request.user, session_id)
     return render(request, f"{LEDGER}#ledger", ctx)
 

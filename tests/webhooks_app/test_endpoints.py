@@ -174,6 +174,41 @@ def test_generic_refuses_bad_input_with_4xx_and_writes_nothing(client, case, sen
     assert nothing_written()
 
 
+GENERIC_TYPES = [
+    # The documented body is {"session_id": str, "message_id": str, "text": str, "metadata": {…}}: an id sent as
+    # a number would be stored as its digits (5 and "5" one session, one claim), not as sent.
+    ("number session_id", {"session_id": 5}, "session_id must be a string"),
+    ("number message_id", {"message_id": 7}, "message_id must be a string"),
+    ("metadata an empty list", {"metadata": []}, "metadata must be an object"),
+    ("metadata an empty string", {"metadata": ""}, "metadata must be an object"),
+    ("metadata false", {"metadata": False}, "metadata must be an object"),
+    ("metadata.channel an object", {"metadata": {"channel": {"name": "web"}}}, "metadata.channel must be a"),
+    ("metadata.channel a number", {"metadata": {"channel": 3}}, "metadata.channel must be a"),
+    ("metadata.channel empty", {"metadata": {"channel": ""}}, "metadata.channel must be a"),
+]
+
+
+@pytest.mark.parametrize(("case", "fields", "detail"), GENERIC_TYPES, ids=[c[0] for c in GENERIC_TYPES])
+def test_generic_refuses_fields_of_the_wrong_type_with_400_json(client, case, fields, detail):
+    body = {"session_id": "web:1", "message_id": "m-1", "text": "hi", **fields}
+    r = post_generic(client, json.dumps(body).encode())
+    assert r.status_code == 400, r.content
+    assert r.json()["error"] == "invalid_payload" and detail in r.json()["detail"]
+    assert nothing_written()
+
+
+@pytest.mark.parametrize(("metadata", "stored"), [
+    (None, {"channel": "generic"}),  # metadata is optional: absent
+    ({"metadata": None}, {"channel": "generic"}),  # or null
+    ({"metadata": {}}, {"channel": "generic"}),
+    ({"metadata": {"channel": "web", "locale": "pt-BR"}}, {"channel": "web", "locale": "pt-BR"}),
+])
+def test_generic_takes_metadata_as_an_object_or_not_at_all(client, metadata, stored):
+    body = {"session_id": "web:1", "message_id": "m-1", "text": "hi", **(metadata or {})}
+    assert post_generic(client, json.dumps(body).encode()).status_code == 202
+    assert InboundDelivery.objects.get().metadata == stored
+
+
 @pytest.mark.parametrize(("method", "path", "allowed"), [
     ("get", "/webhooks/generic/", "POST"),
     ("put", "/webhooks/generic/", "POST"),
