@@ -318,10 +318,10 @@ def _query(filters: Filters, cursor: str = "") -> listing.ListQuery:
     # The console's rules (listing.parse_query): a refused value is a 400 here, never a filter left out.
     if "sort" in query.errors:
         raise HttpError(400, f"Unknown sort {filters.sort[:40]!r}; valid: {', '.join(listing.SORTS)}.")
+    if "after" in query.errors:  # the cursor, which the console calls after
+        raise HttpError(400, "Malformed cursor: pass the next_cursor of a previous page unchanged.")
     if query.errors:
         raise HttpError(400, " ".join(query.errors.values()))
-    if cursor and listing.decode_cursor(query.after, listing.SORTS[query.sort][0]) is None:
-        raise HttpError(400, "Malformed cursor: pass the next_cursor of a previous page unchanged.")
     return query
 
 

@@ -357,7 +357,9 @@ def list_row_from_db(session_id: str, top: bool, running: bool | None = None) ->
 
     ``running`` is what the event said (a turn started / ended), which the row's lease may not show
     any more (or yet) when the row is read. Moving takes two frames: HTML parsing drops a ``<tbody>``
-    that follows a top-level ``<tr>``, so the old row is deleted in a frame of its own.
+    that follows a top-level ``<tr>``, so the old row is deleted in a frame of its own. The row at the
+    top comes with the emptied ``#no-sessions`` body ("No sessions match."), which every list page has,
+    rows or not: an out-of-band swap without a target is an htmx error.
     """
     row = listing.one(session_id)
     if row is None:
@@ -368,7 +370,7 @@ def list_row_from_db(session_id: str, top: bool, running: bool | None = None) ->
     if not top:
         return [html]  # replaces the row with its id, if the page shows it
     old = html.split(">", 1)[0].replace("<tr ", '<tr hx-swap-oob="delete" ', 1) + "></tr>"
-    return [old + '<tr id="no-sessions" hx-swap-oob="delete"></tr>', _tbody("afterbegin:#session-rows", html)]
+    return [old, _tbody("afterbegin:#session-rows", html) + '<tbody id="no-sessions" hx-swap-oob="innerHTML"></tbody>']
 
 
 def _tbody(swap: str, rows: str) -> str:

@@ -119,8 +119,9 @@ class ListQuery:
 def parse_query(get: Any) -> ListQuery:
     """The list query from request parameters (NUL and lone surrogates removed: PostgreSQL rejects them).
 
-    A date that is not YYYY-MM-DD, a range that ends before it starts or an unknown sort is recorded in
-    ``errors`` (parameter → message) and not applied. The channel is lower-cased (``Telegram`` finds telegram).
+    A date that is not YYYY-MM-DD, a range that ends before it starts, an unknown sort or a page cursor
+    (``after``, ``before``) that is not one this list made for the sort is recorded in ``errors`` (parameter →
+    message) and not applied. The channel is lower-cased (``Telegram`` finds telegram).
     """
 
     def text(name: str, limit: int) -> str:
@@ -142,6 +143,11 @@ def parse_query(get: Any) -> ListQuery:
     mode = text("mode", 20).lower()
     if mode and mode not in MODES:
         errors["mode"] = f"Unknown mode {mode!r}; choose one of {', '.join(MODES)}."
+    cursors = {name: text(name, 2000) for name in ("after", "before")}
+    for name, cursor in cursors.items():
+        if cursor and "sort" not in errors and decode_cursor(cursor, SORTS[sort][0]) is None:
+            errors[name] = (f"{name}: {cursor[:40]!r} is not a page cursor of this list; use the Previous and Next "
+                            "page links, which carry one.")
     return ListQuery(
         q=text("q", 200),
         mode=mode if "mode" not in errors else "",
@@ -150,8 +156,8 @@ def parse_query(get: Any) -> ListQuery:
         updated_from=days["updated_from"],
         updated_to=days["updated_to"],
         sort=sort,
-        after=text("after", 2000),
-        before=text("before", 2000),
+        after=cursors["after"],
+        before=cursors["before"],
         errors=errors,
     )
 
@@ -164,8 +170,8 @@ def encode_cursor(value: datetime | str, session_id: str) -> str:
 
 
 def decode_cursor(cursor: str, column: str = "updated_at") -> tuple[datetime | Decimal | str, str] | None:
-    """The (sort value, session_id) of a cursor for ``column``, or None when it is malformed (then page 1
-    is shown). The value is an aware datetime for the time columns, a finite Decimal for the usage sorts
+    """The (sort value, session_id) of a cursor for ``column``, or None when it is malformed (:func:`parse_query`
+    refuses it). The value is an aware datetime for the time columns, a finite Decimal for the usage sorts
     (tokens, cost), a text otherwise."""
     try:
         value, session_id = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
@@ -336,7 +342,7 @@ class Page:
 def fetch_window(query: ListQuery, per_page: int = PER_PAGE) -> Page:
     """The page after ``query.after`` (or before ``query.before``), with the next and previous cursors.
 
-    A malformed cursor is read as no cursor (the first page)."""
+    A malformed cursor (which :func:`parse_query` refuses) is read as no cursor (the first page)."""
     column = SORTS[query.sort][0]
     if query.before and (cursor := decode_cursor(query.before, column)) is not None:
         rows = list(_annotated(after_cursor(filtered(query), query.sort, cursor, backwards=True))[: per_page + 1])

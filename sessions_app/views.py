@@ -32,6 +32,7 @@ from takeover_app.models import SessionMode
 LIST = "sessions_app/session_list.html"
 DETAIL = "sessions_app/session_detail.html"
 GONE = "sessions_app/session_gone.html"
+REFUSED = "400.html"
 AUDIT = "sessions_app/audit_list.html"
 AUDIT_PAGE = 100
 
@@ -178,9 +179,27 @@ def _turn(value: str | None) -> int:
         raise actions.InvalidAction(f"turn must be a number (0 removes every turn); got {shown!r}.") from None
 
 
+def _history_position(get: Any) -> tuple[bool, int]:
+    """The session page's ``order`` (``newest``, the default, or ``oldest``) and ``page`` (a whole number from 1;
+    one past the last page shows the last, as a link made before a rollback may ask); empty is the default.
+    :class:`actions.InvalidAction` (400) naming a malformed one."""
+    order = get.get("order") or "newest"
+    if order not in ("newest", "oldest"):
+        raise actions.InvalidAction(f"order must be newest or oldest; got {clean_text(order)[:40]!r}.")
+    page = get.get("page") or "1"
+    try:
+        number = int(page) if page.isascii() and page.isdigit() else 0
+    except ValueError:  # more digits than int() reads
+        number = 0
+    if number < 1:
+        raise actions.InvalidAction(f"page must be a whole number from 1 (a page past the last shows the last); "
+                                    f"got {clean_text(page)[:40]!r}.")
+    return order == "newest", number
+
+
 def _detail_ctx(request: HttpRequest, session: ChatSession, **extra: object) -> dict:
-    newest_first = request.GET.get("order", "newest") != "oldest"
-    return detail_ctx(request.user, session, newest_first, _int(request.GET.get("page"), 1), **extra)
+    """The context of an action's page or panel: the session page's first page (action URLs carry no position)."""
+    return detail_ctx(request.user, session, **extra)
 
 
 def detail_ctx(user: Any, session: ChatSession, newest_first: bool = True, page_number: int = 1,
@@ -246,8 +265,14 @@ def session_detail(request: HttpRequest, session_id: str) -> HttpResponse:
     """The session page; for htmx its history, or with ``panel=1`` the whole workspace (conversation and
     inspector: what the page re-reads after a takeover action, ``static/js/takeover.js``)."""
     session = _session(session_id)
+    try:
+        newest_first, page = _history_position(request.GET)
+    except actions.InvalidAction as err:
+        ctx = {"reason": str(err), "back_url": reverse("sessions-show-session", args=[session_id]),
+               "back_label": "Open the session at its newest turns"}
+        return _render(request, REFUSED, "refusal", ctx, status=err.status)
     partial = "session-panel" if request.GET.get("panel") == "1" else "history"
-    return _render(request, DETAIL, partial, _detail_ctx(request, session))
+    return _render(request, DETAIL, partial, detail_ctx(request.user, session, newest_first, page))
 
 
 def _action_error(request: HttpRequest, session_id: str, err: actions.ActionError,

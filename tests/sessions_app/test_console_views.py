@@ -151,10 +151,11 @@ def test_a_page_costs_the_same_queries_whatever_the_number_of_rows_and_counts_a_
     base64.urlsafe_b64encode(b"[" * 1490).decode(),  # nested deeper than the JSON parser goes (RecursionError)
 ])
 @pytest.mark.parametrize("param", ["after", "before"])
-def test_a_malformed_cursor_shows_the_first_page(op_client, param, cursor):
+def test_a_malformed_cursor_is_refused_with_400_naming_it(op_client, param, cursor):
     many_sessions(3)
     response = op_client.get("/sessions/", {param: cursor})
-    assert response.status_code == 200 and len(list_ids(response)) == 3
+    assert response.status_code == 400 and list_ids(response) == []
+    assert f"{param}: " in response.content.decode() and "Previous and Next page links" in response.content.decode()
 
 
 def test_the_last_message_preview_is_truncated(op_client):
@@ -257,8 +258,34 @@ def test_history_pages_hold_twenty_turns_from_the_newest_or_the_oldest_end_each_
     assert turns(page=3) == list(range(1, 6))
     assert turns(order="oldest") == list(range(1, 21))
     assert turns(order="oldest", page=3) == list(range(41, 46))
-    assert turns(page=99) == list(range(1, 6))  # clamped to the last page
-    assert turns(page="x") == list(range(26, 46))
+    assert turns(page=99) == list(range(1, 6))  # clamped to the last page (a link made before a rollback)
+    assert turns(order="", page="") == list(range(26, 46))  # empty, as a form sends it: not given
+
+
+@pytest.mark.parametrize(("params", "message"), [
+    ({"page": "abc"}, "page must be a whole number from 1"),
+    ({"page": "0"}, "page must be a whole number from 1"),
+    ({"page": "-2"}, "page must be a whole number from 1"),
+    ({"page": "1.5"}, "page must be a whole number from 1"),
+    ({"page": "٣"}, "page must be a whole number from 1"),  # a digit, but not 0-9
+    ({"page": "9" * 5000}, "page must be a whole number from 1"),  # more digits than int() reads
+    ({"order": "bogus"}, "order must be newest or oldest"),
+])
+@pytest.mark.parametrize("htmx", [False, True], ids=["page", "htmx"])
+def test_a_malformed_history_page_or_order_is_refused_with_400_naming_it(op_client, params, message, htmx, caplog):
+    cv.store("long", [m for i in range(1, 46) for m in (cv.user(f"question {i}"), cv.model(f"answer {i}"))])
+    extra = {"HTTP_HX_REQUEST": "true"} if htmx else {}
+
+    with caplog.at_level("WARNING", logger="django.request"):
+        response = op_client.get("/sessions/long/", params, **extra)
+
+    assert response.status_code == 400
+    html = response.content.decode()
+    assert message in html and 'id="turn-' not in html
+    assert (b"<html" in response.content) is not htmx  # the site's 400 page, or its refusal alone for htmx
+    assert ('<a href="/sessions/long/">Open the session at its newest turns</a>' in html) is not htmx  # a way on
+    (record,) = [r for r in caplog.records if r.name == "django.request"]
+    assert record.exc_info is None  # one line, no traceback
 
 
 def test_a_ten_thousand_message_session_opens_with_a_bounded_number_of_queries(op_client):

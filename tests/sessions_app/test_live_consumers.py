@@ -4,16 +4,19 @@ a failed turn's rollback, operator actions broadcast, reconnect replaying exactl
 from __future__ import annotations
 
 import asyncio
+import re
+from html.parser import HTMLParser
 from urllib.parse import quote
 
 import pytest
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
+from django.test import Client
 
 from chatflow_agent.core.engines.base import EngineTurnResult
 from chatflow_agent.types import ToolCall
 from sessions_app import actions
-from sessions_app.live import LIST_GROUP, group_for_session, has_receivers, publisher
+from sessions_app.live import LIST_GROUP, dom_id, group_for_session, has_receivers, publisher
 from sessions_app.models import ChatMessage
 from tests.sessions_app import conversations as cv
 from tests.sessions_app import personas
@@ -196,6 +199,95 @@ async def test_a_failed_turn_shows_its_rollback(people, story):
     in_order(text, "turn running", "hello?", "Rolled back:", "RuntimeError: provider &lt;b&gt;down&lt;/b&gt;")
     assert "<b>down</b>" not in text
     assert await db(last_id, story) == before  # nothing written
+
+
+# ---- the session list: what a live update targets, the page has --------------------------------
+class _Elements(HTMLParser):
+    """The top-level elements of an htmx fragment (tag, attributes, ids inside), and every id it holds."""
+
+    VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
+
+    def __init__(self, html: str) -> None:
+        super().__init__(convert_charrefs=True)
+        self.depth, self.top, self.ids = 0, [], set()
+        self.feed(html)
+        self.close()
+
+    def handle_starttag(self, tag: str, attrs: list) -> None:
+        self._element(tag, dict(attrs))
+        if tag not in self.VOID:
+            self.depth += 1
+
+    def handle_startendtag(self, tag: str, attrs: list) -> None:
+        self._element(tag, dict(attrs))
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag not in self.VOID:
+            self.depth -= 1
+
+    def _element(self, tag: str, attrs: dict) -> None:
+        if attrs.get("id"):
+            self.ids.add(attrs["id"])
+            if self.depth:
+                self.top[-1][2].add(attrs["id"])
+        if not self.depth:
+            self.top.append((tag, attrs, set()))
+
+
+def swap_into(page_ids: set[str], frame: str) -> None:
+    """Apply ``frame`` to the ids of a page as htmx's ws extension does (each top-level element is an out-of-band
+    swap); fails on a swap whose target the page does not have (htmx: ``htmx:oobErrorNoTarget``)."""
+    for _tag, attrs, inner in _Elements(frame).top:
+        oob = attrs.get("hx-swap-oob") or "true"
+        swap, target = oob.split(":#", 1) if ":#" in oob else (oob, attrs.get("id", ""))
+        assert target in page_ids, f"the frame swaps #{target}, which the page does not have: {frame[:300]}"
+        if swap == "delete":
+            page_ids.discard(target)
+        page_ids |= inner | ({attrs["id"]} if swap in ("true", "outerHTML") and attrs.get("id") else set())
+
+
+async def list_page(user) -> str:
+    def get() -> str:
+        client = Client()
+        client.force_login(user)
+        response = client.get("/sessions/")
+        assert response.status_code == 200
+        return response.content.decode()
+
+    return await db(get)
+
+
+@pytest.mark.usefixtures("channel_layer")
+@pytest.mark.parametrize("rows", [2, 0], ids=["rows", "empty"])
+async def test_a_live_list_update_only_swaps_elements_the_page_has(people, rows):
+    """The list's frames (a session's turn started, then ended: moved to the top twice) target only what the page
+    shows, whether it had rows or said "No sessions match." (htmx logs an out-of-band swap without a target)."""
+    for i in range(rows):
+        await db(cv.store, f"web:{i}", cv.support_story(), metadata={"channel": "web"})
+    page = await list_page(people["_users"]["viewer"])
+    ws_url = re.search(r'ws-connect="([^"]+)"', page).group(1).replace("&amp;", "&")
+    page_ids = _Elements(page).ids
+    assert ("No sessions match." in page) is (rows == 0)
+    moved = "web:0"
+    if not rows:
+        await db(cv.store, moved, [], metadata={"channel": "web"})
+        # Created after the page was read: the frame deleting its old row finds none (the consumer cannot know
+        # which rows a page shows), a gap apart from the placeholder's.
+        page_ids.add(f"row-{dom_id(moved)}")
+
+    runner = site_runner_with("Hello!")
+    async with connected(ws_url, people["viewer"]) as listing:
+        assert (await listing.connect())[0] and ws_url.endswith("?mode=top")
+        await runner.run_async(moved, "hi")
+        await publisher.flush()
+        frames = await drain(listing)
+
+    assert len(frames) == 4  # turn started, turn completed: each the old row deleted, then the row at the top
+    for frame in frames:
+        swap_into(page_ids, frame)
+    assert f"row-{dom_id(moved)}" in page_ids
+    # "No sessions match." goes with the first row at the top (its body stays, empty, for the next update).
+    assert all(f.endswith('<tbody id="no-sessions" hx-swap-oob="innerHTML"></tbody>') for f in frames[1::2])
 
 
 # ---- operator actions ------------------------------------------------------------------------

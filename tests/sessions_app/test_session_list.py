@@ -93,6 +93,11 @@ def test_the_channel_is_a_select_of_known_channels_matched_case_insensitively(op
     ({"updated_to": "2026-02-30"}, "Updated to: &#x27;2026-02-30&#x27; is not a date"),
     ({"updated_from": "2026-03-01", "updated_to": "2026-02-01"}, "Updated to is before Updated from."),
     ({"sort": "bogus"}, "Unknown sort &#x27;bogus&#x27;"),
+    # A page cursor is only ever one of the list's own Previous/Next links: anything else is refused, not read as
+    # "the first page" (the same rule as the API's ``cursor``).
+    ({"after": "garbage"}, "after: &#x27;garbage&#x27; is not a page cursor of this list"),
+    ({"before": "garbage"}, "before: &#x27;garbage&#x27; is not a page cursor of this list"),
+    ({"sort": "tokens", "after": listing.encode_cursor("abc", "a")}, "after: "),  # a number sort's cursor
 ])
 def test_an_invalid_filter_is_a_form_error_not_ignored(op_client, params, message):
     cv.store("a", [])
