@@ -8,7 +8,10 @@ types: a sent reply's answer and re-read, a customer's message arriving live."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -137,6 +140,38 @@ SAME_BOX = """() => { const box = document.getElementById('reply-text');
           start: box.selectionStart, end: box.selectionEnd}; }"""
 
 
+@contextlib.contextmanager
+def waiting_session_page(site: str, graph: FakeProviderAPI, wamid: str, init_script: str = "") -> Iterator[Any]:
+    """A customer asked for a person (the holding message went out); yields the operator's browser page on
+    that session, its live updates on. ``init_script``: run in the page before its own scripts."""
+    from playwright.sync_api import expect, sync_playwright
+
+    customer_writes(site, wamid, "My parcel is lost. I want to talk to a human")
+    s.wait_until(lambda: len(sent_texts(graph)) == 1, 30, "the holding message")
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=NO_NETWORK)
+        try:
+            page = browser.new_page(viewport={"width": 1366, "height": 900})
+            if init_script:
+                page.add_init_script(init_script)
+            page.set_default_timeout(30_000)
+            log_in(page, site)
+            page.goto(f"{site}/sessions/{WA_ID}/")
+            expect(page.locator("#live-status")).to_have_text("Live updates on.")
+            yield page
+        finally:
+            browser.close()
+
+
+def take_over_on(page: Any) -> None:
+    """Click Take over; returns once the takeover answered 200 and the page re-read its workspace."""
+    page.evaluate("document.getElementById('session-panel').dataset.old = '1'")
+    with page.expect_response(lambda r: "/actions/takeover/" in r.url) as taken:
+        page.get_by_role("button", name="Take over", exact=True).click()
+    assert taken.value.status == 200, (taken.value.status, taken.value.text())
+    page.wait_for_function("!document.getElementById('session-panel').dataset.old")  # re-read after it
+
+
 @pytest.mark.parametrize(("site", "move_before"), [("memory", True), ("redis", True), ("memory", False)],
                          ids=["memory", "redis", "memory-no-moveBefore"], indirect=["site"])
 def test_the_composer_keeps_what_is_typed_while_the_workspace_is_re_rendered(site, graph, move_before):
@@ -145,60 +180,43 @@ def test_the_composer_keeps_what_is_typed_while_the_workspace_is_re_rendered(sit
     re-read swap the panel meanwhile. Every key typed stays in the box, in order, at the caret, and the box
     keeps the focus: it is the same textarea throughout. The CPU is throttled (CDP) so that the swaps and
     the keys interleave the way they do on a loaded machine."""
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
-    customer_writes(site, "wamid.K1", "My parcel is lost. I want to talk to a human")
-    s.wait_until(lambda: len(sent_texts(graph)) == 1, 30, "the holding message")
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=NO_NETWORK)
-        try:
-            page = browser.new_page(viewport={"width": 1366, "height": 900})
-            if not move_before:
-                page.add_init_script(NO_MOVE_BEFORE)
-            page.set_default_timeout(30_000)
-            log_in(page, site)
-            page.goto(f"{site}/sessions/{WA_ID}/")
-            expect(page.locator("#live-status")).to_have_text("Live updates on.")
-            page.evaluate("document.getElementById('session-panel').dataset.old = '1'")
-            with page.expect_response(lambda r: "/actions/takeover/" in r.url) as taken:
-                page.get_by_role("button", name="Take over", exact=True).click()
-            assert taken.value.status == 200, (taken.value.status, taken.value.text())
-            page.wait_for_function("!document.getElementById('session-panel').dataset.old")  # re-read after it
-            box = page.get_by_role("textbox", name="Reply to the customer on whatsapp")
-            page.context.new_cdp_session(page).send("Emulation.setCPUThrottlingRate", {"rate": 6})
+    with waiting_session_page(site, graph, "wamid.K1", "" if move_before else NO_MOVE_BEFORE) as page:
+        take_over_on(page)
+        box = page.get_by_role("textbox", name="Reply to the customer on whatsapp")
+        page.context.new_cdp_session(page).send("Emulation.setCPUThrottlingRate", {"rate": 6})
 
-            # A customer message arrives live while a reply is typed: the caret stays where it was.
-            box.press_sequentially("Hello Ana.")
-            page.evaluate(MARK)
-            customer_writes(site, "wamid.K2", "Are you still there?")
-            page.keyboard.type(" I am")
-            expect(page.locator("#turns .msg.user").last).to_contain_text("Are you still there?")
-            page.keyboard.type(" Olga.")
-            page.keyboard.press("Home")
-            page.keyboard.type(">")
-            assert page.evaluate(SAME_BOX) == {"same": True, "focused": True, "start": 1, "end": 1}
-            page.keyboard.press("End")
-            expect(box).to_have_value(">Hello Ana. I am Olga.")
+        # A customer message arrives live while a reply is typed: the caret stays where it was.
+        box.press_sequentially("Hello Ana.")
+        page.evaluate(MARK)
+        customer_writes(site, "wamid.K2", "Are you still there?")
+        page.keyboard.type(" I am")
+        expect(page.locator("#turns .msg.user").last).to_contain_text("Are you still there?")
+        page.keyboard.type(" Olga.")
+        page.keyboard.press("Home")
+        page.keyboard.type(">")
+        assert page.evaluate(SAME_BOX) == {"same": True, "focused": True, "start": 1, "end": 1}
+        page.keyboard.press("End")
+        expect(box).to_have_value(">Hello Ana. I am Olga.")
 
-            # Sent with Enter; the next reply is typed while the first is on its way and its answer re-reads
-            # the workspace.
-            graph.hold, graph.arrived = threading.Event(), threading.Event()
-            page.keyboard.press("Enter")
-            assert graph.arrived.wait(30), "the reply did not reach the Graph API"
-            page.keyboard.type("Your parcel")
-            page.evaluate(MARK)
-            graph.hold.set()
-            page.keyboard.type(" is found")
-            page.wait_for_function("!document.getElementById('session-panel').dataset.old")  # re-read
-            expect(page.locator("article.msg.operator [data-delivery]").last).to_have_text("sent")
-            page.keyboard.type(", at the depot.")
-            assert sent_texts(graph)[-1] == ">Hello Ana. I am Olga."
-            expect(box).to_have_value("Your parcel is found, at the depot.")
-            end = len("Your parcel is found, at the depot.")
-            state = page.evaluate(SAME_BOX)
-            assert state == {"same": True, "focused": True, "start": end, "end": end}, state
-        finally:
-            browser.close()
+        # Sent with Enter; the next reply is typed while the first is on its way and its answer re-reads
+        # the workspace.
+        graph.hold, graph.arrived = threading.Event(), threading.Event()
+        page.keyboard.press("Enter")
+        assert graph.arrived.wait(30), "the reply did not reach the Graph API"
+        page.keyboard.type("Your parcel")
+        page.evaluate(MARK)
+        graph.hold.set()
+        page.keyboard.type(" is found")
+        page.wait_for_function("!document.getElementById('session-panel').dataset.old")  # re-read
+        expect(page.locator("article.msg.operator [data-delivery]").last).to_have_text("sent")
+        page.keyboard.type(", at the depot.")
+        assert sent_texts(graph)[-1] == ">Hello Ana. I am Olga."
+        expect(box).to_have_value("Your parcel is found, at the depot.")
+        end = len("Your parcel is found, at the depot.")
+        state = page.evaluate(SAME_BOX)
+        assert state == {"same": True, "focused": True, "start": end, "end": end}, state
 
 
 # A live update replacing the takeover panel while its form's action is on its way (the action's own live
@@ -216,25 +234,10 @@ def test_an_actions_answer_after_a_live_update_replaced_its_form_still_re_reads_
     """htmx looks for the answer's target from the form that was sent; once a live update has replaced that
     form it finds none and drops the answer. The page re-reads the workspace all the same: the operator sees
     the session taken over and gets the composer."""
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
-    customer_writes(site, "wamid.R1", "My parcel is lost. I want to talk to a human")
-    s.wait_until(lambda: len(sent_texts(graph)) == 1, 30, "the holding message")
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=NO_NETWORK)
-        try:
-            page = browser.new_page(viewport={"width": 1366, "height": 900})
-            page.set_default_timeout(30_000)
-            log_in(page, site)
-            page.goto(f"{site}/sessions/{WA_ID}/")
-            expect(page.locator("#live-status")).to_have_text("Live updates on.")
-            page.evaluate(REPLACE_PANEL_ON_SEND)
-            page.evaluate("document.getElementById('session-panel').dataset.old = '1'")
-            with page.expect_response(lambda r: "/actions/takeover/" in r.url) as taken:
-                page.get_by_role("button", name="Take over", exact=True).click()
-            assert taken.value.status == 200
-            page.wait_for_function("!document.getElementById('session-panel').dataset.old")
-            expect(page.locator("#mode-badge")).to_contain_text("Operator: olga.operator since")
-            expect(page.get_by_role("textbox", name="Reply to the customer on whatsapp")).to_be_visible()
-        finally:
-            browser.close()
+    with waiting_session_page(site, graph, "wamid.R1") as page:
+        page.evaluate(REPLACE_PANEL_ON_SEND)
+        take_over_on(page)
+        expect(page.locator("#mode-badge")).to_contain_text("Operator: olga.operator since")
+        expect(page.get_by_role("textbox", name="Reply to the customer on whatsapp")).to_be_visible()

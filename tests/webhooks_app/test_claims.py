@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 
 import pytest
@@ -100,6 +102,47 @@ def test_complete_marks_done_or_failed_with_the_claim_released():
     assert not ProcessedMessage.objects.filter(pk=b.claim_key).exists()  # a failure gives its id back
 
 
+@contextlib.contextmanager
+def locked_elsewhere(pk: int, then: Callable[[], object] = lambda: None) -> Iterator[None]:
+    """Another connection (a thread) holds delivery ``pk``'s row lock for the ``with`` body, runs ``then`` in
+    its transaction as the body ends, and commits."""
+    locked, release = threading.Event(), threading.Event()
+
+    def holder() -> None:
+        try:
+            with transaction.atomic():
+                InboundDelivery.objects.select_for_update().get(pk=pk)
+                locked.set()
+                release.wait(30)  # a hang guard
+                then()
+        finally:
+            connections.close_all()
+
+    holding = threading.Thread(target=holder)
+    holding.start()
+    try:
+        assert locked.wait(30)
+        yield
+    finally:
+        release.set()
+        holding.join()
+
+
+def in_a_thread(call: Callable[[], object]) -> tuple[threading.Thread, list[object]]:
+    """``call()`` on a thread of its own (its own connection), started; the list gets its result."""
+    result: list[object] = []
+
+    def run() -> None:
+        try:
+            result.append(call())
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, result
+
+
 @pytest.mark.skipif(connections["default"].vendor != "postgresql", reason="the PostgreSQL claim's row lock")
 def test_a_delivery_being_finished_while_a_claim_runs_is_not_leased_again():
     """Connection 1 is a worker finishing a delivery whose lease expired (it holds the row's lock); connection
@@ -108,36 +151,14 @@ def test_a_delivery_being_finished_while_a_claim_runs_is_not_leased_again():
     (d,) = queue("r1", 1)
     assert taskqueue.claim_next("worker:old", 30).pk == d.pk
     InboundDelivery.objects.filter(pk=d.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
-    locked, release = threading.Event(), threading.Event()
-    claimed: list[InboundDelivery | None] = []
 
-    def worker_finishing() -> None:
-        try:
-            with transaction.atomic():
-                InboundDelivery.objects.select_for_update().get(pk=d.pk)
-                locked.set()
-                release.wait(30)  # a hang guard
-                InboundDelivery.objects.filter(pk=d.pk).update(status=Status.DONE, finished_at=timezone.now())
-        finally:
-            connections.close_all()
+    def finish() -> None:
+        InboundDelivery.objects.filter(pk=d.pk).update(status=Status.DONE, finished_at=timezone.now())
 
-    def claimer() -> None:
-        try:
-            claimed.append(taskqueue.claim_next("worker:new", 30))
-        finally:
-            connections.close_all()
-
-    finishing = threading.Thread(target=worker_finishing)
-    finishing.start()
-    try:
-        assert locked.wait(30)
-        claiming = threading.Thread(target=claimer)
-        claiming.start()
+    with locked_elsewhere(d.pk, then=finish):
+        claiming, claimed = in_a_thread(lambda: taskqueue.claim_next("worker:new", 30))
         claiming.join(30)  # returns while connection 1 still holds the row: locked rows are skipped
         assert not claiming.is_alive() and claimed == [None]
-    finally:
-        release.set()
-        finishing.join()
     d.refresh_from_db()
     assert (d.status, d.lease_owner) == (Status.DONE, "worker:old")
     assert taskqueue.claim_next("worker:new", 30) is None  # finished: not claimable once the lock is gone
@@ -211,30 +232,8 @@ def test_complete_and_claim_next_locks_nothing_new_while_its_completion_waits():
     (other,) = queue("cd2", 1)
     a = taskqueue.claim_next("worker:a", 30)
     assert a.pk == mine.pk
-    locked, release = threading.Event(), threading.Event()
-    claimed: list[InboundDelivery | None] = []
-
-    def holder() -> None:
-        try:
-            with transaction.atomic():
-                InboundDelivery.objects.select_for_update().get(pk=mine.pk)
-                locked.set()
-                release.wait(30)  # a hang guard
-        finally:
-            connections.close_all()
-
-    def completing() -> None:
-        try:
-            claimed.append(taskqueue.complete_and_claim_next(a, "worker:a", Reply.SENT, "", 30))
-        finally:
-            connections.close_all()
-
-    holding = threading.Thread(target=holder)
-    holding.start()
-    try:
-        assert locked.wait(30)
-        worker = threading.Thread(target=completing)
-        worker.start()
+    with locked_elsewhere(mine.pk):
+        worker, claimed = in_a_thread(lambda: taskqueue.complete_and_claim_next(a, "worker:a", Reply.SENT, "", 30))
         deadline = time.monotonic() + 30
         with connections["default"].cursor() as cursor:  # until the completion waits for the holder's lock
             while not cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
@@ -243,9 +242,6 @@ def test_complete_and_claim_next_locks_nothing_new_while_its_completion_waits():
         with transaction.atomic():  # the delivery it will claim is not locked meanwhile
             free = InboundDelivery.objects.select_for_update(nowait=True).filter(pk=other.pk)
             assert [d.pk for d in free] == [other.pk]
-    finally:
-        release.set()
-        holding.join()
     worker.join(30)
     assert not worker.is_alive() and [c.pk for c in claimed] == [other.pk]
     assert _statuses(mine, other) == ["done", "running"]
