@@ -234,14 +234,12 @@ def _hand_back(user: Any, session_id: str, agent_name: str | None, note: str) ->
 
 
 def _winding_down(session_id: str, row: SessionMode) -> bool:
-    """True while a webhook delivery of the session that arrived before it left the bot is still being
-    played (not sending its reply): a turn the takeover stopped in another process, which plays its
-    message again (held, while an operator has the session) once it notices."""
-    from webhooks_app.models import InboundDelivery
+    """True while a turn the takeover stopped in a worker process may still be winding down: a webhook
+    delivery of the session that arrived before it left the bot is still being played there. That worker
+    plays its message again once it notices (held, while an operator has the session)."""
+    from webhooks_app import taskqueue
 
-    return InboundDelivery.objects.filter(
-        session_id=session_id, status=InboundDelivery.Status.RUNNING, first_seen__lt=row.since,
-    ).exclude(reply_status=InboundDelivery.Reply.SENDING).exists()
+    return taskqueue.playing_since_before(session_id, row.since)
 
 
 # ---- waiting ------------------------------------------------------------------------------------
@@ -325,8 +323,9 @@ def idle_sweep(now: Any = None) -> int:
 def cancel_turn(user: Any, session_id: str, reason: str, *, only_expired: bool = False,
                 replay: bool = False) -> bool:
     """Stop the turn running on ``session_id``, in this process or another: its lease is taken away, so
-    its commit is refused (nothing half-written) and the turn is rolled back at its next lease renewal
-    (at once when it runs in this process). A stale lease (its holder died) is released. Audited.
+    its commit is refused (nothing half-written) and the turn is rolled back: at once when it runs in
+    this process, within about a second in a webhook worker (which polls :func:`lease_lost`), else at its
+    next lease renewal. A stale lease (its holder died) is released. Audited.
     ``only_expired``: only an expired lease is released (a live turn is left alone). ``replay``: a
     webhook delivery whose turn this stops is played again (a takeover: it is then held for the
     operator); otherwise it ends failed with the operator's reason (:func:`cancelled_by_operator`).

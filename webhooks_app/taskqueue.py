@@ -38,7 +38,8 @@ from webhooks_app.models import InboundDelivery
 
 __all__ = ["MARKER_KEY", "answer_of", "claim_next", "claim", "renew", "finish", "fail", "complete",
            "complete_and_claim_next", "outcome",
-           "release", "status_of", "turn_committed", "played_before", "last_answer", "pending"]
+           "release", "status_of", "turn_committed", "played_before", "playing_since_before", "last_answer",
+           "pending"]
 
 Status = InboundDelivery.Status
 MARKER_KEY = "webhook_delivery"  # session metadata: the marker of the last delivery whose turn committed
@@ -345,6 +346,15 @@ def last_answer(session_id: str) -> str:
     answers = ChatMessage.objects.filter(session_id=session_id, role="model").order_by("-id")
     content = answers.values_list("content", flat=True).first()
     return content or ""
+
+
+def playing_since_before(session_id: str, since: Any) -> bool:
+    """True while a delivery of ``session_id`` that arrived before ``since`` (a datetime) is being played
+    by a live worker: running under an unexpired lease and not sending its reply. A delivery whose worker
+    died does not count (its lease runs out; another worker plays it again)."""
+    return InboundDelivery.objects.filter(
+        session_id=session_id, status=Status.RUNNING, first_seen__lt=since, lease_expires_at__gt=timezone.now(),
+    ).exclude(reply_status=InboundDelivery.Reply.SENDING).exists()
 
 
 def pending() -> int:

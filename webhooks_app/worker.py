@@ -357,9 +357,13 @@ class Worker:
     @staticmethod
     async def _watch_lease(delivery: InboundDelivery, report: TurnReport, db: Any) -> None:
         while True:  # polled: the lease is taken away in the database, by a process that cannot reach this one
-            if report.owner and await db(takeover.lease_lost, delivery.session_id, report.owner):
-                if runtime.site_store().stop_turn(delivery.session_id, owner=report.owner):
-                    return
+            try:
+                lost = bool(report.owner) and await db(takeover.lease_lost, delivery.session_id, report.owner)
+            except Exception:  # noqa: BLE001 - a database hiccup: look again at the next check
+                logger.exception("Delivery %s: looking at its session's lease failed", delivery.pk)
+                lost = False
+            if lost and runtime.site_store().stop_turn(delivery.session_id, owner=report.owner):
+                return
             await asyncio.sleep(STOP_CHECK_SECONDS)
 
     async def _play_turn(self, delivery: InboundDelivery, report: TurnReport) -> str | None:

@@ -68,6 +68,7 @@
     xhr.addEventListener("loadend", function () {
       if (document.contains(form) || !xhr.status) return; // htmx had it (above), or no answer came
       if (xhr.status >= 200 && xhr.status < 300) { done(form, config); return; }
+      if (!/^40[039]$/.test(String(xhr.status))) return; // the refusals htmx would show (base.html's config)
       var slot = form.dataset.errorTarget && document.querySelector(form.dataset.errorTarget);
       if (slot) slot.innerHTML = xhr.responseText;
     });

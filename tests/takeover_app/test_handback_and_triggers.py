@@ -178,7 +178,8 @@ def test_a_takeover_now_stops_a_worker_process_turn_at_once_and_a_quick_hand_bac
     wa_message(client, "wamid.1", "hello")
     env.block.touch()
     wa_message(client, "wamid.2", "slow one [block]")
-    worker = s.start_worker(s.child_env(env.wa.base, env.tg.base, env.tmp, CHATFLOW_LEASE_SECONDS="600"),
+    worker = s.start_worker(s.child_env(env.wa.base, env.tg.base, env.tmp, CHATFLOW_LEASE_SECONDS="600",
+                                        CHATFLOW_WORKER_NICE="0", CHATFLOW_WORKER_CPU="off"),
                             env.tmp / "worker.log", "--slots", "1")
     try:
         wait_until(lambda: len(env.engine_calls()) == 2 and _leased(), "the second turn to start in the worker")
@@ -194,6 +195,21 @@ def test_a_takeover_now_stops_a_worker_process_turn_at_once_and_a_quick_hand_bac
         worker.stdout.close()
     assert texts(SID) == [("user", "hello"), ("model", "echo: hello"), ("user", "slow one [block]")]
     assert [b["text"]["body"] for b in env.wa.bodies()] == ["echo: hello"]
+
+
+def test_a_delivery_whose_worker_died_does_not_hold_up_a_hand_back(client, env):
+    """A delivery of the session is left running by a worker that died (its lease ran out): nothing is being
+    played, so the hand-back goes through at once (another worker plays that message again later)."""
+    from webhooks_app import taskqueue
+
+    wa_message(client, "wamid.1", "hello")
+    drain()
+    wa_message(client, "wamid.2", "are you there?")
+    dead = taskqueue.claim_next("worker:dead", 30)
+    operator = personas.operator()
+    service.take_over(operator, SID)
+    InboundDelivery.objects.filter(pk=dead.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    assert service.hand_back(operator, SID).mode == "bot"
 
 
 def _leased() -> bool:

@@ -222,6 +222,11 @@ def test_complete_and_claim_next_never_claims_back_the_delivery_it_completes():
     assert (d.status, d.attempts, d.reply_status) == ("done", 1, "sent")
 
 
+# The one-statement completion of this database, waiting for a row lock.
+WAITING_COMPLETION = ("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                      "AND wait_event_type = 'Lock' AND query LIKE 'WITH done AS%%'")
+
+
 @pytest.mark.skipif(connections["default"].vendor != "postgresql", reason="the PostgreSQL one-statement completion")
 def test_complete_and_claim_next_locks_nothing_new_while_its_completion_waits():
     """The delivery being completed is locked by another transaction (a worker that claimed it after its
@@ -236,8 +241,8 @@ def test_complete_and_claim_next_locks_nothing_new_while_its_completion_waits():
         worker, claimed = in_a_thread(lambda: taskqueue.complete_and_claim_next(a, "worker:a", Reply.SENT, "", 30))
         deadline = time.monotonic() + 30
         with connections["default"].cursor() as cursor:  # until the completion waits for the holder's lock
-            while not cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                                     ).fetchone()[0] and time.monotonic() < deadline:
+            while not cursor.execute(WAITING_COMPLETION).fetchone()[0]:
+                assert time.monotonic() < deadline, "the completion never waited for the row's lock"
                 time.sleep(0.01)
         with transaction.atomic():  # the delivery it will claim is not locked meanwhile
             free = InboundDelivery.objects.select_for_update(nowait=True).filter(pk=other.pk)
@@ -247,6 +252,8 @@ def test_complete_and_claim_next_locks_nothing_new_while_its_completion_waits():
     assert _statuses(mine, other) == ["done", "running"]
 
 
+@pytest.mark.skipif(connections["default"].vendor != "postgresql",
+                    reason="the one-statement completion claims before a failure is recorded on PostgreSQL only")
 def test_complete_and_claim_next_gives_back_what_it_claimed_when_recording_a_failure_fails(monkeypatch):
     """Recording the completed delivery's failure raises (the database went away between the two writes):
     the error propagates, and the delivery the same call had claimed is back in the queue, not left leased

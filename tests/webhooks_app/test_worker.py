@@ -453,12 +453,12 @@ def test_a_slot_that_claims_past_a_session_it_freed_wakes_an_idle_slot_for_it(cl
     def send(wamid: str, text: str, wa_id: str) -> None:
         post_wa(client, p.whatsapp(p.wa_text(wamid, text, wa_id=wa_id), wa_id=wa_id))
 
-    send("wamid.X", "[slow 1.5] x", "15550111")
-    x = taskqueue.claim_next("worker:dead", 1.0)  # its lease runs out while A1 plays
-    send("wamid.A1", "[slow 1.5] a1", "15550100")
+    send("wamid.X", "[slow 3] x", "15550111")
+    x = taskqueue.claim_next("worker:dead", 3.0)  # its lease runs out while A1 plays
+    send("wamid.A1", "[slow 4] a1", "15550100")
     send("wamid.A2", "a2", "15550100")
     assert asyncio.run(Worker(slots=2, poll=60).run(drain=True)) == 3
     rows = ChatMessage.objects.filter(session_id__in=["15550100", "15550111"]).order_by("id")
     assert [(r.session_id, r.content) for r in rows if r.role == "user"] == [
-        ("15550100", "[slow 1.5] a1"), ("15550100", "a2"), ("15550111", "[slow 1.5] x")]
+        ("15550100", "[slow 4] a1"), ("15550100", "a2"), ("15550111", "[slow 3] x")]
     assert InboundDelivery.objects.get(pk=x.pk).lease_owner != "worker:dead"
