@@ -4,10 +4,10 @@ new session, and a delivery's turn commits with what it answered.
 Two receivers, connected in ``WebhooksAppConfig.ready``:
 
 - :func:`cancel_deliveries` (``sessions_app.actions.session_deleting``, inside the delete's
-  transaction; invariant 5): the session's queued deliveries, and the running ones whose turn has not
-  finished, become ``cancelled``; every delivery of the session loses its text, answer, payload and
-  channel metadata. Provider ids, claim keys and the claims in ``chatflow_processed_messages`` stay, so a
-  redelivery is still suppressed as a duplicate.
+  transaction; invariant 5): the session's queued deliveries, the running ones whose turn has not
+  finished, and the failed ones (no retry can play them any more) become ``cancelled``; every delivery
+  of the session loses its text, answer, payload and channel metadata. Provider ids, claim keys and the
+  claims in ``chatflow_processed_messages`` stay, so a redelivery is still suppressed as a duplicate.
 - :func:`settle_turn` (``sessions_app.store.session_committing``, inside the commit's transaction of a
   delivery's turn — one this process plays, :func:`playing`): the delivery records the turn's answer and
   its reply status (``taskqueue.finish``) in that transaction, so it is stored if and only if the turn is,
@@ -29,7 +29,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import F, Q, Value
+from django.db.models.functions import Concat
 from django.utils import timezone
 
 from chatflow_agent.core.reports import TurnReport
@@ -38,11 +39,13 @@ from webhooks_app import taskqueue
 from webhooks_app.models import InboundDelivery
 from webhooks_app.taskqueue import MARKER_KEY
 
-__all__ = ["CANCELLED_ERROR", "CANCELLED_REPLY", "DeliveryLost", "Playing", "cancel_deliveries", "playing",
-           "settle_turn"]
+__all__ = ["CANCELLED_ERROR", "CANCELLED_FAILED", "CANCELLED_REPLY", "DeliveryLost", "Playing", "cancel_deliveries",
+           "playing", "settle_turn"]
 
 CANCELLED_ERROR = "The session was deleted before this message was played."
 CANCELLED_REPLY = "The session was deleted: the reply is not sent again."
+#: The start of the error of a failed delivery whose session was deleted (its failure's error follows).
+CANCELLED_FAILED = "The session was deleted after this message failed; it cannot be retried. It failed with: "
 
 Status, Reply = InboundDelivery.Status, InboundDelivery.Reply
 
@@ -78,13 +81,16 @@ def playing(delivery: InboundDelivery, owner: str, replies_out: bool, answer: st
 
 
 def cancel_deliveries(sender: Any, session_id: str, **kwargs: Any) -> dict[str, int]:
-    """Cancel the session's open deliveries and redact all of them; ``{"deliveries_cancelled": n, …}``."""
+    """Cancel the session's open and failed deliveries and redact all of them; ``{"deliveries_cancelled": n, …}``."""
     deliveries = InboundDelivery.objects.filter(session_id=session_id)
     unplayed = Q(status=Status.QUEUED) | Q(status=Status.RUNNING, reply_status=InboundDelivery.Reply.PENDING)
     cancelled = deliveries.filter(unplayed).update(
         status=Status.CANCELLED, error=CANCELLED_ERROR, lease_owner="", lease_expires_at=None,
         finished_at=timezone.now(), reply_status=Reply.NONE,
     )
+    # A failed delivery ends too: its text is about to go, and a retry would play it into a new session.
+    cancelled += deliveries.filter(status=Status.FAILED).update(
+        status=Status.CANCELLED, error=Concat(Value(CANCELLED_FAILED), F("error")))
     redacted = deliveries.update(text="", answer="", payload={}, metadata={})
     # A reply that is unknown or failed can no longer be resent: its answer is gone. (A worker still
     # sending one records how its send ended afterwards.)

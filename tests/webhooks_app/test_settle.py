@@ -99,6 +99,31 @@ def test_deletion_redacts_the_deliveries_but_redeliveries_stay_duplicates(client
     assert not ChatSession.objects.filter(pk=SID).exists()
 
 
+def test_a_failed_delivery_of_a_deleted_session_is_cancelled_and_no_retry_plays_it(client, wa, tmp_path, monkeypatch):
+    monkeypatch.setenv("CHATFLOW_TEST_DOWN_FILE", str(tmp_path / "down"))
+    post_wa(client, p.whatsapp(p.wa_text("wamid.1", "hello")))
+    drain()
+    (tmp_path / "down").touch()
+    post_wa(client, p.whatsapp(p.wa_text("wamid.2", "my card is 4242 [down]")))
+    drain()
+    (tmp_path / "down").unlink()
+    failed = InboundDelivery.objects.get(provider_message_id="wamid.2")
+    assert failed.status == "failed" and "ProviderDown" in failed.error
+
+    assert delete(SID).after["deliveries_cancelled"] == 1
+    failed.refresh_from_db()
+    assert failed.status == "cancelled" and failed.text == ""
+    assert failed.error.startswith(settle.CANCELLED_FAILED) and "ProviderDown" in failed.error  # the reason stays
+    operator = personas.client_for(personas.operator("rita.retrier"))
+    r = operator.post(reverse("webhooks-retry-delivery", args=[failed.pk]), HTTP_HX_REQUEST="true")
+    assert r.status_code == 409 and b"Only a failed delivery can be retried." in r.content
+    bulk = operator.post(reverse("health-retry-deliveries"), {"delivery": [failed.pk]}, HTTP_HX_REQUEST="true")
+    assert bulk.status_code == 409 and b"Only a failed delivery can be retried." in bulk.content
+    assert drain() == 0
+    assert not ChatSession.objects.filter(pk=SID).exists() and users(SID) == []
+    assert InboundDelivery.objects.get(pk=failed.pk).status == "cancelled"
+
+
 def test_a_delivery_claimed_before_the_delete_and_played_after_creates_no_session(client, wa):
     post_wa(client, p.whatsapp(p.wa_text("wamid.1", "hello")))
     drain()
