@@ -326,11 +326,11 @@ class DjangoBackend(SQLLeasesAndClaims):
                             lambda c: records.mark_interrupted(c, self._dialect, time.time(), cancelled_before=before))
             return self._rules.purge_leases(self._transaction, before)
 
-    def cancel_record(self, session_id: str, owner: str, now: float) -> bool:
-        """Close ``owner``'s running turn record of ``session_id`` as ``cancelled`` (``turns_app.records.
-        cancel_turn``), in the caller's transaction (a savepoint of it): call it from sync code where the
-        lease is taken away. True when a record was running."""
-        return self._transaction(lambda c: records.cancel_turn(c, self._dialect, session_id, owner, now))
+    def cancel_record(self, session_id: str, owner: str, now: float, error: str = records.CANCELLED_ERROR) -> bool:
+        """Close ``owner``'s running turn record of ``session_id`` as ``cancelled`` with ``error`` (who and why;
+        ``turns_app.records.cancel_turn``), in the caller's transaction (a savepoint of it): call it from sync
+        code where the lease is taken away. True when a record was running."""
+        return self._transaction(lambda c: records.cancel_turn(c, self._dialect, session_id, owner, now, error))
 
     def mark_interrupted(self, now: float, cancelled_before: float | None = None) -> int:
         """Mark ``interrupted`` the ``running`` turn records whose lease is gone or expired at ``now``

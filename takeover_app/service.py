@@ -345,7 +345,8 @@ def cancel_turn(user: Any, session_id: str, reason: str, *, only_expired: bool =
         if not lease.expired:  # (a stale lease's holder died: its record ends interrupted, as any such)
             # The turn's record ends cancelled now: a turn that takes the lease before this one has rolled
             # back would mark it interrupted, and this one's own close then finds nothing running.
-            site_store().backend.cancel_record(session_id, lease.owner, time.time())
+            site_store().backend.cancel_record(session_id, lease.owner, time.time(),
+                                               _cancelled_text(getattr(user, "username", ""), reason))
         # A released stale lease's turn (its holder stalled, if alive) would have lost it anyway: replayed.
         audit(user, "cancel_turn", session_id, before, {"reason": clean_text(reason or "")[:2000],
                                                           "replay": replay or lease.expired})
@@ -370,7 +371,12 @@ def cancelled_by_operator(session_id: str, owner: str) -> str | None:
              .order_by("-id").values_list("actor_username", "after").first())
     if entry is None or entry[1].get("replay"):
         return None
-    return f"Cancelled by {entry[0] or 'an operator'}: {entry[1].get('reason') or 'no reason given'}"
+    return _cancelled_text(entry[0], entry[1].get("reason"))
+
+
+def _cancelled_text(username: str | None, reason: str | None) -> str:
+    """Who stopped a turn and why, as its delivery's and its record's error say it."""
+    return f"Cancelled by {username or 'an operator'}: {clean_text(reason or '')[:2000] or 'no reason given'}"
 
 
 # ---- operator replies ---------------------------------------------------------------------------

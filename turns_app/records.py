@@ -72,9 +72,10 @@ _INSERT = _RECORD_COLUMNS + "VALUES (" + _RECORD_VALUES + ")"
 _CLOSE = (
     "UPDATE chatflow_turn_records SET status = CASE WHEN status = 'running' THEN ? ELSE status END, "
     "finished_at = ?, duration_ms = ?, first_message_id = ?, "
-    "agents = {json}, error = ?, calls = {json}, tools = {json}, input_tokens = ?, output_tokens = ?, "
+    "agents = {json}, error = CASE WHEN status = 'cancelled' THEN error ELSE ? END, calls = {json}, "
+    "tools = {json}, input_tokens = ?, output_tokens = ?, "
     "cached_tokens = ?, cost = ?, user_text = ?, awaiting_report = FALSE "
-    "WHERE session_id = ? AND owner = ? AND (status = 'running' OR awaiting_report)"
+    "WHERE session_id = ? AND owner = ? AND (status = 'running' OR awaiting_report) RETURNING status, error"
 )
 _TOTALS_COLUMNS = (
     "INSERT INTO chatflow_session_totals AS t (session_id, turns, input_tokens, output_tokens, cached_tokens, "
@@ -92,9 +93,10 @@ _TOTALS = _TOTALS_COLUMNS + "VALUES (" + _TOTALS_VALUES + ")" + _TOTALS_MERGE
 # PostgreSQL: the lease release (rendered by chatflow_agent.core.sql) as the first CTE, then the
 # close and the totals (one row per session); the statement returns the released lease's row.
 _CLOSE_WITH_RELEASE = (
-    "WITH released AS ({lease} RETURNING session_id), closed AS (" + _CLOSE + " RETURNING session_id), "
-    "totals AS (" + _TOTALS_COLUMNS + "SELECT DISTINCT session_id, ?, ?, ?, ?, ?, ?::numeric, ?, ?, "
-    "?::timestamptz FROM closed" + _TOTALS_MERGE + " RETURNING 1) SELECT 1 FROM released"
+    "WITH released AS ({lease} RETURNING session_id), closed AS (" + _CLOSE + ", session_id), "
+    "totals AS (" + _TOTALS_COLUMNS + "SELECT DISTINCT session_id, ?, ?, ?, ?, ?, ?::numeric, ?, "
+    "CASE WHEN status = 'cancelled' THEN error ELSE ? END, ?::timestamptz FROM closed" + _TOTALS_MERGE
+    + " RETURNING 1) SELECT 1 FROM released"
 )
 # PostgreSQL: the lease upsert (rendered by chatflow_agent.core.sql) as the first CTE; ``{lease}``
 # and ``{condition}`` are filled in by lease_opening_turn.
@@ -192,10 +194,14 @@ def close_turn(cursor: Any, dialect: Dialect, session_id: str, report: TurnRepor
                first_message_id: int | None = None) -> None:
     """End the record ``report.owner`` opened with ``report``'s status, calls, tools and times, and add the
     turn to the session's totals. A record no longer ``running`` (marked interrupted meanwhile) stays; one an
-    operator cancelled (:func:`cancel_turn`) gets the figures and stays ``cancelled``."""
+    operator cancelled (:func:`cancel_turn`) gets the figures and stays ``cancelled``, with the cancel's
+    error (also the session's ``last_error``)."""
     cursor.execute(_sql(dialect, _CLOSE), _close_params(dialect, session_id, report, first_message_id))
-    if cursor.rowcount:
-        _add_totals(cursor, dialect, session_id, report, _last_error(report), report.finished_at)
+    closed = cursor.fetchall()  # (one row: owners are unique per turn; fetched to the end, the statement is done)
+    if closed:
+        status, error = closed[0]
+        _add_totals(cursor, dialect, session_id, report, error if status == "cancelled" else _last_error(report),
+                    report.finished_at)
 
 
 def lease_closing_turn(dialect: Dialect, session_id: str, report: TurnReport,
@@ -229,18 +235,20 @@ def _add_totals(cursor: Any, dialect: Dialect, session_id: str, report: TurnRepo
                                             _stamp(dialect, at)))
 
 
-def cancel_turn(cursor: Any, dialect: Dialect, session_id: str, owner: str, now: float) -> bool:
-    """End ``owner``'s ``running`` record of ``session_id`` as ``cancelled`` (error :data:`CANCELLED_ERROR`,
-    finished at ``now``, unix seconds) and set the session's ``last_error``. Call it in the transaction that
+def cancel_turn(cursor: Any, dialect: Dialect, session_id: str, owner: str, now: float,
+                error: str = CANCELLED_ERROR) -> bool:
+    """End ``owner``'s ``running`` record of ``session_id`` as ``cancelled`` with ``error`` (who cancelled it
+    and why; :data:`CANCELLED_ERROR` by default), finished at ``now`` (unix seconds), and set the session's
+    ``last_error`` to it; the turn's own close keeps that error. Call it in the transaction that
     takes the turn's lease away. The turn's own close (:func:`close_turn`, :func:`lease_closing_turn`), if
     its process gets to it, then writes its figures (the status stays ``cancelled``) and counts it in the
     totals once; a turn whose process died is counted by :func:`mark_interrupted` (``cancelled_before``),
     as an ``interrupted`` one is: a turn of unknown spend.
     True when a record was running; False (nothing written) otherwise."""
-    cursor.execute(_sql(dialect, _CANCEL), (_stamp(dialect, now), CANCELLED_ERROR, session_id, owner))
+    cursor.execute(_sql(dialect, _CANCEL), (_stamp(dialect, now), error, session_id, owner))
     if not cursor.rowcount:
         return False
-    _add_totals(cursor, dialect, session_id, None, CANCELLED_ERROR, now)
+    _add_totals(cursor, dialect, session_id, None, error, now)
     return True
 
 

@@ -3,6 +3,7 @@ an expired lease and a stale heartbeat; Cancel from the health page rolls a runn
 
 from __future__ import annotations
 
+import html
 import os
 import signal
 
@@ -58,14 +59,14 @@ def test_a_killed_worker_shows_as_a_stuck_turn_an_expired_lease_and_a_stale_work
     worker.wait(10)
     s.wait_until(lambda: SessionLease.objects.filter(session_id="15550100").first().expired, 20, "the lease to expire")
     s.wait_until(lambda: WorkerHeartbeat.objects.get(pid=worker.pid).stale, 20, "the heartbeat to go stale")
-    html = personas.client_for(personas.operator()).get("/health/").content.decode()
-    turns = html.split('id="health-turns"')[1].split("</section>")[0]
+    page = personas.client_for(personas.operator()).get("/health/").content.decode()
+    turns = page.split('id="health-turns"')[1].split("</section>")[0]
     host = WorkerHeartbeat.objects.get(pid=worker.pid).host
     assert 'data-session="15550100"' in turns and f"<code>{host}:{worker.pid}</code>" in turns
     assert "no heartbeat" in turns and 'badge error">expired' in turns
-    leases = html.split('id="health-leases"')[1].split("</section>")[0]
+    leases = page.split('id="health-leases"')[1].split("</section>")[0]
     assert 'class="expired-lease" data-session="15550100"' in leases
-    workers = html.split('id="health-workers"')[1].split("</section>")[0]
+    workers = page.split('id="health-workers"')[1].split("</section>")[0]
     assert f'class="worker stale" data-owner="worker:{host}:{worker.pid}:' in workers
     assert record.owner.startswith(f"{host}:{worker.pid}:") and history("15550100") == []
 
@@ -86,10 +87,11 @@ def test_cancel_from_the_health_page_rolls_the_running_turn_back_audited(client,
     r = operator.post("/health/sessions/15550100/cancel/", HTTP_HX_REQUEST="true")
     assert r.status_code == 200 and "was cancelled" in r.content.decode()
     # The engine is still blocked: the turn is stopped at its next lease renewal, not by finishing.
-    s.wait_until(lambda: TurnRecord.objects.get(pk=record.pk).error.startswith("SessionBusyError"), 30,
+    s.wait_until(lambda: not TurnRecord.objects.get(pk=record.pk).awaiting_report, 30,
                  "the turn's own close (the record itself was closed cancelled by the Cancel)")
     ended = TurnRecord.objects.get(pk=record.pk)
-    assert ended.status == "cancelled", ended.error
+    assert (ended.status, ended.error) == ("cancelled", "Cancelled by olga.operator: Cancelled from the health page")
+    assert ended.error in html.unescape(operator.get("/sessions/15550100/").content.decode())  # the turn's card
     assert history("15550100") == before
     entry = OperatorAction.objects.get(session_id="15550100")
     assert entry.actor_username == "olga.operator"

@@ -179,9 +179,9 @@ def test_a_cancelled_turns_record_ends_cancelled_when_another_turn_takes_the_lea
     following.started_at = time.time()
     assert backend.acquire_lease(SID, following.owner, 30.0, False, following)  # before the cancelled one rolled back
     record = TurnRecord.objects.get(owner=cancelled.owner)
-    assert (record.status, record.error) == ("cancelled", records.CANCELLED_ERROR)
+    assert (record.status, record.error) == ("cancelled", "Cancelled by olga.operator: stuck")
     assert TurnRecord.objects.get(owner=following.owner).status == "running"
-    assert SessionTotals.objects.get(pk=SID).last_error == records.CANCELLED_ERROR
+    assert SessionTotals.objects.get(pk=SID).last_error == "Cancelled by olga.operator: stuck"
 
     cancelled.calls.append(ModelCallUsage(provider="p", model="m", input_tokens=7, output_tokens=3))
     cancelled.ended_by(SessionBusyError(SID))
@@ -190,10 +190,11 @@ def test_a_cancelled_turns_record_ends_cancelled_when_another_turn_takes_the_lea
 
     record = TurnRecord.objects.get(owner=cancelled.owner)
     assert (record.status, record.input_tokens, record.output_tokens) == ("cancelled", 7, 3)
-    assert record.error.startswith("SessionBusyError")
+    assert record.error == "Cancelled by olga.operator: stuck"  # who and why, not the turn's SessionBusyError
     assert TurnRecord.objects.get(owner=following.owner).status == "running"
     totals = SessionTotals.objects.get(pk=SID)
     assert (totals.turns, totals.input_tokens) == (before.turns + 1, before.input_tokens + 7)  # counted once
+    assert totals.last_error == "Cancelled by olga.operator: stuck"
     backend.release_lease(SID, following.owner)
 
 
