@@ -6,7 +6,8 @@ Two receivers, connected in ``WebhooksAppConfig.ready``:
 - :func:`cancel_deliveries` (``sessions_app.actions.session_deleting``, inside the delete's
   transaction; invariant 5): the session's queued deliveries, the running ones whose turn has not
   finished, and the failed ones (no retry can play them any more) become ``cancelled``; every delivery
-  of the session loses its text, answer, payload and channel metadata. Provider ids, claim keys and the
+  of the session loses its text, answer, payload and channel metadata (a done one says so in its error,
+  :data:`ANSWER_GONE`). Provider ids, claim keys and the
   claims in ``chatflow_processed_messages`` stay, so a redelivery is still suppressed as a duplicate.
 - :func:`settle_turn` (``sessions_app.store.session_committing``, inside the commit's transaction of a
   delivery's turn — one this process plays, :func:`playing`): the delivery records the turn's answer and
@@ -29,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F, Q, Value
+from django.db.models import Case, F, Q, TextField, Value, When
 from django.db.models.functions import Concat
 from django.utils import timezone
 
@@ -39,11 +40,13 @@ from webhooks_app import taskqueue
 from webhooks_app.models import InboundDelivery
 from webhooks_app.taskqueue import MARKER_KEY
 
-__all__ = ["CANCELLED_ERROR", "CANCELLED_FAILED", "CANCELLED_REPLY", "DeliveryLost", "Playing", "cancel_deliveries",
-           "playing", "settle_turn"]
+__all__ = ["ANSWER_GONE", "CANCELLED_ERROR", "CANCELLED_FAILED", "CANCELLED_REPLY", "DeliveryLost", "Playing",
+           "cancel_deliveries", "playing", "settle_turn"]
 
 CANCELLED_ERROR = "The session was deleted before this message was played."
 CANCELLED_REPLY = "The session was deleted: the reply is not sent again."
+#: The error of a delivery that was done when its session was deleted: its answer went with the session.
+ANSWER_GONE = "The session was deleted after this message was answered: the answer is gone."
 #: The start of the error of a failed delivery whose session was deleted (its failure's error follows).
 CANCELLED_FAILED = "The session was deleted after this message failed; it cannot be retried. It failed with: "
 
@@ -91,7 +94,8 @@ def cancel_deliveries(sender: Any, session_id: str, **kwargs: Any) -> dict[str, 
     # A failed delivery ends too: its text is about to go, and a retry would play it into a new session.
     cancelled += deliveries.filter(status=Status.FAILED).update(
         status=Status.CANCELLED, error=Concat(Value(CANCELLED_FAILED), F("error")))
-    redacted = deliveries.update(text="", answer="", payload={}, metadata={})
+    redacted = deliveries.update(text="", answer="", payload={}, metadata={}, error=Case(
+        When(status=Status.DONE, then=Value(ANSWER_GONE)), default=F("error"), output_field=TextField()))
     # A reply that is unknown or failed can no longer be resent: its answer is gone. (A worker still
     # sending one records how its send ended afterwards.)
     deliveries.filter(reply_status__in=[Reply.SENDING, Reply.FAILED]).update(

@@ -25,7 +25,7 @@ from health_app import metrics, tracing
 from sessions_app.access import console_required
 from sessions_app.models import ChatSession
 from sessions_app.views import session_gone
-from webhooks_app import channels, inbox, ledger
+from webhooks_app import channels, inbox, ledger, settle
 from webhooks_app.asgi import lean_webhook
 from webhooks_app.channels import Refused
 from webhooks_app.models import InboundDelivery
@@ -161,7 +161,9 @@ async def generic(request: HttpRequest) -> HttpResponse:
     202 ``{"delivery": id}`` once queued; with ``?wait=true`` the turn is played now and the answer
     returned (200 ``{"answer": …}``; 502 with the error when the engine failed). A duplicate → 200
     ``{"status": "duplicate"}``; with ``?wait=true`` a duplicate gets what the first request got: the
-    answer of a finished delivery, or, for one still queued or running, the same wait for it.
+    answer of a finished delivery, or, for one still queued or running, the same wait for it. Message ids
+    are de-duplicated across the channel, not per session: an id another session's message already has
+    → 409 ``message_id_conflict`` (nothing queued, nothing of that session's returned).
     """
     wait = request.GET.get("wait", "").lower() in ("1", "true", "yes")
     try:
@@ -169,10 +171,14 @@ async def generic(request: HttpRequest) -> HttpResponse:
     except Refused as err:
         return _refusal(err)
     if not accepted.queued:
-        delivery_id = await _delivery_id(message) if wait else None
-        if delivery_id is None:
+        known = await _known_delivery(message)
+        if known is not None and known[1] != message.session_id:
+            return _refusal(Refused(409, "message_id_conflict",
+                                    f"message_id {message.provider_message_id!r} is another session's message: "
+                                    "ids are de-duplicated across the channel, so use ids unique to each message."))
+        if known is None or not wait:
             return JsonResponse({"ok": True, "status": "duplicate"}, status=200)
-        return _answered(await _play_now(delivery_id), duplicate=True)
+        return _answered(await _play_now(known[0]), duplicate=True)
     delivery = accepted.queued[0]
     if not wait:
         return JsonResponse({"ok": True, "status": "queued", "delivery": delivery.pk}, status=202)
@@ -181,10 +187,12 @@ async def generic(request: HttpRequest) -> HttpResponse:
 
 def _answered(final: InboundDelivery, duplicate: bool = False) -> JsonResponse:
     """The ``?wait=true`` answer: 200 with the answer, 502 with the error, 410 when its session was deleted
-    before it was played, 202 when still running."""
+    (before it was played, or after: its answer went with it), 202 when still running."""
     body: dict[str, Any] = {"delivery": final.pk, "status": final.status, "session_id": final.session_id}
     if duplicate:
         body["duplicate"] = True
+    if final.status == InboundDelivery.Status.DONE and final.error == settle.ANSWER_GONE:
+        return JsonResponse({"ok": False, **body, "error": "session_deleted", "detail": final.error}, status=410)
     if final.status == InboundDelivery.Status.DONE:
         return JsonResponse({"ok": True, **body, "answer": final.answer})
     if final.status == InboundDelivery.Status.FAILED:
@@ -194,12 +202,12 @@ def _answered(final: InboundDelivery, duplicate: bool = False) -> JsonResponse:
     return JsonResponse({"ok": True, **body, "detail": "Still running; poll the console."}, status=202)
 
 
-async def _delivery_id(message: inbox.Inbound) -> int | None:
-    """The delivery a duplicate message belongs to (None if there is none)."""
+async def _known_delivery(message: inbox.Inbound) -> tuple[int, str] | None:
+    """``(id, session_id)`` of the delivery a duplicate message's id belongs to (None if there is none)."""
     found = InboundDelivery.objects.filter(provider=message.provider, provider_message_id=message.provider_message_id)
     with ledger.queue_thread() as ex:
         return await asyncio.get_running_loop().run_in_executor(
-            ex, lambda: found.values_list("pk", flat=True).first())
+            ex, lambda: found.values_list("pk", "session_id").first())
 
 
 _SETTLED = (InboundDelivery.Status.DONE, InboundDelivery.Status.FAILED, InboundDelivery.Status.CANCELLED)
