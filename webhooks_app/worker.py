@@ -48,7 +48,7 @@ from django.db import connections
 
 from agents_app import runtime
 from chatflow_agent.core.reports import TurnReport
-from chatflow_agent.exceptions import SessionBusyError
+from chatflow_agent.exceptions import SessionBusyError, SessionDeletedError
 from health_app import heartbeat, tracing
 from takeover_app import service as takeover
 from webhooks_app import replies, settle, taskqueue
@@ -276,7 +276,10 @@ class Worker:
             return None
         except Exception as err:  # noqa: BLE001 - an engine or store failure: the turn was rolled back
             if not await db(taskqueue.turn_committed, delivery):
-                logger.warning("Delivery %s failed: %s: %s", delivery.pk, type(err).__name__, err)
+                if isinstance(err, SessionDeletedError):  # the delete cancelled the delivery (webhooks_app.settle)
+                    logger.info("Delivery %s: its session was deleted during its turn; not played", delivery.pk)
+                else:
+                    logger.warning("Delivery %s failed: %s: %s", delivery.pk, type(err).__name__, err)
                 error = f"{type(err).__name__}: {err}"
                 fallback = settings.CHATFLOW_HOLDING_MESSAGE if await db(
                     takeover.note_failed_turn, delivery.session_id) else FALLBACK_REPLY

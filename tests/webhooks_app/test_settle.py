@@ -124,7 +124,7 @@ def test_a_failed_delivery_of_a_deleted_session_is_cancelled_and_no_retry_plays_
     assert InboundDelivery.objects.get(pk=failed.pk).status == "cancelled"
 
 
-def test_a_delivery_claimed_before_the_delete_and_played_after_creates_no_session(client, wa):
+def test_a_delivery_claimed_before_the_delete_and_played_after_creates_no_session(client, wa, caplog):
     post_wa(client, p.whatsapp(p.wa_text("wamid.1", "hello")))
     drain()
     post_wa(client, p.whatsapp(p.wa_text("wamid.2", "queued before the delete")))
@@ -133,9 +133,12 @@ def test_a_delivery_claimed_before_the_delete_and_played_after_creates_no_sessio
     assert claimed is not None and claimed.provider_message_id == "wamid.2"
 
     assert delete(SID).after["deliveries_cancelled"] == 1
+    caplog.set_level("INFO", logger="webhooks_app.worker")
     play(worker, claimed)
     assert not ChatSession.objects.filter(pk=SID).exists()
     assert InboundDelivery.objects.get(pk=claimed.pk).status == "cancelled"
+    said = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "webhooks_app.worker"]
+    assert said == [("INFO", f"Delivery {claimed.pk}: its session was deleted during its turn; not played")]
     assert [b["text"]["body"] for b in wa.bodies()] == ["echo: hello"]
 
 
