@@ -307,7 +307,8 @@ def operator_view(session_id: str) -> dict[str, Any]:
          "private_note": str,            # the latest hand-back note for the agent (never shown to the customer)
          "replies": [{"message_id", "author", "status", "error", "attempts", "created_at", "sent_at"}]}
 
-    ``replies`` are the operator-written messages' deliveries (``status``: sending, sent, failed, unknown).
+    ``replies`` are the operator-written messages' deliveries (``status``: sending, sent, failed, unknown,
+    in_transcript).
     """
     from takeover_app.models import OperatorReply, SessionMode
 

@@ -112,10 +112,22 @@ class OperatorReply(models.Model):
         began = self.attempted_at or self.created_at
         return (timezone.now() - began).total_seconds() > self.SEND_DEADLINE
 
+    #: Channels with nothing to send a reply through: it is in the transcript, where the integration reads it.
+    TRANSCRIPT_ONLY = ("generic",)
+
     @property
     def shown_status(self) -> str:
-        """``sending``, ``sent``, ``failed`` or ``unknown`` (a dead sender's ``sending``)."""
+        """``sending``, ``sent``, ``failed``, ``unknown`` (a dead sender's ``sending``) or ``in_transcript``
+        (a ``sent`` reply on a :attr:`TRANSCRIPT_ONLY` channel: nothing went out)."""
+        if self.status == self.Status.SENT and self.provider in self.TRANSCRIPT_ONLY:
+            return "in_transcript"
         return "unknown" if self.unknown else self.status
+
+    @property
+    def shown_status_text(self) -> str:
+        """:attr:`shown_status` in words, as the console shows it."""
+        status = self.shown_status
+        return "in the transcript (the channel sends nothing out)" if status == "in_transcript" else status
 
     @property
     def resendable(self) -> bool:

@@ -101,7 +101,7 @@ def reply(request: HttpRequest, session_id: str) -> HttpResponse:
         return _refused(request, session_id, err)
     except Http404:
         return _gone(request, session_id)
-    return _done(request, session_id, f"Reply {sent.shown_status}" + (f": {sent.error}" if sent.error else "."))
+    return _done(request, session_id, f"Reply {sent.shown_status_text}" + (f": {sent.error}" if sent.error else "."))
 
 
 @require_POST
@@ -120,7 +120,7 @@ def resend(request: HttpRequest, reply_id: int) -> HttpResponse:
         return _refused(request, found, err)
     except Http404:
         return _gone(request, found)
-    return _done(request, found, f"Reply {sent.shown_status}" + (f": {sent.error}" if sent.error else "."))
+    return _done(request, found, f"Reply {sent.shown_status_text}" + (f": {sent.error}" if sent.error else "."))
 
 
 @require_POST

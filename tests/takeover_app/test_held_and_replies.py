@@ -181,3 +181,21 @@ def test_a_send_never_outlasts_the_time_after_which_it_could_be_resent(env, owne
     assert service.resend(owned, reply.pk).status == "sent"
     reply.refresh_from_db()
     assert (reply.status, reply.attempts, reply.error) == ("sent", 2, "")
+
+
+def test_a_reply_on_a_generic_webhook_session_says_it_is_only_in_the_transcript(client, env):
+    from tests.webhooks_app.test_endpoints import post_generic
+
+    assert post_generic(client, p.generic("crm-1", "c-1", "hello"), query="?wait=true").status_code == 200
+    olga = personas.operator()
+    service.take_over(olga, "crm-1")
+    c = personas.client_for(olga)
+    page = c.get("/sessions/crm-1/").content.decode()
+    assert "the generic channel sends nothing out" in page and "through the customer's channel" not in page
+    r = c.post("/actions/reply/crm-1/", {"text": "Olga here."}, HTTP_HX_REQUEST="true")
+    assert r.status_code == 200 and "Reply in the transcript (the channel sends nothing out)." in r.content.decode()
+    assert 'data-delivery="in_transcript">in the transcript' in c.get("/sessions/crm-1/").content.decode()
+    reply = OperatorReply.objects.get()
+    assert (reply.provider, reply.status, reply.shown_status) == ("generic", "sent", "in_transcript")
+    assert env.wa.requests == [] and env.tg.requests == []
+    assert texts("crm-1")[-1] == ("model", "Olga here.")
