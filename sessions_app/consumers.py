@@ -144,6 +144,9 @@ class SessionConsumer(_ConsoleConsumer):
             html = fragments.render_event(self.view, event)
             if event["kind"] == "turn_failed":
                 self.view.turn_id = ""
+            if event["kind"] in ("turn_started", "turn_failed"):  # (a completed turn's re-read has it too)
+                # The takeover panel offers "after this turn" / "stop it now" while a turn runs, and not after.
+                html += await database_sync_to_async(fragments.takeover_from_db)(self.view)
         await self._send(html)
 
     async def live_action(self, message: dict[str, Any]) -> None:

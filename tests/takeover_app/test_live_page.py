@@ -94,3 +94,25 @@ async def test_a_held_customer_message_arrives_with_the_unread_count():
         await db(held)
         html = "\n".join(await resume(page, seen))  # what a held message's broadcast sends: the new rows
         assert "hello? anyone?" in html and "1 unread" in html
+
+
+async def test_a_turn_that_starts_and_ends_updates_the_take_over_choices_on_an_open_page():
+    import asyncio
+
+    from sessions_app.live import publisher
+    from tests.sessions_app.live_support import site_runner_with
+
+    olga = await db(personas.operator)
+    await db(cv.store, "+15550122", cv.support_story(), metadata={"channel": "whatsapp"})
+    runner = site_runner_with("On its way.", delay=0.6)
+    async with connected("/ws/sessions/+15550122/", await db(cookie_for, olga)) as page:
+        assert (await page.connect())[0]
+        await resume(page, await db(last_id, "+15550122"))
+        turn = asyncio.ensure_future(runner.run_async("+15550122", "where is it?"))
+        started = "\n".join(await frames_until(page, 'id="takeover-panel"'))
+        assert "turn running" in started and ">Stop it now and take over</button>" in started
+        await turn
+        await publisher.flush()
+        ended = "\n".join(await frames_until(page, 'id="live-cursor"'))
+        panel = ended.split('id="takeover-panel"')[1].split("</section>")[0]
+        assert "Stop it now" not in panel and ">Take over</button>" in panel
