@@ -31,7 +31,7 @@ from typing import Any
 
 from django.db import transaction
 from django.db.models import Case, F, Q, TextField, Value, When
-from django.db.models.functions import Concat
+from django.db.models.functions import Coalesce, Concat
 from django.utils import timezone
 
 from chatflow_agent.core.reports import TurnReport
@@ -91,9 +91,13 @@ def cancel_deliveries(sender: Any, session_id: str, **kwargs: Any) -> dict[str, 
         status=Status.CANCELLED, error=CANCELLED_ERROR, lease_owner="", lease_expires_at=None,
         finished_at=timezone.now(), reply_status=Reply.NONE,
     )
-    # A failed delivery ends too: its text is about to go, and a retry would play it into a new session.
-    cancelled += deliveries.filter(status=Status.FAILED).update(
-        status=Status.CANCELLED, error=Concat(Value(CANCELLED_FAILED), F("error")))
+    # A failed delivery ends too: its text is about to go, and a retry would play it into a new session. So
+    # does one whose turn failed while its fallback reply is still going out (its worker's completion would
+    # mark it failed after this; it then finds it no longer running and changes nothing).
+    failed = Q(status=Status.FAILED) | (Q(status=Status.RUNNING) & ~Q(error=""))
+    cancelled += deliveries.filter(failed).update(
+        status=Status.CANCELLED, error=Concat(Value(CANCELLED_FAILED), F("error")), lease_owner="",
+        lease_expires_at=None, finished_at=Coalesce(F("finished_at"), Value(timezone.now())))
     redacted = deliveries.update(text="", answer="", payload={}, metadata={}, error=Case(
         When(status=Status.DONE, then=Value(ANSWER_GONE)), default=F("error"), output_field=TextField()))
     # A reply that is unknown or failed can no longer be resent: its answer is gone. (A worker still

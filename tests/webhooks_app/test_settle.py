@@ -124,6 +124,27 @@ def test_a_failed_delivery_of_a_deleted_session_is_cancelled_and_no_retry_plays_
     assert InboundDelivery.objects.get(pk=failed.pk).status == "cancelled"
 
 
+def test_a_delivery_whose_fallback_is_still_going_out_when_its_session_is_deleted_cannot_be_retried(client, wa):
+    post_wa(client, p.whatsapp(p.wa_text("wamid.1", "hello")))
+    drain()
+    post_wa(client, p.whatsapp(p.wa_text("wamid.2", "my card is 4242")))
+    owner = "worker:sending-fallback"
+    claimed = taskqueue.claim_next(owner, 30)
+    assert claimed is not None and claimed.provider_message_id == "wamid.2"
+    # Its turn failed; the fallback is on its way to the customer (the worker sends it, then completes).
+    assert taskqueue.fail(claimed, owner, "ProviderDown: down", "Sorry, try again.", InboundDelivery.Reply.SENDING)
+
+    assert delete(SID).after["deliveries_cancelled"] == 1
+    taskqueue.complete(claimed, owner, InboundDelivery.Reply.SENT)  # the send ended after the delete
+    claimed.refresh_from_db()
+    assert (claimed.status, claimed.text) == ("cancelled", "")
+    assert claimed.error == settle.CANCELLED_FAILED + "ProviderDown: down"
+    operator = personas.client_for(personas.operator("rita.retrier"))
+    r = operator.post(reverse("webhooks-retry-delivery", args=[claimed.pk]), HTTP_HX_REQUEST="true")
+    assert r.status_code == 409
+    assert drain() == 0 and not ChatSession.objects.filter(pk=SID).exists()
+
+
 def test_a_delivery_claimed_before_the_delete_and_played_after_creates_no_session(client, wa, caplog):
     post_wa(client, p.whatsapp(p.wa_text("wamid.1", "hello")))
     drain()
