@@ -50,10 +50,12 @@ class Inbound:
 
 @dataclass
 class Accepted:
-    """What ``accept`` did: the deliveries it queued, and how many messages were duplicates."""
+    """What ``accept`` did: the deliveries it queued, how many messages were duplicates, and the ids of
+    messages refused because another session's message already has that id (nothing written for them)."""
 
     queued: list[InboundDelivery] = field(default_factory=list)
     duplicates: int = 0
+    conflicts: list[str] = field(default_factory=list)
 
 
 def claim_key(provider: str, provider_message_id: str) -> str:
@@ -71,7 +73,9 @@ def accept(messages: list[Inbound]) -> Accepted:
     with transaction.atomic():
         for msg in messages:
             delivery = _accept_one(store, msg)
-            if delivery is None:
+            if delivery is _CONFLICT:
+                result.conflicts.append(msg.provider_message_id)
+            elif delivery is None:
                 result.duplicates += 1
             else:
                 result.queued.append(delivery)
@@ -150,11 +154,16 @@ _INSERT_NEW = (
     "?, '', NULL, '', '', '', '', NULL) ON CONFLICT (provider, provider_message_id) DO NOTHING RETURNING id"
 )
 _DUPLICATE = (f"UPDATE {_TABLE} SET duplicates_suppressed = duplicates_suppressed + 1, last_seen = ? "
-              "WHERE provider = ? AND provider_message_id = ?")
+              "WHERE provider = ? AND provider_message_id = ? AND session_id = ? RETURNING id")
+_OTHER_SESSION = f"SELECT 1 FROM {_TABLE} WHERE provider = ? AND provider_message_id = ? AND session_id <> ?"
+#: What ``_accept_one`` returns for a message whose id another session's delivery has.
+_CONFLICT: Any = object()
 
 
 def _accept_one(store: Any, msg: Inbound) -> InboundDelivery | None:
-    """Claim ``msg``'s id and queue its delivery (inside ``accept``'s transaction); None for a duplicate.
+    """Claim ``msg``'s id and queue its delivery (inside ``accept``'s transaction); None for a duplicate,
+    ``_CONFLICT`` for an id another session's delivery has (ids are de-duplicated across the channel, so it
+    is neither played nor counted as that delivery's duplicate).
 
     The two statements every message makes (the claim, then the new delivery's insert, or a duplicate's
     count) run on the driver's cursor; a message whose id has a delivery already goes through
@@ -163,7 +172,9 @@ def _accept_one(store: Any, msg: Inbound) -> InboundDelivery | None:
     at = connection.ops.adapt_datetimefield_value(now)
     key = claim_key(msg.provider, msg.provider_message_id)
     if not store.record_processed_message(key):  # one statement, in this transaction
-        _execute(_DUPLICATE, [at, msg.provider, msg.provider_message_id])
+        ids = [msg.provider, msg.provider_message_id, msg.session_id]
+        if _execute(_DUPLICATE, [at, *ids]) is None and _execute(_OTHER_SESSION, ids) is not None:
+            return _CONFLICT
         return None
     token = uuid.uuid4().hex
     row = _execute(_INSERT_NEW, [msg.provider, msg.provider_message_id, key, msg.session_id, msg.kind, msg.text,

@@ -170,15 +170,15 @@ async def generic(request: HttpRequest) -> HttpResponse:
         message, accepted = await _generic_accept(request)
     except Refused as err:
         return _refusal(err)
+    if accepted.conflicts:
+        return _refusal(Refused(409, "message_id_conflict",
+                                f"message_id {message.provider_message_id!r} is another session's message: ids are "
+                                "de-duplicated across the channel, so use ids unique to each message."))
     if not accepted.queued:
-        known = await _known_delivery(message)
-        if known is not None and known[1] != message.session_id:
-            return _refusal(Refused(409, "message_id_conflict",
-                                    f"message_id {message.provider_message_id!r} is another session's message: "
-                                    "ids are de-duplicated across the channel, so use ids unique to each message."))
-        if known is None or not wait:
+        delivery_id = await _delivery_id(message) if wait else None
+        if delivery_id is None:
             return JsonResponse({"ok": True, "status": "duplicate"}, status=200)
-        return _answered(await _play_now(known[0]), duplicate=True)
+        return _answered(await _play_now(delivery_id), duplicate=True)
     delivery = accepted.queued[0]
     if not wait:
         return JsonResponse({"ok": True, "status": "queued", "delivery": delivery.pk}, status=202)
@@ -202,12 +202,13 @@ def _answered(final: InboundDelivery, duplicate: bool = False) -> JsonResponse:
     return JsonResponse({"ok": True, **body, "detail": "Still running; poll the console."}, status=202)
 
 
-async def _known_delivery(message: inbox.Inbound) -> tuple[int, str] | None:
-    """``(id, session_id)`` of the delivery a duplicate message's id belongs to (None if there is none)."""
-    found = InboundDelivery.objects.filter(provider=message.provider, provider_message_id=message.provider_message_id)
+async def _delivery_id(message: inbox.Inbound) -> int | None:
+    """The delivery a duplicate message belongs to (None if there is none)."""
+    found = InboundDelivery.objects.filter(provider=message.provider, provider_message_id=message.provider_message_id,
+                                           session_id=message.session_id)
     with ledger.queue_thread() as ex:
         return await asyncio.get_running_loop().run_in_executor(
-            ex, lambda: found.values_list("pk", "session_id").first())
+            ex, lambda: found.values_list("pk", flat=True).first())
 
 
 _SETTLED = (InboundDelivery.Status.DONE, InboundDelivery.Status.FAILED, InboundDelivery.Status.CANCELLED)

@@ -65,15 +65,19 @@ def test_a_wait_request_for_a_delivery_answered_before_its_session_was_deleted_i
 
 
 @pytest.mark.parametrize("wait", ["", "?wait=true"])
-def test_a_message_id_another_session_used_is_a_409_and_returns_nothing_of_that_session(client, apis, wait):  # noqa: F811
+def test_a_message_id_another_session_used_is_a_409_and_touches_nothing_of_that_session(
+        client, apis, wait):  # noqa: F811
     first = post_generic(client, p.generic("web:13", "m-13", "my refund for order 77"), query="?wait=true")
     assert first.json()["answer"] == "echo: my refund for order 77"
     r = post_generic(client, p.generic("web:14", "m-13", "hi"), query=wait)
     assert r.status_code == 409, r.content
     assert r.json()["error"] == "message_id_conflict" and "order 77" not in r.content.decode()
     assert texts("web:14") == [] and InboundDelivery.objects.count() == 1
+    assert InboundDelivery.objects.get().duplicates_suppressed == 0  # not counted as web:13's duplicate
     again = post_generic(client, p.generic("web:13", "m-13", "my refund for order 77"), query=wait)
     assert again.status_code == 200  # the same session's redelivery is still a duplicate
+    assert InboundDelivery.objects.get().duplicates_suppressed == 1
+
 
 def test_a_message_through_another_channel_keeps_the_sessions_channel(client, apis):  # noqa: F811
     """A signed generic message on a WhatsApp customer's session does not relabel it (its channel decides
