@@ -74,7 +74,8 @@ class Item:
     answer: bool = False
     running: bool = False  # live: a tool call whose result has not arrived yet
     dom: str = ""  # live: the HTML id a later fragment replaces (a running tool call)
-    at: datetime | None = None  # when its row was stored (None while a turn runs)
+    at: datetime | None = None  # when it was written (None while a turn runs): see label_items
+    written: datetime | None = None  # its message's own timestamp (None for an unreadable row)
     agent: str | None = None  # the agent active when it was written (model items and tool calls)
     author: str | None = None  # a MODEL message an operator wrote (takeover): their username
     reply: Any = None  # its delivery (takeover_app's OperatorReply), attached by sessions_app.takeover_page
@@ -140,6 +141,7 @@ def turn_items(parsed: list[tuple[int, Message | None, str]]) -> list[Item]:
             called.update(c.id for c in msg.tool_calls or [])
     items: list[Item] = []
     for rid, msg, raw in parsed:
+        first = len(items)
         if msg is None:
             items.append(Item("unreadable", rid, text=raw))
         elif msg.role in (Role.USER, Role.SYSTEM):
@@ -156,6 +158,8 @@ def turn_items(parsed: list[tuple[int, Message | None, str]]) -> list[Item]:
             for r in msg.tool_results or []:
                 if r.tool_call_id not in called:
                     items.append(Item("orphan-result", rid, result=r, handoff=handoff_of(r)))
+        for item in items[first:]:
+            item.written = msg.timestamp if msg is not None else None
     answers = [i for i in items if i.kind == "model" and i.answer]
     for i in answers[:-1]:
         i.answer = False
@@ -164,12 +168,15 @@ def turn_items(parsed: list[tuple[int, Message | None, str]]) -> list[Item]:
 
 def label_items(items: list[Item], agents: Sequence[str], times: dict[int, datetime] | None = None) -> None:
     """Set each item's ``agent`` (walking the turn's ``agents`` trail: a handoff moves to the next one)
-    and, from ``times`` (row id → created_at), its ``at``."""
+    and, with ``times`` (row id → created_at), its ``at``: when its message was written (its own timestamp,
+    as the transcript export gives it: a customer's message when it came, not when its turn committed), or
+    when its row was stored where that is earlier (a message rebuilt from an unreadable row is dated now)."""
     trail = list(agents)
     current = trail[0] if trail else None
     for item in items:
         if times is not None and item.row_id is not None:
-            item.at = times.get(item.row_id)
+            stored = times.get(item.row_id)
+            item.at = min(item.written, stored) if item.written and stored else stored
         if item.kind in ("model", "call", "orphan-result"):
             item.agent = current
         handoff = item.handoff

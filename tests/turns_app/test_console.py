@@ -19,6 +19,7 @@ from agents_app import runtime
 from chatflow_agent import Agent, PriceBook, Runner
 from chatflow_agent.core.engines.base import BaseEngine, EngineTurnResult
 from sessions_app import actions, listing
+from sessions_app.models import ChatMessage
 from tests.chatflow_agent.provider_server import FakeProvider
 from tests.chatflow_agent.test_usage import TOOL_CALL, answer, library_cost, order_agent
 from tests.sessions_app import personas
@@ -217,3 +218,25 @@ def test_a_forged_cursor_on_a_usage_sort_is_refused_with_400_not_a_500(client, s
 ])
 def test_a_cost_is_shown_without_the_trailing_zeros_of_its_stored_scale(stored, shown):
     assert usd(None if stored is None else Decimal(stored)) == shown
+
+
+def test_a_slow_turns_messages_show_when_they_were_written_as_the_export_has_them(operator):
+    _user, client = operator
+
+    class Slow(BaseEngine):
+        async def generate_turn_async(self, agent, history):
+            await asyncio.sleep(1.2)
+            return EngineTurnResult(text="found it")
+
+    asyncio.run(site_runner(Agent(name="Bot", instructions="x", engine=Slow())).run_async("s1", "where is it?"))
+    exported = client.get("/api/v1/sessions/s1/transcript?format=json")
+    assert exported.status_code == 200, exported.content
+    written = {m["role"]: m["timestamp"] for m in exported.json()["turns"][0]["messages"]}
+    page = client.get("/sessions/s1/").content.decode()
+    shown = re.findall(r'<time datetime="([^"]+)" title="[^"]+">\d\d:\d\d:\d\d</time>', page)
+    from datetime import datetime
+
+    assert [datetime.fromisoformat(t) for t in shown] == [datetime.fromisoformat(written["user"]),
+                                                          datetime.fromisoformat(written["model"])]
+    stored = ChatMessage.objects.get(session_id="s1", role="user").created_at
+    assert (stored - datetime.fromisoformat(written["user"])).total_seconds() > 1  # not the commit's time
