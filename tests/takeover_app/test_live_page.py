@@ -104,7 +104,7 @@ async def test_a_turn_that_starts_and_ends_updates_the_take_over_choices_on_an_o
 
     olga = await db(personas.operator)
     await db(cv.store, "+15550122", cv.support_story(), metadata={"channel": "whatsapp"})
-    runner = site_runner_with("On its way.", delay=0.6)
+    runner = site_runner_with("On its way.", RuntimeError("the model is down"), delay=0.6)
     async with connected("/ws/sessions/+15550122/", await db(cookie_for, olga)) as page:
         assert (await page.connect())[0]
         await resume(page, await db(last_id, "+15550122"))
@@ -116,3 +116,12 @@ async def test_a_turn_that_starts_and_ends_updates_the_take_over_choices_on_an_o
         ended = "\n".join(await frames_until(page, 'id="live-cursor"'))
         panel = ended.split('id="takeover-panel"')[1].split("</section>")[0]
         assert "Stop it now" not in panel and ">Take over</button>" in panel
+
+        failing = asyncio.ensure_future(runner.run_async("+15550122", "and now?"))
+        started = "\n".join(await frames_until(page, 'id="takeover-panel"'))
+        assert ">Stop it now and take over</button>" in started
+        with pytest.raises(RuntimeError):
+            await failing
+        await publisher.flush()
+        failed = "\n".join(await frames_until(page, 'id="takeover-panel"'))
+        assert "the model is down" in failed and "Stop it now" not in failed.split('id="takeover-panel"')[1]
