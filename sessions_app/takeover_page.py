@@ -36,7 +36,7 @@ def takeover_ctx(user: Any, session: Any, lease: Any, agent_names: list[str]) ->
     permission), ``turn_running`` (a live lease: the take-over form offers "after this turn" / "stop it
     now"), ``handback_agent`` (the hand-back select's default: the agent active before the takeover when
     still registered, else the active agent), ``channel`` and ``transcript_only`` (a reply goes nowhere but
-    the transcript: ``OperatorReply.TRANSCRIPT_ONLY``).
+    the transcript: ``OperatorReply.transcript_only``).
     """
     row = SessionMode.objects.filter(pk=session.session_id).first()
     mode = row.mode if row is not None else SessionMode.Mode.BOT.value
@@ -54,7 +54,7 @@ def takeover_ctx(user: Any, session: Any, lease: Any, agent_names: list[str]) ->
         "channel": _channel(session.metadata),
         # A real customer's channel: the live chat page would not reach them; taking over does.
         "customer": _channel(session.metadata) in CUSTOMER_CHANNELS,
-        "transcript_only": _channel(session.metadata) in OperatorReply.TRANSCRIPT_ONLY,
+        "transcript_only": OperatorReply.transcript_only(_channel(session.metadata)),
     }
 
 

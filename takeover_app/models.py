@@ -113,13 +113,19 @@ class OperatorReply(models.Model):
         return (timezone.now() - began).total_seconds() > self.SEND_DEADLINE
 
     #: Channels with nothing to send a reply through: it is in the transcript, where the integration reads it.
-    TRANSCRIPT_ONLY = ("generic",)
+    TRANSCRIPT_ONLY = frozenset({"generic"})
+
+    @classmethod
+    def transcript_only(cls, channel: str) -> bool:
+        """True when a reply on ``channel`` (a session's ``metadata.channel``, any case) goes nowhere but the
+        transcript (:attr:`TRANSCRIPT_ONLY`)."""
+        return channel.lower() in cls.TRANSCRIPT_ONLY
 
     @property
     def shown_status(self) -> str:
         """``sending``, ``sent``, ``failed``, ``unknown`` (a dead sender's ``sending``) or ``in_transcript``
-        (a ``sent`` reply on a :attr:`TRANSCRIPT_ONLY` channel: nothing went out)."""
-        if self.status == self.Status.SENT and self.provider in self.TRANSCRIPT_ONLY:
+        (a ``sent`` reply on a :meth:`transcript_only` channel: nothing went out)."""
+        if self.status == self.Status.SENT and self.transcript_only(self.provider):
             return "in_transcript"
         return "unknown" if self.unknown else self.status
 

@@ -46,14 +46,15 @@ INTERRUPTED_ERROR = "Interrupted: the process running this turn stopped (its ses
 _CALL_FIELDS = ("provider", "model", "input_tokens", "output_tokens", "cached_tokens", "latency_ms", "ttft_ms",
                 "finish_reason", "retries", "estimated", "agent_name")
 
-#: The error text of a record an operator cancelled (the turn's lease taken away) before its process closed it.
+#: The default error text of a record an operator cancelled (the turn's lease taken away); the console's cancel
+#: names who and why instead (``takeover_app.service.cancel_turn``).
 CANCELLED_ERROR = "Cancelled by an operator: the turn's session lease was taken away."
 
-#: The error text of a cancelled record whose process never reported the turn's figures (it died).
-CANCELLED_UNREPORTED_ERROR = "Cancelled by an operator; the turn's process stopped before it reported its usage."
+#: Added to the error of a cancelled record whose process never reported the turn's figures (it died).
+CANCELLED_UNREPORTED_ERROR = "(The turn's process stopped before it reported its usage.)"
 
-_UNREPORTED = ("UPDATE chatflow_turn_records SET error = ?, awaiting_report = FALSE WHERE awaiting_report "
-               "AND finished_at < ? RETURNING session_id")
+_UNREPORTED = ("UPDATE chatflow_turn_records SET error = error || ' ' || ?, awaiting_report = FALSE "
+               "WHERE awaiting_report AND finished_at < ? RETURNING session_id, error")
 _CANCEL = ("UPDATE chatflow_turn_records SET status = 'cancelled', finished_at = ?, error = ?, "
            "awaiting_report = TRUE "
            "WHERE session_id = ? AND owner = ? AND status = 'running'")
@@ -256,7 +257,8 @@ def mark_interrupted(cursor: Any, dialect: Dialect, now: float, cancelled_before
     """Mark ``interrupted`` every ``running`` record whose lease is gone or expired at ``now`` (unix
     seconds); how many. With ``cancelled_before`` (unix seconds: later than any close of a cancelled turn
     could still come, e.g. a lease TTL ago), the records an operator cancelled before then whose turn
-    never reported its figures get :data:`CANCELLED_UNREPORTED_ERROR` and are counted in the totals as
+    never reported its figures get :data:`CANCELLED_UNREPORTED_ERROR` after their error (who cancelled
+    them and why) and are counted in the totals as
     turns of unknown spend (not in the returned count)."""
     cursor.execute(_sql(dialect, _ORPHANS), (now,))
     found = cursor.fetchall()
@@ -266,8 +268,10 @@ def mark_interrupted(cursor: Any, dialect: Dialect, now: float, cancelled_before
             _add_totals(cursor, dialect, session_id, None, INTERRUPTED_ERROR, now, interrupted=1)
     if cancelled_before is not None:
         cursor.execute(_sql(dialect, _UNREPORTED), (CANCELLED_UNREPORTED_ERROR, _stamp(dialect, cancelled_before)))
-        for session_id, n in Counter(row[0] for row in cursor.fetchall()).items():
-            _add_totals(cursor, dialect, session_id, None, CANCELLED_UNREPORTED_ERROR, now, interrupted=n)
+        ended = cursor.fetchall()
+        errors = {session_id: error for session_id, error in ended}  # (a session's last one, if several)
+        for session_id, n in Counter(row[0] for row in ended).items():
+            _add_totals(cursor, dialect, session_id, None, errors[session_id], now, interrupted=n)
     return len(found)
 
 

@@ -276,10 +276,12 @@ class Worker:
             return None
         except Exception as err:  # noqa: BLE001 - an engine or store failure: the turn was rolled back
             if not await db(taskqueue.turn_committed, delivery):
-                if isinstance(err, SessionDeletedError):  # the delete cancelled the delivery (webhooks_app.settle)
+                if isinstance(err, SessionDeletedError) and await db(
+                        taskqueue.status_of, delivery) == InboundDelivery.Status.CANCELLED:
+                    # The console's delete cancelled the delivery (webhooks_app.settle): nothing to record or send.
                     logger.info("Delivery %s: its session was deleted during its turn; not played", delivery.pk)
-                else:
-                    logger.warning("Delivery %s failed: %s: %s", delivery.pk, type(err).__name__, err)
+                    return None
+                logger.warning("Delivery %s failed: %s: %s", delivery.pk, type(err).__name__, err)
                 error = f"{type(err).__name__}: {err}"
                 fallback = settings.CHATFLOW_HOLDING_MESSAGE if await db(
                     takeover.note_failed_turn, delivery.session_id) else FALLBACK_REPLY

@@ -67,11 +67,13 @@
     if (!form || !xhr) return;
     // htmx's own handling of such an answer would throw ("Invalid re-target"); it is told to leave it. Its
     // events still reach the detached element itself, though not the document.
-    elt.addEventListener("htmx:beforeOnLoad", function leave(ev) {
+    function leave(ev) {
       if (ev.detail.xhr !== xhr) return;
       elt.removeEventListener("htmx:beforeOnLoad", leave);
       if (!document.contains(form)) ev.preventDefault();
-    });
+    }
+    elt.addEventListener("htmx:beforeOnLoad", leave);
+    xhr.addEventListener("loadend", function () { elt.removeEventListener("htmx:beforeOnLoad", leave); });
     xhr.addEventListener("loadend", function () {
       if (document.contains(form) || !xhr.status) return; // htmx had it (above), or no answer came
       if (xhr.status >= 200 && xhr.status < 300) { done(form, config); return; }

@@ -238,9 +238,11 @@ def test_a_cancelled_turn_whose_process_died_counts_once_its_close_can_no_longer
     backend.mark_interrupted(time.time(), cancelled_before=time.time() + 1)  # a lease TTL later: it cannot
 
     record = TurnRecord.objects.get(owner=cancelled.owner)
-    assert (record.status, record.error) == ("cancelled", records.CANCELLED_UNREPORTED_ERROR)
+    assert record.status == "cancelled"
+    assert record.error == f"Cancelled by olga.operator: stuck {records.CANCELLED_UNREPORTED_ERROR}"
     totals = SessionTotals.objects.get(pk=SID)
     assert (totals.turns, totals.cost_known) == (before.turns + 1, False)  # a turn of unknown spend
+    assert totals.last_error == record.error
     cancelled.ended_by(SessionBusyError(SID))
     backend.release_lease(SID, cancelled.owner, cancelled)  # a close after all: changes nothing
     assert SessionTotals.objects.get(pk=SID).turns == before.turns + 1
