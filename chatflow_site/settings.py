@@ -47,21 +47,23 @@ def _bool(name: str, default: bool) -> bool:
     raise ImproperlyConfigured(f"{name} must be one of 1/0, true/false, yes/no, on/off; got {raw!r}")
 
 
-def _positive_int(name: str, default: int) -> int:
+def _positive_int(name: str, default: int, maximum: int = 10**9, unit: str = "") -> int:
+    """The variable as an integer from 1 to ``maximum`` (``unit`` names what it counts, for the error)."""
+    return _whole(name, default, 1, maximum, unit)
+
+
+def _non_negative_int(name: str, default: int, maximum: int = 10**9, unit: str = "") -> int:
+    """The variable as an integer from 0 to ``maximum`` (``unit`` names what it counts, for the error)."""
+    return _whole(name, default, 0, maximum, unit)
+
+
+def _whole(name: str, default: int, minimum: int, maximum: int, unit: str) -> int:
     raw = env.str(name, default="").strip()
     if raw == "":
         return default
-    if not re.fullmatch(r"\+?[0-9]+", raw) or int(raw) <= 0:
-        raise ImproperlyConfigured(f"{name} must be a positive integer; got {raw!r}")
-    return int(raw)
-
-
-def _non_negative_int(name: str, default: int) -> int:
-    raw = env.str(name, default="").strip()
-    if raw == "":
-        return default
-    if not re.fullmatch(r"[0-9]+", raw):
-        raise ImproperlyConfigured(f"{name} must be a whole number of seconds (0 or more); got {raw!r}")
+    if not re.fullmatch(r"\+?[0-9]{1,18}", raw) or not minimum <= int(raw) <= maximum:
+        what = f"a whole number of {unit}" if unit else "a whole number"
+        raise ImproperlyConfigured(f"{name} must be {what} from {minimum} to {maximum}; got {raw!r}")
     return int(raw)
 
 
@@ -245,7 +247,7 @@ STORAGES = {
 SECURE_SSL_REDIRECT = _bool("SECURE_SSL_REDIRECT", default=not DEBUG)
 SESSION_COOKIE_SECURE = _bool("SESSION_COOKIE_SECURE", default=not DEBUG)
 CSRF_COOKIE_SECURE = _bool("CSRF_COOKIE_SECURE", default=not DEBUG)
-SECURE_HSTS_SECONDS = _non_negative_int("SECURE_HSTS_SECONDS", 0 if DEBUG else 31_536_000)
+SECURE_HSTS_SECONDS = _non_negative_int("SECURE_HSTS_SECONDS", 0 if DEBUG else 31_536_000, 10 * 31_536_000, "seconds")
 SECURE_HSTS_INCLUDE_SUBDOMAINS = _bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", default=not DEBUG)
 SECURE_HSTS_PRELOAD = _bool("SECURE_HSTS_PRELOAD", default=not DEBUG)
 if _bool("SECURE_PROXY_SSL_HEADER", default=False):
@@ -283,7 +285,7 @@ if OPENAI_BASE_URL and urlsplit(OPENAI_BASE_URL).scheme not in {"http", "https"}
 if CHATFLOW_ENGINE == "openai" and not (OPENAI_API_KEY or OPENAI_BASE_URL):
     raise ImproperlyConfigured("OPENAI_API_KEY must be set when CHATFLOW_ENGINE=openai "
                                "(or OPENAI_BASE_URL for a local OpenAI-compatible server)")
-CHATFLOW_MAX_TURNS = _positive_int("CHATFLOW_MAX_TURNS", 40)
+CHATFLOW_MAX_TURNS = _positive_int("CHATFLOW_MAX_TURNS", 40, unit="turns")
 
 
 def _model_prices(name: str) -> dict[str, dict[str, object]]:
@@ -301,7 +303,7 @@ def _model_prices(name: str) -> dict[str, dict[str, object]]:
 
 # Model prices that win over genai-prices' (a negotiated rate, a model it does not know); see README.
 CHATFLOW_MODEL_PRICES = _model_prices("CHATFLOW_MODEL_PRICES")
-CHATFLOW_DEDUP_TTL_HOURS = _positive_int("CHATFLOW_DEDUP_TTL_HOURS", 192)
+CHATFLOW_DEDUP_TTL_HOURS = _positive_int("CHATFLOW_DEDUP_TTL_HOURS", 192, 10 * 8_760, "hours")
 
 # --- Webhook channels (webhooks_app) -----------------------------------------------------------
 WHATSAPP_VERIFY_TOKEN = env.str("WHATSAPP_VERIFY_TOKEN", default="").strip()
@@ -315,7 +317,7 @@ CHATFLOW_WEBHOOK_SECRET = env.str("CHATFLOW_WEBHOOK_SECRET", default="").strip()
 for _name in ("WHATSAPP_API_BASE", "TELEGRAM_API_BASE"):
     if urlsplit(globals()[_name]).scheme not in {"http", "https"}:
         raise ImproperlyConfigured(f"{_name} must be an http(s) URL; got {globals()[_name]!r}")
-CHATFLOW_WEBHOOK_MAX_BYTES = _positive_int("CHATFLOW_WEBHOOK_MAX_BYTES", 256 * 1024)
+CHATFLOW_WEBHOOK_MAX_BYTES = _positive_int("CHATFLOW_WEBHOOK_MAX_BYTES", 256 * 1024, unit="bytes")
 # The embedded queue worker (a child process of the server): auto = only under an ASGI server
 # (daphne, uvicorn, runserver); on = in every process that loads the site; off = never.
 CHATFLOW_EMBEDDED_WORKER = _choice("CHATFLOW_EMBEDDED_WORKER", "auto", ("auto", "on", "off"))
@@ -324,7 +326,7 @@ CHATFLOW_EMBEDDED_WORKER = _choice("CHATFLOW_EMBEDDED_WORKER", "auto", ("auto", 
 CHATFLOW_WORKER_CPU = env.str("CHATFLOW_WORKER_CPU", default="").strip().lower() or "auto"
 if CHATFLOW_WORKER_CPU not in ("auto", "off") and not CHATFLOW_WORKER_CPU.isdigit():
     raise ImproperlyConfigured(f"CHATFLOW_WORKER_CPU must be auto, off or a CPU number; got {CHATFLOW_WORKER_CPU!r}")
-CHATFLOW_WORKER_NICE = _non_negative_int("CHATFLOW_WORKER_NICE", 10)
+CHATFLOW_WORKER_NICE = _non_negative_int("CHATFLOW_WORKER_NICE", 10, 19)
 if CHATFLOW_WORKER_NICE > 19:
     raise ImproperlyConfigured(f"CHATFLOW_WORKER_NICE must be between 0 and 19; got {CHATFLOW_WORKER_NICE}")
 # Seconds a process's claim on work lives without renewal (renewed every third of it): a session's turn
@@ -332,8 +334,8 @@ if CHATFLOW_WORKER_NICE > 19:
 # process keeps its session and its delivery blocked. One value: a delivery taken over sooner than its
 # session's lease would only wait for that lease, and a session freed sooner would still wait for its
 # delivery. CHATFLOW_QUEUE_VISIBILITY_SECONDS is its former name, read when CHATFLOW_LEASE_SECONDS is unset.
-_former_lease_name = _positive_int("CHATFLOW_QUEUE_VISIBILITY_SECONDS", 0)  # 0: not set
-CHATFLOW_LEASE_SECONDS = _positive_int("CHATFLOW_LEASE_SECONDS", _former_lease_name or 30)
+_former_lease_name = _positive_int("CHATFLOW_QUEUE_VISIBILITY_SECONDS", 0, 86_400, "seconds")  # 0: not set
+CHATFLOW_LEASE_SECONDS = _positive_int("CHATFLOW_LEASE_SECONDS", _former_lease_name or 30, 86_400, "seconds")
 if _former_lease_name and _former_lease_name != CHATFLOW_LEASE_SECONDS:
     raise ImproperlyConfigured("CHATFLOW_QUEUE_VISIBILITY_SECONDS is the former name of CHATFLOW_LEASE_SECONDS "
                                "and differs from it; set CHATFLOW_LEASE_SECONDS only")
@@ -349,15 +351,15 @@ CHATFLOW_HUMAN_PHRASES = _list("CHATFLOW_HUMAN_PHRASES", [
 CHATFLOW_HOLDING_MESSAGE = env.str("CHATFLOW_HOLDING_MESSAGE", default="").strip() or (
     "I have asked a person from our team to take over; they will answer you here shortly.")
 # Consecutive failed turns after which a session waits for an operator (0: never).
-CHATFLOW_HUMAN_AFTER_FAILED_TURNS = _non_negative_int("CHATFLOW_HUMAN_AFTER_FAILED_TURNS", 3)
+CHATFLOW_HUMAN_AFTER_FAILED_TURNS = _non_negative_int("CHATFLOW_HUMAN_AFTER_FAILED_TURNS", 3, unit="failed turns")
 # Minutes without a customer or operator message after which a waiting/human session returns to the bot (0: never).
-CHATFLOW_TAKEOVER_IDLE_MINUTES = _non_negative_int("CHATFLOW_TAKEOVER_IDLE_MINUTES", 0)
+CHATFLOW_TAKEOVER_IDLE_MINUTES = _non_negative_int("CHATFLOW_TAKEOVER_IDLE_MINUTES", 0, 525_600, "minutes")
 
 # --- Health page, /metrics, OpenTelemetry (health_app) -----------------------------------------
 # A turn still running after this many seconds is listed on the health page as a long-running turn.
-CHATFLOW_HEALTH_LONG_TURN_SECONDS = _positive_int("CHATFLOW_HEALTH_LONG_TURN_SECONDS", 120)
+CHATFLOW_HEALTH_LONG_TURN_SECONDS = _positive_int("CHATFLOW_HEALTH_LONG_TURN_SECONDS", 120, 7 * 86_400, "seconds")
 # Seconds between two heartbeats of a queue worker; a worker silent for three of them is shown stale.
-CHATFLOW_HEARTBEAT_SECONDS = _positive_int("CHATFLOW_HEARTBEAT_SECONDS", 5)
+CHATFLOW_HEARTBEAT_SECONDS = _positive_int("CHATFLOW_HEARTBEAT_SECONDS", 5, 3_600, "seconds")
 # /metrics answers staff logins and "Authorization: Bearer <this token>" (empty: staff only).
 CHATFLOW_METRICS_TOKEN = env.str("CHATFLOW_METRICS_TOKEN", default="").strip()
 # OpenTelemetry traces go to this OTLP/HTTP collector (e.g. http://127.0.0.1:4318); empty: no tracing.

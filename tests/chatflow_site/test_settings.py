@@ -22,6 +22,8 @@ PRODUCTION = {"DEBUG": "0", "SECRET_KEY": secrets.token_urlsafe(50), "ALLOWED_HO
         ("CHATFLOW_MAX_TURNS", {"CHATFLOW_MAX_TURNS": "0"}),
         ("CHATFLOW_MAX_TURNS", {"CHATFLOW_MAX_TURNS": "ten"}),
         ("CHATFLOW_DEDUP_TTL_HOURS", {"CHATFLOW_DEDUP_TTL_HOURS": "-5"}),
+        ("CHATFLOW_DEDUP_TTL_HOURS", {"CHATFLOW_DEDUP_TTL_HOURS": "99999999999"}),  # (was a 500 per webhook)
+        ("CHATFLOW_LEASE_SECONDS", {"CHATFLOW_LEASE_SECONDS": "99999999999999999999"}),
         ("CHATFLOW_ENGINE", {"CHATFLOW_ENGINE": "gpt"}),
         ("CHATFLOW_MODEL_PRICES", {"CHATFLOW_MODEL_PRICES": "{not json"}),
         ("CHATFLOW_MODEL_PRICES", {"CHATFLOW_MODEL_PRICES": '{"gpt-4o": {"input": "cheap", "output": 1}}'}),
@@ -43,6 +45,18 @@ def test_it_refuses_to_start_with_a_bad_value_and_names_the_variable(variable, o
 
     assert result.returncode != 0
     assert variable in result.stderr
+
+
+@pytest.mark.parametrize(("variable", "value", "says"), [
+    ("CHATFLOW_HUMAN_AFTER_FAILED_TURNS", "-1", "a whole number of failed turns from 0 to"),
+    ("CHATFLOW_TAKEOVER_IDLE_MINUTES", "x", "a whole number of minutes from 0 to 525600"),
+    ("CHATFLOW_DEDUP_TTL_HOURS", "99999999999", "a whole number of hours from 1 to 87600"),
+])
+def test_a_refused_number_says_what_it_counts_and_its_range(variable, value, says):
+    result = run_manage("check", env=site_env(**{variable: value}))
+
+    assert result.returncode != 0
+    assert f"{variable} must be {says}" in result.stderr
 
 
 def test_it_never_echoes_a_database_password():
