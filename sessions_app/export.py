@@ -41,6 +41,7 @@ the customer-facing transcript never holds the private note.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import re
@@ -69,8 +70,8 @@ from turns_app.models import SessionTotals
 from turns_app.templatetags.turns import duration, tokens, usd
 
 __all__ = [
-    "BATCH", "FORMATS", "FORMAT_VERSION", "bulk_jsonl", "content_disposition", "md_text", "operator_view", "redact",
-    "session_record",
+    "BATCH", "FORMATS", "FORMAT_VERSION", "STABLE_SORTS", "bulk_jsonl", "content_disposition", "md_text",
+    "operator_view", "redact", "session_record",
     "shown_id", "transcript", "transcript_csv", "transcript_jsonl", "transcript_md", "turn_agents", "utf8",
 ]
 
@@ -440,13 +441,21 @@ def transcript_csv(session: ChatSession, *, redacted: bool = False) -> Iterator[
     return _chunked(lines())
 
 
+#: The sorts a bulk export keeps: on what never changes, so a keyset batch cannot pass over a session.
+STABLE_SORTS = frozenset({"created", "-created", "session", "-session"})
+
+
 def bulk_jsonl(query: listing.ListQuery, *, redacted: bool = False, batch: int | None = None) -> Iterator[bytes]:
-    """Every session matching ``query`` (the console's filters and sort) as one JSON transcript per line.
+    """Every session matching ``query`` (the console's filters) as one JSON transcript per line, each once.
 
     Sessions come in keyset batches of ``batch`` (default ``SESSION_BATCH``, read at call time) and
     their rows, audit entries, turn records and totals in one query each per batch, so memory holds one
-    batch, whatever the number of sessions.
+    batch, whatever the number of sessions. The batches follow ``query.sort`` when it is one of
+    :data:`STABLE_SORTS`, else oldest session first: a session whose turn moves it up an order on what
+    changes (last update, tokens, cost, agent) while the export runs would otherwise be left out.
     """
+    if query.sort not in STABLE_SORTS:
+        query = dataclasses.replace(query, sort="created")
     column = listing.SORTS[query.sort][0]
     size = batch or SESSION_BATCH
 

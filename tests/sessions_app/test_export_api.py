@@ -335,6 +335,25 @@ def test_the_bulk_export_streams_one_transcript_per_matching_session(auth, monke
     assert lines[0]["turns"][0]["messages"][0]["content"] == "hi 0"
 
 
+
+@pytest.mark.parametrize("sort", ["", "sort=-updated", "sort=-tokens", "sort=agent"])
+def test_the_bulk_export_leaves_out_no_session_that_a_turn_moves_while_it_runs(auth, monkeypatch, sort):
+    from django.utils import timezone
+
+    from sessions_app import export
+
+    monkeypatch.setattr(export, "SESSION_BATCH", 2)
+    monkeypatch.setattr(export, "CHUNK", 1)  # a line a chunk: the export is read a session at a time
+    for i in range(6):
+        store(f"s{i}", [user(f"hi {i}"), model("yo")], updated=T0 + timedelta(minutes=i))
+
+    chunks = iter(Client().get(f"/api/v1/export.jsonl?{sort}", **auth).streaming_content)
+    seen = [json.loads(next(chunks))["session"]["session_id"]]
+    ChatSession.objects.filter(pk="s2").update(updated_at=timezone.now(), active_agent_name="Billing")  # its turn
+    seen += [json.loads(chunk)["session"]["session_id"] for chunk in chunks]
+    assert sorted(seen) == [f"s{i}" for i in range(6)]  # each once
+    assert seen == [f"s{i}" for i in range(6)]  # oldest first (then by id): the order of what never changes
+
 # ---- OpenAPI and docs ------------------------------------------------------------------------------
 def test_the_docs_and_the_schema_need_the_apis_credentials(operator):
     page, schema = "/api/v1/docs", "/api/v1/openapi.json"
