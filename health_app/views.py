@@ -170,16 +170,17 @@ def resend_operator_replies(request: HttpRequest) -> HttpResponse:
     return _done(request, note, bool(problems), 409 if problems and not sent else 200)
 
 
-def _cancel_turn(user: Any, session_id: str, reason: str, only_expired: bool) -> bool:
+def _cancel_turn(user: Any, session_id: str, reason: str, only_expired: bool, owner: str) -> bool:
     from takeover_app.service import cancel_turn  # the one place that takes a session's lease away
 
-    return cancel_turn(user, session_id, reason, only_expired=only_expired)
+    return cancel_turn(user, session_id, reason, only_expired=only_expired, owner=owner)
 
 
 def _take_lease(request: HttpRequest, session_id: str, reason: str, done: str, nothing: str,
                 only_expired: bool = False) -> HttpResponse:
+    owner = str(request.POST.get("owner", ""))[:200]  # the turn the page showed; "" any
     try:
-        taken = _cancel_turn(request.user, session_id, reason, only_expired)
+        taken = _cancel_turn(request.user, session_id, reason, only_expired, owner)
     except ActionError as err:
         return _done(request, str(err), True, err.status)
     except Http404:
@@ -193,7 +194,8 @@ def cancel_turn(request: HttpRequest, session_id: str) -> HttpResponse:
     """Cancel the turn running on the session: it is rolled back (history as before), audited."""
     return _take_lease(request, session_id, "Cancelled from the health page",
                        f"The turn running on {session_id} was cancelled and rolled back.",
-                       f"No turn is running on {session_id} any more.")
+                       f"The turn shown on {session_id} is not running any more (one that began since is not "
+                       "cancelled: it shows here if it runs long).")
 
 
 @require_POST

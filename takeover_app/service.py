@@ -321,21 +321,24 @@ def idle_sweep(now: Any = None) -> int:
 
 # ---- cancel a running turn ----------------------------------------------------------------------
 def cancel_turn(user: Any, session_id: str, reason: str, *, only_expired: bool = False,
-                replay: bool = False) -> bool:
+                replay: bool = False, owner: str = "") -> bool:
     """Stop the turn running on ``session_id``, in this process or another: its lease is taken away, so
     its commit is refused (nothing half-written) and the turn is rolled back: at once when it runs in
     this process, within about a second in a webhook worker (which polls :func:`lease_lost`), else at its
     next lease renewal. A stale lease (its holder died) is released. Audited.
-    ``only_expired``: only an expired lease is released (a live turn is left alone). ``replay``: a
+    ``only_expired``: only an expired lease is released (a live turn is left alone). ``owner``: only the
+    turn holding the lease as ``owner`` is stopped (the one a page showed, not one that began since). ``replay``: a
     webhook delivery whose turn this stops is played again (a takeover: it is then held for the
     operator); otherwise it ends failed with the operator's reason (:func:`cancelled_by_operator`).
-    Returns True when a lease was taken away, False when no (expired, with ``only_expired``) lease held
-    the session.
+    Returns True when a lease was taken away, False when no (expired, with ``only_expired``; ``owner``'s,
+    with ``owner``) lease held the session.
     """
     with transaction.atomic():
         leases = SessionLease.objects.select_for_update().filter(session_id=session_id)
         if only_expired:
             leases = leases.filter(expires_at__lt=time.time())
+        if owner:
+            leases = leases.filter(owner=owner)
         lease = leases.first()
         if lease is None:
             return False

@@ -330,3 +330,33 @@ def test_a_bulk_resend_past_its_time_budget_names_the_replies_it_did_not_try(cli
     assert "1 reply sent again." in operator.post("/health/replies/resend/", {"delivery": [d.pk]},
                                                   HTTP_HX_REQUEST="true").content.decode()
     assert [b["text"]["body"] for b in wa.bodies()] == ["the answer"]
+
+
+def test_cancel_turn_stops_the_turn_the_page_showed_not_one_that_began_since(settings):
+    from agents_app.runtime import site_store
+    from chatflow_agent.core.reports import TurnReport
+
+    settings.CHATFLOW_HEALTH_LONG_TURN_SECONDS = 1
+    ChatSession.objects.create(session_id="slow-3", active_agent_name="Support")
+    backend = site_store().backend
+
+    def turn_of_another_process(owner: str) -> TurnReport:
+        report = TurnReport(source="api", user_text="please wait", owner=owner)
+        report.started_at = time.time() - 5  # running long enough to be listed
+        assert backend.acquire_lease("slow-3", owner, 30.0, False, report)
+        return report
+
+    shown = turn_of_another_process("otherhost:1:first:1")
+    operator = personas.client_for(personas.operator())
+    page = operator.get(URL).content.decode()
+    assert f'<input type="hidden" name="owner" value="{shown.owner}">' in page
+    shown.ended_by(None)
+    backend.release_lease("slow-3", shown.owner, shown)  # the turn on the page ends; the next one begins
+    following = turn_of_another_process("otherhost:1:second:1")
+
+    r = operator.post("/health/sessions/slow-3/cancel/", {"owner": shown.owner}, HTTP_HX_REQUEST="true")
+    assert r.status_code == 409 and "is not running any more" in r.content.decode()
+    assert SessionLease.objects.get(pk="slow-3").owner == following.owner  # the new turn runs on
+    assert not OperatorAction.objects.filter(action="cancel_turn").exists()
+    r = operator.post("/health/sessions/slow-3/cancel/", {"owner": following.owner}, HTTP_HX_REQUEST="true")
+    assert r.status_code == 200 and not SessionLease.objects.filter(pk="slow-3").exists()
