@@ -26,6 +26,7 @@ from urllib.parse import quote
 from django.db import DatabaseError, IntegrityError, connection, transaction
 
 from chatflow_agent.core.backend import StoredRow, parse_row
+from chatflow_agent.jsonsafe import json_safe
 from sessions_app.models import ChatMessage, ChatSession, ProcessedMessage
 
 __all__ = ["ImportReport", "ImportSourceError", "SourceFile", "import_session", "import_processed"]
@@ -151,6 +152,9 @@ class SourceFile:
             if not session_id or not agent:
                 report.unreadable.append((f"session row {rowid}", "it has no session id or no active agent"))
                 continue
+            if _refused_nul(session_id + agent):
+                report.unreadable.append((f"session row {rowid}", _NUL))
+                continue
             session = SourceSession(session_id, agent, self._metadata(session_id, raw_metadata, report),
                                     _moment(created), _moment(updated))
             session.messages = list(self._messages(session_id, report))
@@ -164,6 +168,9 @@ class SourceFile:
         if not isinstance(value, dict):
             report.unreadable.append((f"session {session_id!r}", "metadata_json is not a JSON object; copied as {}"))
             return {}
+        if _refused_nul(json.dumps(value).replace("\\u0000", "\x00")):  # (JSON writes NUL as \u0000)
+            report.unreadable.append((f"session {session_id!r}", "metadata_json holds NUL characters; copied without"))
+            return json_safe(value)
         return value
 
     def _messages(self, session_id: str, report: ImportReport) -> Iterator[SourceMessage]:
@@ -183,28 +190,40 @@ class SourceFile:
             if role is None or message_json is None:
                 report.unreadable.append((where, "no role or no message_json"))
                 continue
-            if connection.vendor == "postgresql" and "\x00" in (role + (content or "") + message_json):
-                report.unreadable.append((where, "contains a NUL character, which PostgreSQL text cannot hold"))
+            if _refused_nul(role + (content or "") + message_json):
+                report.unreadable.append((where, _NUL))
                 continue
             if parse_row(StoredRow(row_id, role, content, message_json)) is None:
                 report.unreadable.append((where, "neither message_json nor role/content is a readable message"))
                 continue
             yield SourceMessage(row_id, role, content, message_json, _moment(raw_created))
 
-    def processed(self) -> list[tuple[str, datetime | None]]:
+    def processed(self, report: ImportReport) -> list[tuple[str, datetime | None]]:
+        """The processed-message ids (and when); unreadable ones go to ``report.unreadable``."""
         if not self.has_processed:
             return []
         found = []
-        for raw_id, raw_at in self.conn.execute(
-            "SELECT message_id, processed_at FROM chatflow_processed_messages ORDER BY rowid"
+        for rowid, raw_id, raw_at in self.conn.execute(
+            "SELECT rowid, message_id, processed_at FROM chatflow_processed_messages ORDER BY rowid"
         ):
             try:
                 message_id = _text(raw_id)
             except UnicodeDecodeError:
+                report.unreadable.append((f"processed message id row {rowid}", "not valid UTF-8"))
                 continue
-            if message_id:
+            if message_id and _refused_nul(message_id):
+                report.unreadable.append((f"processed message id row {rowid}", _NUL))
+            elif message_id:
                 found.append((message_id, _moment(raw_at)))
         return found
+
+
+_NUL = "contains a NUL character, which PostgreSQL text cannot hold"
+
+
+def _refused_nul(text: str) -> bool:
+    """True when ``text`` holds a NUL character and the database is PostgreSQL (its text cannot hold one)."""
+    return "\x00" in text and connection.vendor == "postgresql"
 
 
 def _difference(source: SourceSession, target: ChatSession) -> str | None:

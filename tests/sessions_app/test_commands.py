@@ -230,3 +230,30 @@ def test_purge_deletes_expired_processed_messages_and_prints_the_count(settings)
     assert sorted(ProcessedMessage.objects.values_list("pk", flat=True)) == ["wamid.2", "wamid.3"]
     assert run("chatflow_purge_dedup").splitlines()[0] == "Purged 0 expired processed-message ids (older than 24 h)."
 
+
+
+@pytest.mark.django_db
+def test_nul_characters_postgresql_cannot_hold_are_reported_not_a_stopped_import(tmp_path):
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL's text cannot hold NUL; SQLite's can (and keeps it)")
+    source = tmp_path / "nul.db"
+    shutil.copy(FIXTURE, source)
+    with sqlite3.connect(source) as conn:
+        conn.execute("INSERT INTO chatflow_sessions (session_id, active_agent_name) VALUES (?, 'Support')",
+                     ("imp-nul\x00id",))
+        conn.execute("UPDATE chatflow_sessions SET metadata_json = ? WHERE session_id = 'pruned'",
+                     (json.dumps({"note": "a\x00b"}),))
+        conn.execute("INSERT INTO chatflow_processed_messages (message_id) VALUES (?)", ("pm\x00nul",))
+
+    dry = run("chatflow_import", str(source), "--dry-run")
+    out = run("chatflow_import", str(source))
+
+    for said in (dry, out):
+        assert "7 sessions (38 messages) and 3 processed-message ids" in said.splitlines()[0]
+        assert "contains a NUL character, which PostgreSQL text cannot hold" in said
+        assert "session 'pruned': metadata_json holds NUL characters; copied without" in said
+    assert ChatSession.objects.get(pk="pruned").metadata == {"note": "ab"}
+    assert not ChatSession.objects.filter(session_id__startswith="imp-nul").exists()
+    assert not ProcessedMessage.objects.filter(pk__startswith="pm").exists()

@@ -50,7 +50,7 @@ class Command(BaseCommand):
                 import_session(session, report, dry_run=dry_run, now=now)
                 bar.update()
             bar.close()
-            import_processed(source.processed(), report, dry_run=dry_run, now=now)
+            import_processed(source.processed(report), report, dry_run=dry_run, now=now)
         except ImportSourceError as err:
             raise CommandError(str(err)) from err
         except DatabaseError as err:
