@@ -16,6 +16,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
 from agents_app.routing import websocket_urlpatterns as chat_routes  # noqa: E402
+from sessions_app.live import LayerGuard  # noqa: E402
 from sessions_app.routing import websocket_urlpatterns as console_routes  # noqa: E402
 from webhooks_app.asgi import LeanWebhookRouter  # noqa: E402
 
@@ -24,7 +25,7 @@ websocket_urlpatterns: list = [*console_routes, *chat_routes]  # every route liv
 application = ProtocolTypeRouter(
     {
         "http": LeanWebhookRouter(django_asgi_app),
-        "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+        "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(LayerGuard(URLRouter(websocket_urlpatterns)))),
     }
 )
 

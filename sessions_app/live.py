@@ -34,6 +34,7 @@ websocket routes (``sessions_app.routing``) is the serving one and does not.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -57,7 +58,8 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from chatflow_agent.jsonsafe import json_safe
 
 __all__ = [
-    "LIST_GROUP", "LayerOutage", "Publisher", "Receivers", "encode_event", "group_for_session", "group_send",
+    "CLOSE_LAYER_UNREACHABLE", "LIST_GROUP", "LayerGuard", "LayerOutage", "Publisher", "Receivers", "encode_event",
+    "group_for_session", "group_send",
     "has_receivers", "join", "leave", "mark_serving", "receivers",
     "flush_before_close", "outage", "publish_action", "publish_reply", "publisher",
     "mark_unwatched", "warn_if_isolated", "warn_unless_serving",
@@ -217,6 +219,41 @@ class LayerOutage:
 
 #: This process's view of the layer, shared by every send below.
 outage = LayerOutage()
+
+#: The close code of a websocket whose consumer could not reach the channel layer's server: 1013, "try again
+#: later" (RFC 6455's registry), which htmx's ws extension reconnects after (static/js/ws.js paces it).
+CLOSE_LAYER_UNREACHABLE = 1013
+
+
+class LayerGuard:
+    """ASGI middleware for the websocket consumers: a consumer that stops because the channel layer's
+    server cannot be reached (:data:`UNREACHABLE`: joining its group, or receiving) closes its connection
+    with :data:`CLOSE_LAYER_UNREACHABLE` (accepted first, so the browser sees the code) and the outage is
+    logged once (:data:`outage`), not as a traceback per connection attempt. Other errors are raised."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        state = {"accepted": False, "closed": False}
+
+        async def sending(message: dict[str, Any]) -> None:
+            if message["type"] == "websocket.accept":
+                state["accepted"] = True
+            elif message["type"] == "websocket.close":
+                state["closed"] = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        except UNREACHABLE as err:
+            outage.failed(err)
+            if state["closed"]:
+                return
+            with contextlib.suppress(Exception):  # the client may be gone already
+                if not state["accepted"]:
+                    await send({"type": "websocket.accept"})
+                await send({"type": "websocket.close", "code": CLOSE_LAYER_UNREACHABLE})
 
 
 async def group_send(layer: Any, group: str, message: dict[str, Any]) -> None:

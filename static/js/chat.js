@@ -30,8 +30,10 @@
   }, { passive: true });
 
   document.addEventListener("htmx:wsOpen", function () { status("Connected."); document.body.dataset.live = "open"; });
-  document.addEventListener("htmx:wsClose", function () {
-    status("Disconnected: reconnecting…");
+  document.addEventListener("htmx:wsClose", function (e) {
+    var code = e.detail && e.detail.event ? e.detail.event.code : 0;
+    status(code === 1013 ? "Disconnected: the server cannot reach its channel layer (Redis), so the chat cannot " +
+                           "run. Retrying…" : "Disconnected: reconnecting…");
     document.body.dataset.live = "closed";
   });
 

@@ -29,9 +29,11 @@
     document.body.dataset.live = "open";
     if (evt.target && evt.target.dataset.live === "session") resume();
   });
-  document.addEventListener("htmx:wsClose", function () {
+  document.addEventListener("htmx:wsClose", function (e) {
     document.body.dataset.live = "closed";
-    status("Live updates: reconnecting…");
+    var code = e.detail && e.detail.event ? e.detail.event.code : 0;
+    status(code === 1013 ? "Live updates unavailable: the server cannot reach its channel layer (Redis). Retrying…"
+                         : "Live updates: reconnecting…");
   });
   document.addEventListener("htmx:wsAfterMessage", function () {
     seen = document.getElementById("live-cursor"); // the server sent it: it knows

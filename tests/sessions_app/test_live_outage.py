@@ -11,6 +11,7 @@ import uuid
 import pytest
 from channels.layers import channel_layers, get_channel_layer
 
+import chatflow_site.asgi  # noqa: F401  (imported here: its first import sets logging up again, dropping caplog's)
 from agents_app.runtime import site_runner
 from chatflow_site.layers import redis_layer
 from sessions_app.live import group_for_session, publisher
@@ -74,3 +75,25 @@ async def test_an_outage_logs_one_warning_and_its_end(layer_on_a_port_of_its_own
             assert [r.getMessage().split(" after")[0] for r in live_log(caplog)] == ["Channel layer reachable again"]
     finally:
         await layer.close_pools()
+
+
+@pytest.mark.parametrize("path", ["/ws/sessions/", "/ws/chat/"])
+async def test_a_websocket_while_the_layer_is_unreachable_closes_try_again_later_with_one_warning(
+        layer_on_a_port_of_its_own, caplog, path):
+    from sessions_app.live import CLOSE_LAYER_UNREACHABLE, outage
+    from tests.sessions_app import personas
+    from tests.sessions_app.live_support import connected, cookie_for
+
+    caplog.set_level(logging.INFO)
+    outage.sent()  # (an earlier test's outage is over)
+    caplog.clear()
+    cookie = await db(cookie_for, await db(personas.operator))
+    for _attempt in range(3):  # the page's reconnects
+        async with connected(path, cookie) as page:
+            accepted, _ = await page.connect()
+            assert accepted  # accepted first, so the browser sees why it is closed
+            closed = await page.receive_output(timeout=10)
+            assert closed == {"type": "websocket.close", "code": CLOSE_LAYER_UNREACHABLE}  # (1013: try again)
+    problems = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(problems) == 1 and problems[0].name == "sessions_app.live" and problems[0].exc_info is None
+    assert problems[0].getMessage().startswith("Channel layer unreachable (ConnectionError: ")
