@@ -327,8 +327,6 @@ CHATFLOW_WORKER_CPU = env.str("CHATFLOW_WORKER_CPU", default="").strip().lower()
 if CHATFLOW_WORKER_CPU not in ("auto", "off") and not CHATFLOW_WORKER_CPU.isdigit():
     raise ImproperlyConfigured(f"CHATFLOW_WORKER_CPU must be auto, off or a CPU number; got {CHATFLOW_WORKER_CPU!r}")
 CHATFLOW_WORKER_NICE = _non_negative_int("CHATFLOW_WORKER_NICE", 10, 19)
-if CHATFLOW_WORKER_NICE > 19:
-    raise ImproperlyConfigured(f"CHATFLOW_WORKER_NICE must be between 0 and 19; got {CHATFLOW_WORKER_NICE}")
 # Seconds a process's claim on work lives without renewal (renewed every third of it): a session's turn
 # lease and a webhook delivery's queue lease (its visibility timeout) alike, so it is how long a killed
 # process keeps its session and its delivery blocked. One value: a delivery taken over sooner than its

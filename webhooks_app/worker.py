@@ -364,8 +364,9 @@ class Worker:
         while True:  # polled: the lease is taken away in the database, by a process that cannot reach this one
             try:
                 lost = bool(report.owner) and await db(takeover.lease_lost, delivery.session_id, report.owner)
-            except Exception:  # noqa: BLE001 - a database hiccup: look again at the next check
-                logger.exception("Delivery %s: looking at its session's lease failed", delivery.pk)
+            except Exception as err:  # noqa: BLE001 - a database hiccup: look again at the next check (one line)
+                logger.warning("Delivery %s: looking at its session's lease failed (%s: %s); looking again in %s s",
+                               delivery.pk, type(err).__name__, err, STOP_CHECK_SECONDS)
                 lost = False
             if lost and runtime.site_store().stop_turn(delivery.session_id, owner=report.owner):
                 return

@@ -73,8 +73,8 @@
       if (!document.contains(form)) ev.preventDefault();
     }
     elt.addEventListener("htmx:beforeOnLoad", leave);
-    xhr.addEventListener("loadend", function () { elt.removeEventListener("htmx:beforeOnLoad", leave); });
     xhr.addEventListener("loadend", function () {
+      elt.removeEventListener("htmx:beforeOnLoad", leave); // (no answer came: it never fired)
       if (document.contains(form) || !xhr.status) return; // htmx had it (above), or no answer came
       if (xhr.status >= 200 && xhr.status < 300) { done(form, config); return; }
       if (!/^40[039]$/.test(String(xhr.status))) return; // the refusals htmx would show (base.html's config)
