@@ -7,7 +7,7 @@ from django.views.decorators.http import require_GET
 
 from agents_app import views as agents_views
 from api_app.api import api as api_v1
-from chatflow_site import errors
+from chatflow_site import docs, errors
 
 handler403 = errors.forbidden
 handler404 = errors.not_found
@@ -25,6 +25,8 @@ urlpatterns = [
     path("accounts/logout/", errors.SiteLogoutView.as_view(), name="logout"),  # GET: a page with the button
     path("accounts/", include("django.contrib.auth.urls")),
     path("admin/", admin.site.urls),
+    path("docs/", docs.list_pages, name="docs-list-pages"),  # docs/*.md for console users
+    path("docs/<slug:page>/", docs.show_page, name="docs-show-page"),
     path("agents/", include("agents_app.urls")),
     path("chat/", agents_views.chat_page, name="chat-open-chat"),  # live chat test page (ws/chat/)
     path("chat/send/", agents_views.chat_without_script, name="chat-send-message"),  # the form without JS

@@ -26,6 +26,7 @@ LINKS = (
     ("Dashboard", "health-show-dashboard"),
     ("Health", "health-show-health"),
     ("API", "api-v1:openapi-view"),
+    ("Help", "docs-list-pages"),
 )
 
 
