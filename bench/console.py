@@ -13,7 +13,7 @@ rendering are all included and the network is not — the p50 and p95 of:
 - the session detail of the 10,000-message session (first page of 20 turns).
 
 Rows are written with raw sqlite3 executemany (the fastest way to get 2 million rows in; the console
-itself only reads through the ORM). Prints a table and a JSON line; figures go in the README.
+itself only reads through the ORM). Prints a table and a JSON line; figures go in docs/performance.md.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ process, through Django's test client (middleware, auth, queries and templates i
   counts them live; the reads write nothing).
 
 Rows are written with raw sqlite3 executemany; the dashboard itself reads through the ORM. Prints a
-table and a JSON line; figures go in the README.
+table and a JSON line; figures go in docs/performance.md.
 """
 
 from __future__ import annotations

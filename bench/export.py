@@ -11,7 +11,7 @@ downloads the whole export through Django's test client with an API token (auth,
 streaming; no network) and reports messages/s, MB/s and the process's resident memory sampled while
 the download runs: flat memory means the export streams (one batch of sessions at a time) instead
 of building the file. ``--tracemalloc`` also reports Python's peak allocation (slower).
-Prints a table and a JSON line; figures go in the README.
+Prints a table and a JSON line; figures go in docs/performance.md.
 """
 
 from __future__ import annotations

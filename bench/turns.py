@@ -10,7 +10,7 @@ N turns on one session; "concurrent" splits N turns over 20 sessions under async
 memory-store figure is the Runner's own overhead (the store costs ~nothing); the SQLite figure
 minus it is the store's cost. The floor is N transactions through raw ``sqlite3`` that each
 insert a user and a model row and update the session row (WAL, synchronous=NORMAL).
-Prints a table and a JSON line; numbers go in the README's performance section.
+Prints a table and a JSON line; numbers go in docs/performance.md.
 """
 
 from __future__ import annotations

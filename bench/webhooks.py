@@ -50,7 +50,7 @@ fresh copy for every measurement, so each starts from the same state. Replies go
 
 Targets (issue 15), printed per database against the first ``--vs`` tree: this tree's turns/s ≥ 5× the vs
 tree's; PostgreSQL 4 workers ≥ 1.5× one; acknowledgement p99 while draining ≤ 3× the floor. Prints tables
-and one JSON line; the README's performance section records the figures.
+and one JSON line; docs/performance.md records the figures.
 """
 
 from __future__ import annotations

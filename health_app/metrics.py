@@ -6,7 +6,7 @@ turn records and deliveries already hold every number (status, duration, time to
 cost, queue), so one scrape of any process sees all of them, a restart loses none, and nothing is
 counted twice. Only the webhook response codes are not stored (a refused webhook writes nothing): they
 are a ``prometheus_client`` counter per process, aggregated across processes by prometheus-client's
-multiprocess mode when ``PROMETHEUS_MULTIPROC_DIR`` is set (see README).
+multiprocess mode when ``PROMETHEUS_MULTIPROC_DIR`` is set (see docs/operations.md).
 
 Metrics (names as exposed):
 

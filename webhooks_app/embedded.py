@@ -6,7 +6,7 @@ from ``WebhooksAppConfig.ready`` only when the process is an ASGI server
 (``CHATFLOW_EMBEDDED_WORKER=auto``), never in other management commands or tests unless ``on``.
 A child, not a thread: a demo turn costs ~12 ms of CPU, and on the server's GIL every webhook
 acknowledgement waited behind the turns (p99 100–300 ms); in a process of its own the operating
-system schedules the two fairly (README › Performance).
+system schedules the two fairly (docs/performance.md).
 
 The child and the server are tied by two pipes:
 

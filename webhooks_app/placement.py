@@ -3,7 +3,7 @@
 A worker is one Python process (one interpreter lock) that hands every delivery's work to its database
 threads and back several times (the claim, the session's lease, the turn gate, the commit, the finish and
 the complete); a hand-off between threads on two CPUs costs a wake-up of the other CPU, which on a VM's
-virtual CPUs is dear (the README's performance section has the figures). Kept on one CPU, the threads
+virtual CPUs is dear (docs/performance.md has the figures). Kept on one CPU, the threads
 hand work to each other without it. Webhook acknowledgements are answered by the web processes while the
 workers drain the queue: a worker runs at a lower priority (a higher nice value), so an acknowledgement
 never waits behind a turn for a CPU.

@@ -52,7 +52,7 @@ _UNBLOCKED = (f"NOT EXISTS (SELECT 1 FROM {_TABLE} e WHERE e.session_id = c.sess
               f"AND e.status IN ('queued', 'running') AND e.id < c.id)")
 # The two ways to be claimable, each its own query in id order: one query with ``queued OR (running AND
 # expired)`` cannot walk the ``(status, id)`` index, and then tests and sorts every queued row of a
-# backlog (the README's performance section has the figures). Each of these stops at its first unblocked row.
+# backlog (docs/performance.md has the figures). Each of these stops at its first unblocked row.
 _EXPIRED = (f"SELECT c.id FROM {_TABLE} c WHERE c.status = 'running' AND c.lease_expires_at < ? "
             f"AND {_UNBLOCKED} {{only}} ORDER BY c.id LIMIT 1 {{lock}}")
 _QUEUED = (f"SELECT c.id FROM {_TABLE} c WHERE c.status = 'queued' AND {_UNBLOCKED} {{only}} "

@@ -21,7 +21,7 @@ class BlockingBridge:
 
     Work for one key (a session id) always runs on the same thread, so on the same connection,
     whose page cache is then still warm for the next hop of the turn. A plain queue and
-    ``call_soon_threadsafe`` instead of ``run_in_executor``: a cheaper hand-off (figures in README).
+    ``call_soon_threadsafe`` instead of ``run_in_executor``: a cheaper hand-off (figures in docs/performance.md).
     """
 
     def __init__(self, inline: bool, workers: int) -> None:
