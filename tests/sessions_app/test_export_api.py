@@ -95,7 +95,7 @@ def test_it_answers_403_without_the_export_permission(persona):
     assert not OperatorAction.objects.filter(action="export").exists()
 
 
-def test_the_readmes_urls_with_a_trailing_slash_work(auth):
+def test_the_api_pages_urls_with_a_trailing_slash_work(auth):
     store("s1", [user("hi")])
     store("s1-other", [user("other")])
 

@@ -1,5 +1,6 @@
 """The console's ledger URL (``/webhooks/ledger/<session id>/``): a session that does not exist is a 404 with a
-message, as every request on a session that is gone (README, *Session page*), as a fragment and as a page."""
+message, as every request on a session that is gone (docs/operator-guide.md, *Session page*), as a fragment
+and as a page."""
 
 from __future__ import annotations
 
