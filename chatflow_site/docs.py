@@ -58,8 +58,24 @@ def _markdown() -> MarkdownIt:
         token.attrSet("href", _link_target(str(token.attrGet("href") or "")))
         return str(renderer.renderToken(tokens, idx, options, env))
 
+    def focusable(rule: str) -> Any:
+        """A block that scrolls sideways on a narrow screen, reachable with the keyboard (tabindex)."""
+        default = md.renderer.rules[rule]
+
+        def render(renderer: Any, tokens: list[Any], idx: int, options: Any, env: Any) -> str:
+            return str(default(tokens, idx, options, env)).replace("<pre>", '<pre tabindex="0">', 1)
+
+        return render
+
+    def table_open(renderer: Any, tokens: list[Any], idx: int, options: Any, env: Any) -> str:
+        tokens[idx].attrSet("tabindex", "0")
+        return str(renderer.renderToken(tokens, idx, options, env))
+
     md.add_render_rule("heading_open", heading_open)
     md.add_render_rule("link_open", link_open)
+    md.add_render_rule("fence", focusable("fence"))
+    md.add_render_rule("code_block", focusable("code_block"))
+    md.add_render_rule("table_open", table_open)
     return md
 
 

@@ -118,6 +118,8 @@ SCREENS = [
     Screen("dashboard", "/dashboard/"),
     Screen("dashboard-tables", "/dashboard/?range=7d", prepare=open_tables),
     Screen("dashboard-phone", "/dashboard/?range=30d", width=390),
+    Screen("docs-operator-guide", "/docs/operator-guide/"),
+    Screen("docs-phone", "/docs/operations/", width=390),
     Screen("admin-index", "/admin/"),
 ]
 
