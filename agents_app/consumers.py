@@ -10,9 +10,9 @@ Messages sent while a turn runs queue in order: they are handed to the Runner on
 and the store's per-session FIFO lock (across processes too) makes them wait for the turn ahead.
 
 A new session gets the chosen starting agent and channel with its first turn's commit: a first turn
-that fails leaves no session. Session ids longer than ``SESSION_ID_MAX_LENGTH`` and sessions of a
-customer channel (``agents_app.views.chat_refusal``) are refused, before they queue and again when
-their turn's time comes (a turn ahead may have created the session). Every turn handed to the Runner is
+that fails leaves no session. Session ids the store cannot hold as typed and customers' sessions
+(``agents_app.views.chat_refusal``) are refused, before they queue and again when their turn's time
+comes (a turn ahead may have created the session). Every turn handed to the Runner is
 written to the audit log (``live_chat_turn``) when it ends, completed or failed.
 """
 
@@ -47,10 +47,10 @@ STATES = {"queued": "queued", "running": "running", "answered": "answered", "fai
           "refused": "refused"}
 
 
-def _stored_metadata(session_id: str) -> tuple[bool, Any]:
-    """(whether the session exists, its metadata)."""
+def _refusal_now(session_id: str, metadata: dict[str, Any]) -> str:
+    """:func:`chat_refusal` for ``session_id`` as stored now (``metadata``: what a new session would get)."""
     rows = list(ChatSession.objects.filter(pk=session_id).values_list("metadata", flat=True))
-    return (True, rows[0]) if rows else (False, None)
+    return chat_refusal(session_id, rows[0] if rows else metadata)
 
 
 def _seq(value: Any) -> str:
@@ -135,9 +135,8 @@ class ChatConsumer(AsyncWebsocketConsumer):
         await self.send(text_data=render_to_string(f"{CHAT}#chat-error", {"error": error}) + _ack(seq, accepted=False))
 
     async def _refusal(self, session_id: str, metadata: dict[str, Any]) -> str:
-        """Why no turn may be played on ``session_id`` now (``""``: it may); the stored session's metadata decides."""
-        exists, stored = await database_sync_to_async(_stored_metadata)(session_id)
-        return chat_refusal(session_id, stored if exists else metadata)
+        """Why no turn may be played on ``session_id`` now (``""``: it may); the stored session decides."""
+        return await database_sync_to_async(_refusal_now)(session_id, metadata)
 
     def _refused_html(self, n: int, refusal: str) -> str:
         return render_to_string(f"{CHAT}#chat-refused", {"n": n, "refusal": refusal}) + self._state(n, "refused")

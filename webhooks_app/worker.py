@@ -53,7 +53,7 @@ from health_app import heartbeat, tracing
 from takeover_app import service as takeover
 from webhooks_app import replies, settle, taskqueue
 from webhooks_app.costs import Costs
-from webhooks_app.models import InboundDelivery
+from webhooks_app.models import SENDING_PROVIDERS, InboundDelivery
 
 __all__ = ["Worker", "FALLBACK_REPLY", "UNSUPPORTED_REPLY", "RESET_REPLY"]
 
@@ -259,7 +259,7 @@ class Worker:
 
     async def _handle(self, delivery: InboundDelivery, db: Any, slot: ThreadPoolExecutor) -> _Completion | None:
         """Play and answer ``delivery``; returns how its reply went (for ``complete``), None when nothing was sent."""
-        replies_out = delivery.provider in (InboundDelivery.Provider.WHATSAPP, InboundDelivery.Provider.TELEGRAM)
+        replies_out = delivery.provider in SENDING_PROVIDERS
         reply = Reply.SENDING if replies_out else Reply.NONE
         if delivery.reply_status == Reply.SENDING:
             # Claimed again after its worker died while sending the reply: it may have gone out; never twice.

@@ -6,8 +6,12 @@ answer streams as it is generated; tool calls, tool results and handoffs are pri
 happen. ``/quit`` (or end of input) leaves. Works with piped stdin: ``echo "where is order A-1" |
 manage.py chatflow_chat``.
 
+A customer's session (one a webhook delivers to, or one whose metadata names a customer channel) is
+refused, as the live chat refuses it (``agents_app.views.chat_refusal``): a line typed here would be
+stored as the customer's own message.
+
 Exit status: 0; 1 when a turn failed (the chat goes on; the errors are on stderr) or for a bad
-argument; 130 when interrupted with Ctrl+C.
+argument (a customer's session, an unknown agent); 130 when interrupted with Ctrl+C.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from typing import Any, TextIO
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from agents_app import registry, runtime
+from agents_app.views import chat_refusal
 from chatflow_agent.core.events import (
     HandoffOccurred,
     RunEvent,
@@ -58,6 +63,8 @@ class Command(BaseCommand):
             raise CommandError(f"unknown agent {agent!r}; registered agents: {', '.join(registry.agents())}")
         runner = runtime.site_runner()
         existing = runner.session_store.get(session_id)
+        if existing is not None and (refusal := chat_refusal(session_id, existing.metadata)):
+            raise CommandError(refusal)
         current = existing.active_agent.name if existing is not None else runner.starting_agent.name
         self.stdout.write(f"Session {session_id!r} with {agent or current} "
                           f"({'continuing' if existing else 'new'}). Type /quit to leave.")
