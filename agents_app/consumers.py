@@ -12,7 +12,8 @@ and the store's per-session FIFO lock (across processes too) makes them wait for
 A new session gets the chosen starting agent and channel with its first turn's commit: a first turn
 that fails leaves no session. Session ids the store cannot hold as typed and customers' sessions
 (``agents_app.views.chat_refusal``) are refused, before they queue and again when their turn's time
-comes (a turn ahead may have created the session). Every turn handed to the Runner is
+comes (a turn ahead may have created the session). A turn the takeover gate held (the session waits for
+an operator, or one owns it) ends *held for the operator*, not *answered*. Every turn handed to the Runner is
 written to the audit log (``live_chat_turn``) when it ends, completed or failed.
 """
 
@@ -43,8 +44,8 @@ logger = logging.getLogger("agents_app.chat")
 
 CHAT = "agents_app/chat.html"
 MAX_QUEUED = 10  # turns one page may have waiting or running: each is a (possibly paid) model call
-STATES = {"queued": "queued", "running": "running", "answered": "answered", "failed": "failed · rolled back",
-          "refused": "refused"}
+STATES = {"queued": "queued", "running": "running", "answered": "answered", "held": "held for the operator",
+          "failed": "failed · rolled back", "refused": "refused"}
 
 
 def _refusal_now(session_id: str, metadata: dict[str, Any]) -> str:
@@ -200,7 +201,9 @@ class ChatConsumer(AsyncWebsocketConsumer):
             record.update(status="completed", active_agent=data["response"]["active_agent_name"],
                           message_ids=data["message_ids"])
             active = data["response"]["active_agent_name"]
-            html = self._state(n, "answered") + fragments.render_event(view, {
+            # Held: the session waits for (or is answered by) an operator; no model was called.
+            state = "held" if data["response"].get("held") else "answered"
+            html = self._state(n, state) + fragments.render_event(view, {
                 **data, "kind": "handoff", "to_agent": active})
             # The session exists now: its agent is its own (shown live), no longer a starting choice.
             ctx = {"existing": True, "agent": active, "agent_names": list(registry.agents()), "oob": True,

@@ -198,3 +198,17 @@ def test_a_customer_channel_is_read_only_whatever_its_case(client, operator):
     cv.store("cust-2", [cv.user("hi"), cv.model("hello")], metadata={"channel": "WhatsApp"})
     client.force_login(operator)
     assert "<fieldset class=\"plain\" disabled>" in client.get("/chat/", {"session": "cust-2"}).content.decode()
+
+
+@pytest.mark.asyncio
+@pytest.mark.usefixtures("close_consumer_connections")
+async def test_a_message_held_for_an_operator_says_so_not_answered(operator_cookie):
+    async with connected("/ws/chat/", operator_cookie) as ws:
+        assert (await ws.connect())[0]
+        # A phrase asking for a person: the takeover gate holds the turn and the session waits.
+        await ws.send_json_to({"message": "I want a human please", "session_id": "web-held-1", "channel": "web"})
+        frames = "\n".join(await frames_until(ws, 'id="chat-1-state" class="badge held"', timeout=20))
+    assert 'class="badge held" hx-swap-oob="true">held for the operator</span>' in frames
+    assert 'class="badge answered"' not in frames
+    users = await db(lambda: list(ChatMessage.objects.filter(role="user").values_list("session_id", "content")))
+    assert users == [("web-held-1", "I want a human please")]
