@@ -99,11 +99,11 @@ class ChatConsumer(AsyncWebsocketConsumer):
             return
         # clean_text: no NUL (PostgreSQL text cannot hold it) and no lone surrogates reach the store.
         text = clean_text(str(data.get("message") or "")).strip()
-        session_id = str(data.get("session_id") or "").strip()  # as typed: refused, never cleaned
+        session_id = str(data.get("session_id") or "")  # as typed: refused, never cleaned
         agent = registry.get_agent(str(data.get("agent") or "")) or registry.starting_agent()
         channel = clean_text(str(data.get("channel") or "")).strip()[:100]
         seq = _seq(data.get("seq"))
-        if not text or not session_id or len(text) > MAX_MESSAGE:
+        if not text or not session_id.strip() or len(text) > MAX_MESSAGE:
             await self._error(f"A message (at most {MAX_MESSAGE} characters) and a session id are needed.", seq)
             return
         if refusal := chat_refusal(session_id, None):  # an id that cannot be stored as typed: refused

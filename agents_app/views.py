@@ -124,11 +124,13 @@ def chat_page(request: HttpRequest) -> HttpResponse:
     """Live chat test page: a new or existing session (``?session=``; its newest turns shown), chat over
     ``ws/chat/``; ``?agent=`` and ``?channel=`` preset a new session's starting agent and channel.
 
-    A session id longer than ``SESSION_ID_MAX_LENGTH`` or one the store cannot hold as typed is refused
-    (400, with the reason on the page); a customer's session (:func:`chat_refusal`) is shown read only."""
+    A session id the store cannot hold as typed (white space at either end included: ids are never
+    cleaned) is refused (400, with the reason on the page); a customer's session (:func:`chat_refusal`) is
+    shown read only. No id (or a blank one) starts a new session with a generated ``web-…`` id."""
     from secrets import token_hex
 
-    session_id = request.GET.get("session", "").strip() or f"web-{token_hex(4)}"
+    typed = request.GET.get("session", "")
+    session_id = typed if typed.strip() else f"web-{token_hex(4)}"
     ctx, valid = _chat_ctx(request, session_id)
     return render(request, "agents_app/chat.html", ctx, status=200 if valid else 400)
 

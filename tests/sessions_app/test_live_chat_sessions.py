@@ -212,3 +212,28 @@ async def test_a_message_held_for_an_operator_says_so_not_answered(operator_cook
     assert 'class="badge answered"' not in frames
     users = await db(lambda: list(ChatMessage.objects.filter(role="user").values_list("session_id", "content")))
     assert users == [("web-held-1", "I want a human please")]
+
+
+@pytest.mark.parametrize("session_id", [" padded", "padded ", "\tpadded"])
+def test_the_page_refuses_a_padded_session_id_instead_of_trimming_it(client, operator, session_id):
+    cv.store("padded", [cv.user("hi"), cv.model("hello")], metadata={"channel": "web"})
+    client.force_login(operator)
+    page = client.get("/chat/", {"session": session_id})
+    assert page.status_code == 400
+    assert "This session id must not start or end with white space." in page.content.decode()
+    assert "<fieldset class=\"plain\" disabled>" in page.content.decode()
+    assert client.get("/chat/", {"session": " "}).status_code == 200  # blank: a new session, as no id
+
+
+@pytest.mark.asyncio
+@pytest.mark.usefixtures("close_consumer_connections")
+async def test_the_consumer_refuses_a_padded_session_id_instead_of_trimming_it(operator_cookie):
+    await db(cv.store, "padded", [cv.user("hi"), cv.model("hello")], metadata={"channel": "web"})
+    async with connected("/ws/chat/", operator_cookie) as ws:
+        assert (await ws.connect())[0]
+        for session_id in (" padded", "padded\t"):
+            await ws.send_json_to({"message": "hello", "session_id": session_id})
+            refused = await ws.receive_from(timeout=5)
+            assert "This session id must not start or end with white space." in refused
+    users = await db(lambda: list(ChatMessage.objects.filter(role="user").values_list("session_id", "content")))
+    assert users == [("padded", "hi")]

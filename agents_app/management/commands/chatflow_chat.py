@@ -6,12 +6,14 @@ answer streams as it is generated; tool calls, tool results and handoffs are pri
 happen. ``/quit`` (or end of input) leaves. Works with piped stdin: ``echo "where is order A-1" |
 manage.py chatflow_chat``.
 
-A customer's session (one a webhook delivers to, or one whose metadata names a customer channel) is
-refused, as the live chat refuses it (``agents_app.views.chat_refusal``): a line typed here would be
-stored as the customer's own message.
+The session id is taken as typed or refused, by the rule every entry point applies
+(``sessions_app.ids.id_problem``: no white space at either end, no control characters…); a customer's
+session (one a webhook delivers to, or one whose metadata names a customer channel) is refused, as the
+live chat refuses it (``agents_app.views.chat_refusal``): a line typed here would be stored as the
+customer's own message.
 
 Exit status: 0; 1 when a turn failed (the chat goes on; the errors are on stderr) or for a bad
-argument (a customer's session, an unknown agent); 130 when interrupted with Ctrl+C.
+argument (an id refused, a customer's session, an unknown agent); 130 when interrupted with Ctrl+C.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from chatflow_agent.core.events import (
     ToolCallStarted,
     TurnCompleted,
 )
+from sessions_app.ids import id_problem
 from sessions_app.live import flush_before_close
 
 _QUIT = {"/quit", "/exit", "/q"}
@@ -57,8 +60,8 @@ class Command(BaseCommand):
     def handle(self, *args, session: str | None, agent: str | None, **options) -> None:
         stdin: TextIO = options.get("stdin") or sys.stdin
         session_id = session if session is not None else f"terminal-{secrets.token_hex(4)}"
-        if not session_id.strip():
-            raise CommandError("--session must not be empty")
+        if problem := id_problem(session_id):  # the rule every entry point applies: never cleaned
+            raise CommandError(f"--session {session_id!r} {problem}")
         if agent is not None and registry.get_agent(agent) is None:
             raise CommandError(f"unknown agent {agent!r}; registered agents: {', '.join(registry.agents())}")
         runner = runtime.site_runner()
