@@ -1,8 +1,9 @@
 """The live chat page as a chat, in a real browser (Debian's chromium via Playwright, against daphne on the
 in-memory channel layer): Enter sends and Shift+Enter starts a new line, the newest answer stays in view
 over ten turns, a reader who scrolled up is not moved but shown a "New messages" pill, a refused text stays
-in the box, a message goes to the session id the field shows (typed without "Open" too), an existing session opens with its history, and without JavaScript the page says why it
-cannot send (the form posts to a page that keeps the text)."""
+in the box, a message goes to the session id the field shows (typed without "Open" too), an existing
+session opens with its history, and without JavaScript the page says why it cannot send (the form posts to
+a page that keeps the text)."""
 
 from __future__ import annotations
 
