@@ -43,11 +43,6 @@ class Arrival:
         """True when a reply to this session goes out through its provider's API."""
         return self.provider in SENDING_PROVIDERS
 
-    @property
-    def label(self) -> str:
-        """The provider's name as the console shows it (``WhatsApp``, ``Telegram``, ``Generic``)."""
-        return str(Provider(self.provider).label) if self.provider in Provider.values else self.provider
-
 
 def _marker(metadata: Any) -> tuple[int, str] | None:
     """(delivery id, token) of the marker in a session's ``metadata``, None when it holds none."""
@@ -62,7 +57,7 @@ def _marker(metadata: Any) -> tuple[int, str] | None:
 
 def arrival_of(session_id: str, metadata: Any) -> Arrival | None:
     """The webhook ``session_id`` (whose stored metadata is ``metadata``) arrives through, or None for a
-    session no webhook delivered to here: one the live chat, ``chatflow_chat``, the demo, the API's restore
+    session no webhook delivered to here: one the live chat, ``chatflow_chat``, the demo, a transcript restore
     or an import wrote. One query by primary key, none without a marker."""
     marker = _marker(metadata)
     if marker is None:
