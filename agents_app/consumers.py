@@ -10,9 +10,10 @@ Messages sent while a turn runs queue in order: they are handed to the Runner on
 and the store's per-session FIFO lock (across processes too) makes them wait for the turn ahead.
 
 A new session gets the chosen starting agent and channel with its first turn's commit: a first turn
-that fails leaves no session. Session ids longer than ``SESSION_ID_MAX_LENGTH`` and sessions of a
-customer channel (``agents_app.views.chat_refusal``) are refused, before they queue and again when
-their turn's time comes (a turn ahead may have created the session). Every turn handed to the Runner is
+that fails leaves no session. Session ids the store cannot hold as typed and customers' sessions
+(``agents_app.views.chat_refusal``) are refused, before they queue and again when their turn's time
+comes (a turn ahead may have created the session). A turn the takeover gate held (the session waits for
+an operator, or one owns it) ends *held for the operator*, not *answered*. Every turn handed to the Runner is
 written to the audit log (``live_chat_turn``) when it ends, completed or failed.
 """
 
@@ -43,14 +44,14 @@ logger = logging.getLogger("agents_app.chat")
 
 CHAT = "agents_app/chat.html"
 MAX_QUEUED = 10  # turns one page may have waiting or running: each is a (possibly paid) model call
-STATES = {"queued": "queued", "running": "running", "answered": "answered", "failed": "failed · rolled back",
-          "refused": "refused"}
+STATES = {"queued": "queued", "running": "running", "answered": "answered", "held": "held for the operator",
+          "failed": "failed · rolled back", "refused": "refused"}
 
 
-def _stored_metadata(session_id: str) -> tuple[bool, Any]:
-    """(whether the session exists, its metadata)."""
+def _refusal_now(session_id: str, metadata: dict[str, Any]) -> str:
+    """:func:`chat_refusal` for ``session_id`` as stored now (``metadata``: what a new session would get)."""
     rows = list(ChatSession.objects.filter(pk=session_id).values_list("metadata", flat=True))
-    return (True, rows[0]) if rows else (False, None)
+    return chat_refusal(session_id, rows[0] if rows else metadata)
 
 
 def _seq(value: Any) -> str:
@@ -98,11 +99,11 @@ class ChatConsumer(AsyncWebsocketConsumer):
             return
         # clean_text: no NUL (PostgreSQL text cannot hold it) and no lone surrogates reach the store.
         text = clean_text(str(data.get("message") or "")).strip()
-        session_id = str(data.get("session_id") or "").strip()  # as typed: refused, never cleaned
+        session_id = str(data.get("session_id") or "")  # as typed: refused, never cleaned
         agent = registry.get_agent(str(data.get("agent") or "")) or registry.starting_agent()
         channel = clean_text(str(data.get("channel") or "")).strip()[:100]
         seq = _seq(data.get("seq"))
-        if not text or not session_id or len(text) > MAX_MESSAGE:
+        if not text or not session_id.strip() or len(text) > MAX_MESSAGE:
             await self._error(f"A message (at most {MAX_MESSAGE} characters) and a session id are needed.", seq)
             return
         if refusal := chat_refusal(session_id, None):  # an id that cannot be stored as typed: refused
@@ -135,9 +136,8 @@ class ChatConsumer(AsyncWebsocketConsumer):
         await self.send(text_data=render_to_string(f"{CHAT}#chat-error", {"error": error}) + _ack(seq, accepted=False))
 
     async def _refusal(self, session_id: str, metadata: dict[str, Any]) -> str:
-        """Why no turn may be played on ``session_id`` now (``""``: it may); the stored session's metadata decides."""
-        exists, stored = await database_sync_to_async(_stored_metadata)(session_id)
-        return chat_refusal(session_id, stored if exists else metadata)
+        """Why no turn may be played on ``session_id`` now (``""``: it may); the stored session decides."""
+        return await database_sync_to_async(_refusal_now)(session_id, metadata)
 
     def _refused_html(self, n: int, refusal: str) -> str:
         return render_to_string(f"{CHAT}#chat-refused", {"n": n, "refusal": refusal}) + self._state(n, "refused")
@@ -201,7 +201,9 @@ class ChatConsumer(AsyncWebsocketConsumer):
             record.update(status="completed", active_agent=data["response"]["active_agent_name"],
                           message_ids=data["message_ids"])
             active = data["response"]["active_agent_name"]
-            html = self._state(n, "answered") + fragments.render_event(view, {
+            # Held: the session waits for (or is answered by) an operator; no model was called.
+            state = "held" if data["response"].get("held") else "answered"
+            html = self._state(n, state) + fragments.render_event(view, {
                 **data, "kind": "handoff", "to_agent": active})
             # The session exists now: its agent is its own (shown live), no longer a starting choice.
             ctx = {"existing": True, "agent": active, "agent_names": list(registry.agents()), "oob": True,

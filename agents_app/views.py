@@ -13,11 +13,12 @@ from django.views.decorators.http import require_GET, require_POST
 from agents_app import registry
 from agents_app.graph import layout
 from chatflow_agent.core.agent import handoff_tool_name
-from sessions_app import takeover_page
 from sessions_app.access import console_required
 from sessions_app.ids import id_problem
 from sessions_app.models import SESSION_ID_MAX_LENGTH, ChatSession
 from sessions_app.timeline import build_page, pretty_json
+from webhooks_app.arrival import arrival_of, customer_channel
+from webhooks_app.models import SENDING_PROVIDERS
 
 #: The longest message the live chat plays (characters); the page's box and the consumer hold to it.
 MAX_MESSAGE = 4000
@@ -55,25 +56,30 @@ def agent_list(request: HttpRequest) -> HttpResponse:
 #: Playing turns from the live chat page writes sessions: operators, not read-only viewers.
 CHAT = "sessions_app.add_chatmessage"
 
-#: Channels whose sessions are real customers' conversations: the live chat page would store the
-#: operator's text as the customer's message and its answer would never reach the customer (an operator
-#: answers such a customer by taking the session over on its console page).
-CUSTOMER_CHANNELS = takeover_page.CUSTOMER_CHANNELS
-
-
 def chat_refusal(session_id: str, metadata: Any) -> str:
-    """Why the live chat may not play a turn on ``session_id`` with ``metadata`` (its stored metadata, or
-    the metadata a new session would get); ``""`` when it may."""
+    """Why the live chat (and ``chatflow_chat``) may not play a turn on ``session_id`` with ``metadata`` (its
+    stored metadata, or the metadata a new session would get); ``""`` when it may. Reads the database only
+    for a session a webhook delivered to (``webhooks_app.arrival``).
+
+    Refused: an id the store cannot hold as typed (``sessions_app.ids.id_problem``), and a customer's session
+    (``webhooks_app.arrival.customer_channel``): a turn played here would store the operator's text as the
+    customer's own message, and the gate would act on it as theirs (a phrase asking for a person puts the
+    customer's session into waiting)."""
     if len(session_id) > SESSION_ID_MAX_LENGTH:
         return (f"Session ids have at most {SESSION_ID_MAX_LENGTH} characters; this one has {len(session_id)}.")
     if problem := id_problem(session_id):
         return f"This session id {problem}."
-    channel = str(metadata.get("channel") or "").lower() if isinstance(metadata, dict) else ""
-    if channel in CUSTOMER_CHANNELS:
+    channel = customer_channel(arrival_of(session_id, metadata), metadata)
+    if channel in SENDING_PROVIDERS:
         return (f"Read only: this is a {channel} customer's session. A message sent here would be stored as the "
-                f"customer's own and the answer would never reach {channel}, so the live chat does not send on it. "
+                f"customer's own and the answer would never reach {channel}, so it is not played. "
                 "To answer the customer, take the session over on its console page (Human takeover): your "
                 "replies then go out on their channel.")
+    if channel:
+        return (f"Read only: a customer writes to this session through the {channel} webhook. A message sent here "
+                "would be stored as the customer's own, so it is not played. To answer the "
+                "customer, take the session over on its console page (Human takeover); to try the agents, "
+                "start a new session here.")
     return ""
 
 
@@ -94,6 +100,7 @@ def _chat_ctx(request: HttpRequest, session_id: str) -> tuple[dict[str, Any], bo
     existing = ChatSession.objects.filter(pk=session_id).first() if valid else None
     names = list(registry.agents())
     metadata = existing.metadata if existing else {"channel": request.GET.get("channel", "web")[:100]}
+    refusal = chat_refusal(session_id, metadata)
     ctx = {
         "agent_names": names,
         "session_id": session_id,
@@ -102,11 +109,10 @@ def _chat_ctx(request: HttpRequest, session_id: str) -> tuple[dict[str, Any], bo
         "channel": metadata.get("channel", "") if isinstance(metadata, dict) else "",
         "max_session_id": SESSION_ID_MAX_LENGTH,
         "max_message": MAX_MESSAGE,
-        "refusal": chat_refusal(session_id, metadata),
+        "refusal": refusal,
         # An existing customer's session: the refusal points to its takeover panel.
         "takeover_url": reverse("sessions-show-session", args=[session_id]) + "#takeover-panel"
-        if existing and isinstance(metadata, dict)
-        and str(metadata.get("channel") or "").lower() in CUSTOMER_CHANNELS else "",
+        if existing and refusal else "",
         "history": _history(session_id) if existing else None,
     }
     return ctx, valid
@@ -118,12 +124,13 @@ def chat_page(request: HttpRequest) -> HttpResponse:
     """Live chat test page: a new or existing session (``?session=``; its newest turns shown), chat over
     ``ws/chat/``; ``?agent=`` and ``?channel=`` preset a new session's starting agent and channel.
 
-    A session id longer than ``SESSION_ID_MAX_LENGTH`` or one the store cannot hold as typed is refused
-    (400, with the reason on the page); a session of a customer channel (:data:`CUSTOMER_CHANNELS`) is
-    shown read only."""
+    A session id the store cannot hold as typed (white space at either end included: ids are never
+    cleaned) is refused (400, with the reason on the page); a customer's session (:func:`chat_refusal`) is
+    shown read only. No id (or a blank one) starts a new session with a generated ``web-…`` id."""
     from secrets import token_hex
 
-    session_id = request.GET.get("session", "").strip() or f"web-{token_hex(4)}"
+    typed = request.GET.get("session", "")
+    session_id = typed if typed.strip() else f"web-{token_hex(4)}"
     ctx, valid = _chat_ctx(request, session_id)
     return render(request, "agents_app/chat.html", ctx, status=200 if valid else 400)
 

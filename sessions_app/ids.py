@@ -1,8 +1,9 @@
 """Session ids are stored exactly as sent, or refused: one rule for every way an id enters the site.
 
-Webhooks (message and session ids) and the live chat apply it. Cleaning an id instead (dropping NUL,
-replacing unpaired surrogates) would merge distinct ids into one, and an id with controls or bidi
-overrides could pass for another in every list and file name that shows it.
+Every way a person or a channel names a new session applies it: the webhooks (message and session ids),
+the live chat page and its socket, and ``chatflow_chat``. Cleaning an id instead (trimming white space,
+dropping NUL, replacing unpaired surrogates) would merge distinct ids into one, and an id with controls or
+bidi overrides could pass for another in every list and file name that shows it.
 """
 
 from __future__ import annotations

@@ -16,33 +16,30 @@ from sessions_app.access import may
 from sessions_app.timeline import Item
 from takeover_app.access import REPLY, TAKE_OVER
 from takeover_app.models import OperatorReply, SessionMode
+from webhooks_app.arrival import arrival_of, customer_channel
 
-__all__ = ["CUSTOMER_CHANNELS", "attach_replies", "takeover_ctx"]
-
-#: Channels whose sessions are real customers' conversations (the live chat page refuses to play turns on them).
-CUSTOMER_CHANNELS = frozenset({"whatsapp", "telegram"})
-
-
-def _channel(metadata: Any) -> str:
-    return str(metadata.get("channel") or "").lower() if isinstance(metadata, dict) else ""
+__all__ = ["attach_replies", "takeover_ctx"]
 
 
 def takeover_ctx(user: Any, session: Any, lease: Any, agent_names: list[str]) -> dict[str, Any]:
     """The ``takeover`` context of the session page for ``user``.
 
     Keys: ``row`` (the ``SessionMode`` row or None), ``mode`` (``bot`` / ``waiting`` / ``human``),
-    ``mine`` (``user`` owns it), ``customer`` (a WhatsApp or Telegram customer's session),
+    ``mine`` (``user`` owns it), ``customer`` (a customer's session: ``webhooks_app.arrival.customer_channel``),
     ``can_take_over``, ``composer`` (``user`` may reply now: owner in ``human`` mode with the reply
     permission), ``turn_running`` (a live lease: the take-over form offers "after this turn" / "stop it
     now"), ``handback_agent`` (the hand-back select's default: the agent active before the takeover when
-    still registered, else the active agent), ``channel`` and ``transcript_only`` (a reply goes nowhere but
-    the transcript: ``OperatorReply.transcript_only``).
+    still registered, else the active agent), ``channel`` (the webhook the session's messages arrive
+    through, '' for none) and ``transcript_only`` (a reply goes nowhere but the transcript:
+    ``OperatorReply.transcript_only``).
     """
     row = SessionMode.objects.filter(pk=session.session_id).first()
     mode = row.mode if row is not None else SessionMode.Mode.BOT.value
     mine = (mode == SessionMode.Mode.HUMAN and row is not None and row.owner_id is not None
             and row.owner_id == getattr(user, "pk", None))
     previous = row.previous_agent if row is not None else ""
+    arrival = arrival_of(session.session_id, session.metadata)
+    channel = arrival.provider if arrival is not None else ""
     return {
         "row": row,
         "mode": mode,
@@ -51,10 +48,10 @@ def takeover_ctx(user: Any, session: Any, lease: Any, agent_names: list[str]) ->
         "composer": mine and may(user, REPLY),
         "turn_running": lease is not None and not lease.expired,
         "handback_agent": previous if previous in agent_names else session.active_agent_name,
-        "channel": _channel(session.metadata),
-        # A real customer's channel: the live chat page would not reach them; taking over does.
-        "customer": _channel(session.metadata) in CUSTOMER_CHANNELS,
-        "transcript_only": OperatorReply.transcript_only(_channel(session.metadata)),
+        "channel": channel,
+        # A customer's session: the live chat page would write as the customer; taking over answers them.
+        "customer": customer_channel(arrival, session.metadata),
+        "transcript_only": OperatorReply.transcript_only(channel),
     }
 
 

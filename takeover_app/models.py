@@ -14,6 +14,8 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from webhooks_app.models import SENDING_PROVIDERS
+
 
 class SessionMode(models.Model):
     """Who answers a session: the bot (default, no row needed), nobody yet (``waiting``) or an operator.
@@ -112,14 +114,12 @@ class OperatorReply(models.Model):
         began = self.attempted_at or self.created_at
         return (timezone.now() - began).total_seconds() > self.SEND_DEADLINE
 
-    #: Channels with nothing to send a reply through: it is in the transcript, where the integration reads it.
-    TRANSCRIPT_ONLY = frozenset({"generic"})
-
     @classmethod
-    def transcript_only(cls, channel: str) -> bool:
-        """True when a reply on ``channel`` (a session's ``metadata.channel``, any case) goes nowhere but the
-        transcript (:attr:`TRANSCRIPT_ONLY`)."""
-        return channel.lower() in cls.TRANSCRIPT_ONLY
+    def transcript_only(cls, provider: str) -> bool:
+        """True when a reply recorded with ``provider`` (the webhook its session arrived through, '' for none)
+        goes nowhere but the transcript: any provider without an API to send with
+        (``webhooks_app.models.SENDING_PROVIDERS``)."""
+        return provider.lower() not in SENDING_PROVIDERS
 
     @property
     def shown_status(self) -> str:

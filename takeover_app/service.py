@@ -41,8 +41,10 @@ from sessions_app import live
 from sessions_app.actions import ActionError, InvalidAction, SessionBusy, audit, site_store
 from sessions_app.models import ChatMessage, ChatSession, OperatorAction, SessionLease
 from takeover_app.models import OperatorReply, SessionMode
+from webhooks_app.arrival import Arrival, arrival_of
+from webhooks_app.models import SENDING_PROVIDERS
 
-__all__ = ["ACTIONS", "TakenOver", "WHATSAPP_WINDOW", "cancel_turn", "cancelled_by_operator", "channel_of",
+__all__ = ["ACTIONS", "TakenOver", "WHATSAPP_WINDOW", "arrival", "cancel_turn", "cancelled_by_operator",
            "ends_with_customer", "hand_back", "idle_sweep", "lease_lost", "mode_of", "note_failed_turn",
            "request_human", "resend", "send_reply", "start_waiting", "take_over"]
 
@@ -77,11 +79,11 @@ def mode_of(session_id: str) -> SessionMode:
     return SessionMode.objects.filter(pk=session_id).first() or SessionMode(session_id=session_id)
 
 
-def channel_of(session_id: str) -> str:
-    """The channel the session was created on (its metadata's ``channel``: ``whatsapp``, ``telegram``,
-    ``generic``, a live chat's free text), '' when it names none."""
+def arrival(session_id: str) -> Arrival | None:
+    """The webhook the session's messages arrive through (``webhooks_app.arrival``: it decides where an
+    operator's reply goes), None for a session no webhook delivered to or no session."""
     meta = ChatSession.objects.filter(pk=session_id).values_list("metadata", flat=True).first()
-    return str((meta or {}).get("channel") or "") if isinstance(meta, dict) else ""
+    return arrival_of(session_id, meta)
 
 
 def _session(session_id: str) -> ChatSession:
@@ -415,7 +417,10 @@ def _owned(user: Any, session_id: str) -> SessionMode:
 
 
 def send_reply(user: Any, session_id: str, text: str) -> OperatorReply:
-    """Store ``text`` as a MODEL message written by ``user`` and send it through the session's channel.
+    """Store ``text`` as a MODEL message written by ``user`` and send it through the session's channel: the
+    webhook its messages arrive through (:func:`arrival`), when that provider has an API to send with
+    (WhatsApp, Telegram); otherwise (generic, or no webhook: the live chat, the demo, an import) the reply
+    is in the transcript only, which its ``shown_status`` says (``in_transcript``).
 
     The message and the ``OperatorReply`` (status ``sending``) commit before the send; the outcome
     (``sent`` / ``failed`` with the error) is recorded after it. Sent at most once: a reply whose
@@ -428,22 +433,23 @@ def send_reply(user: Any, session_id: str, text: str) -> OperatorReply:
     if not text:
         raise InvalidAction("The reply is empty.")
     _session(session_id)
-    channel = channel_of(session_id)
-    reply, _entry = _retrying(lambda: _store_reply(user, session_id, text, channel))
+    arrived = arrival(session_id)
+    provider = arrived.provider if arrived is not None else ""
+    reply, _entry = _retrying(lambda: _store_reply(user, session_id, text, provider))
     return _deliver(reply)
 
 
-def _store_reply(user: Any, session_id: str, text: str, channel: str) -> tuple[OperatorReply, Any]:
+def _store_reply(user: Any, session_id: str, text: str, provider: str) -> tuple[OperatorReply, Any]:
     with transaction.atomic():
         with _turn(session_id, wait=False) as session:
             row = _owned(user, session_id)
-            _check_window(session_id, channel)
+            _check_window(session_id, provider)
             message = Message(role=Role.MODEL, content=text, author=_name(user) or "operator")
             session.add_message(message)
         reply = OperatorReply.objects.create(
             session_id=session_id, message_row_id=site_store().message_row_id(session, message), text=text,
             author=user if getattr(user, "pk", None) else None, author_username=_name(user),
-            provider=channel or "web", status=Status.SENDING, attempts=1, attempted_at=timezone.now())
+            provider=provider, status=Status.SENDING, attempts=1, attempted_at=timezone.now())
         row.unread, row.updated_at = 0, timezone.now()
         row.save(update_fields=["unread", "updated_at"])
         entry = audit(user, "operator_reply", session_id, {}, {"reply": reply.pk, "text": text,
@@ -474,25 +480,27 @@ def resend(user: Any, reply_id: int) -> OperatorReply:
 
 
 def _deliver(reply: OperatorReply) -> OperatorReply:
-    """Send a committed ``sending`` reply, then record sent/failed and broadcast the new status."""
+    """Send a committed ``sending`` reply, then record sent/failed and broadcast the new status. A reply
+    whose provider sends nothing out is recorded ``sent``: it is in the transcript, all it can reach."""
     from webhooks_app import replies
 
-    meta = ChatSession.objects.filter(pk=reply.session_id).values_list("metadata", flat=True).first() or {}
-
-    async def send() -> None:
+    async def send(address: dict[str, Any]) -> None:
         # Never longer than half the time after which a reply still ``sending`` counts as its sender's
         # crash (unknown, resendable): a slow send must not overlap a resend of itself.
         async with asyncio.timeout(OperatorReply.SEND_DEADLINE / 2), replies.client() as client:
-            await replies.send_to(client, reply.provider, meta, reply.text)
+            await replies.send_to(client, reply.provider, address, reply.text)
 
     try:
-        if reply.provider in ("whatsapp", "telegram"):
-            async_to_sync(send)()
+        if reply.provider in SENDING_PROVIDERS:
+            arrived = arrival(reply.session_id)
+            if arrived is None or arrived.provider != reply.provider:
+                raise LookupError(f"The session's messages no longer arrive through {reply.provider}: "
+                                  "there is no one to send it to there.")
+            async_to_sync(send)(arrived.address)  # whom the customer's last message came from
     except Exception as err:  # noqa: BLE001 - recorded on the reply, shown on the session page
         logger.warning("Operator reply %s on %r failed: %s", reply.pk, reply.session_id, err)
         fields = {"status": Status.FAILED, "error": f"{type(err).__name__}: {err}"[:4000]}
     else:
-        # A web chat session has no provider API: the reply reaches it over the session's group (below).
         fields = {"status": Status.SENT, "sent_at": timezone.now()}
     # Only this attempt's outcome (a resend counts an attempt more and records its own).
     OperatorReply.objects.filter(pk=reply.pk, status=Status.SENDING, attempts=reply.attempts).update(**fields)

@@ -29,8 +29,11 @@ MAX_REPLY = 32 * 1024  # characters: far more than any channel takes in one mess
 
 
 def panel_ctx(session_id: str, **extra: Any) -> dict[str, Any]:
-    """What the takeover panel shows: the mode row, the operator replies (newest last), the channel."""
-    return {"session_id": session_id, "mode": service.mode_of(session_id), "channel": service.channel_of(session_id),
+    """What the takeover panel shows: the mode row, the operator replies (newest last), the channel (the
+    webhook the session's messages arrive through, '' for none)."""
+    arrived = service.arrival(session_id)
+    return {"session_id": session_id, "mode": service.mode_of(session_id),
+            "channel": arrived.provider if arrived is not None else "",
             "replies": list(OperatorReply.objects.filter(session_id=session_id).order_by("-id")[:20])[::-1],
             **extra}
 

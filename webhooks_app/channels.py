@@ -21,7 +21,7 @@ from sessions_app.ids import id_problem
 from webhooks_app.inbox import Inbound
 from webhooks_app.models import InboundDelivery
 
-__all__ = ["Refused", "check_hmac", "check_secret_token", "parse_json", "whatsapp_messages",
+__all__ = ["Refused", "check_hmac", "check_secret_token", "parse_json", "placeholder", "whatsapp_messages",
            "telegram_messages", "generic_message"]
 
 Provider = InboundDelivery.Provider
@@ -140,6 +140,31 @@ def _telegram_int(value: Any, where: str) -> int:
     return value
 
 
+# ---- non-text messages ------------------------------------------------------------------------
+#: What a non-text message is called in its placeholder, by its WhatsApp ``type`` or the Telegram
+#: ``Message`` field that holds it (developers.facebook.com/docs/whatsapp/cloud-api/webhooks/components,
+#: core.telegram.org/bots/api#message).
+_NON_TEXT = {
+    "image": "image", "photo": "image", "video": "video", "video_note": "video message", "animation": "GIF",
+    "audio": "audio", "voice": "voice message", "document": "document", "sticker": "sticker",
+    "location": "location", "venue": "location", "contacts": "contact", "contact": "contact",
+    "reaction": "reaction", "poll": "poll", "dice": "dice", "interactive": "button reply", "button": "button reply",
+    "order": "order",
+}
+_TELEGRAM_NON_TEXT = ("photo", "video", "video_note", "animation", "audio", "voice", "document", "sticker",
+                      "venue", "location", "contact", "poll", "dice")
+
+
+def placeholder(kind: str, caption: Any = None) -> str:
+    """The line a non-text message of ``kind`` stands as in its session (the bot reads only text):
+    ``[image]``, or ``[image] <caption>`` when the customer wrote one with it."""
+    name = _NON_TEXT.get(kind, f"{kind} message" if kind.isascii() and kind.isidentifier() else "message")
+    line = f"[{name}]"
+    if isinstance(caption, str) and caption.strip():
+        line += f" {caption.strip()[:MAX_TEXT]}"
+    return line
+
+
 # ---- WhatsApp ---------------------------------------------------------------------------------
 def whatsapp_messages(data: Any) -> list[Inbound]:
     """Every message of a Cloud API payload, in payload order; statuses are ignored."""
@@ -170,7 +195,9 @@ def _whatsapp_message(msg: dict[str, Any], meta: dict[str, Any], names: dict[str
     metadata = {"channel": "whatsapp", "phone_number_id": phone_number_id, "wa_id": wa_id}
     if names.get(wa_id):
         metadata["profile_name"] = names[wa_id]
-    kind, text = Kind.UNSUPPORTED, ""
+    wa_type = str(msg.get("type") or "")[:40]
+    content = msg.get(wa_type) if wa_type else None
+    kind, text = Kind.UNSUPPORTED, placeholder(wa_type, content.get("caption") if isinstance(content, dict) else None)
     if msg.get("type") == "text":
         body = _obj(msg.get("text"), f"{where}.text").get("body")
         if not isinstance(body, str):
@@ -201,7 +228,8 @@ def telegram_messages(data: Any) -> list[Inbound]:
         metadata["username"] = str(sender["username"])
     text = msg.get("text")
     if not isinstance(text, str):
-        kind, text = Kind.UNSUPPORTED, ""
+        found = next((k for k in _TELEGRAM_NON_TEXT if k in msg), "")
+        kind, text = Kind.UNSUPPORTED, placeholder(found, msg.get("caption"))
     elif text.strip().split("@", 1)[0].split(" ", 1)[0] == "/reset":
         kind = Kind.RESET
     else:

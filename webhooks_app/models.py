@@ -95,3 +95,8 @@ class InboundDelivery(models.Model):
     def marker(self) -> str:
         """The value this delivery's turn writes to the session metadata key ``webhook_delivery``."""
         return f"{self.pk}:{self.token}"
+
+
+#: Providers with an API a reply is sent through (``webhooks_app.replies``): the bot's answers and an
+#: operator's replies go out only on these. A generic webhook's integration reads them from the transcript.
+SENDING_PROVIDERS = frozenset({InboundDelivery.Provider.WHATSAPP.value, InboundDelivery.Provider.TELEGRAM.value})

@@ -18,6 +18,10 @@ its own database connection). Per delivery:
    sends twice (at most one reply; the console shows it unknown and can send it again). A worker that
    stops before it began a send gives the delivery back with its ``sending`` cleared, so it is sent.
 
+A message the bot cannot read (an image, a voice message, a location…) calls no model: its turn stores
+its placeholder line (``[image]``) and the fixed answer (:data:`UNSUPPORTED_REPLY`) with the marker, so
+the conversation and the transcript show what the customer sent and what they were told.
+
 Engine failure: the turn is rolled back, one fallback reply is sent, and the delivery is marked failed
 (the claim on its id is released in the same transaction); the console can retry it. After
 ``CHATFLOW_HUMAN_AFTER_FAILED_TURNS`` failures in a row the session waits for an operator and the
@@ -49,11 +53,13 @@ from django.db import connections
 from agents_app import runtime
 from chatflow_agent.core.reports import TurnReport
 from chatflow_agent.exceptions import SessionBusyError, SessionDeletedError
+from chatflow_agent.types import Message, Role
 from health_app import heartbeat, tracing
 from takeover_app import service as takeover
 from webhooks_app import replies, settle, taskqueue
+from webhooks_app.channels import placeholder
 from webhooks_app.costs import Costs
-from webhooks_app.models import InboundDelivery
+from webhooks_app.models import SENDING_PROVIDERS, InboundDelivery
 
 __all__ = ["Worker", "FALLBACK_REPLY", "UNSUPPORTED_REPLY", "RESET_REPLY"]
 
@@ -67,6 +73,8 @@ STOP_CHECK_SECONDS = 1.0
 
 Kind = InboundDelivery.Kind
 Reply = InboundDelivery.Reply
+#: The answers of the deliveries whose turn calls no model: the turn stores them itself.
+_FIXED_REPLIES = {Kind.RESET: RESET_REPLY, Kind.UNSUPPORTED: UNSUPPORTED_REPLY}
 
 
 def _turn_metadata(delivery: InboundDelivery) -> dict[str, Any]:
@@ -259,7 +267,7 @@ class Worker:
 
     async def _handle(self, delivery: InboundDelivery, db: Any, slot: ThreadPoolExecutor) -> _Completion | None:
         """Play and answer ``delivery``; returns how its reply went (for ``complete``), None when nothing was sent."""
-        replies_out = delivery.provider in (InboundDelivery.Provider.WHATSAPP, InboundDelivery.Provider.TELEGRAM)
+        replies_out = delivery.provider in SENDING_PROVIDERS
         reply = Reply.SENDING if replies_out else Reply.NONE
         if delivery.reply_status == Reply.SENDING:
             # Claimed again after its worker died while sending the reply: it may have gone out; never twice.
@@ -300,15 +308,13 @@ class Worker:
     async def _play(self, delivery: InboundDelivery, db: Any, replies_out: bool) -> tuple[str | None, bool]:
         """(the answer to send, None when the turn was held for an operator; True when the turn's commit
         recorded it on the delivery: ``webhooks_app.settle``)."""
-        if delivery.kind == Kind.UNSUPPORTED:
-            return UNSUPPORTED_REPLY, False
+        fixed = _FIXED_REPLIES.get(delivery.kind)
         if taskqueue.played_before(delivery):  # its marker, read with the claim
             logger.info("Delivery %s: its turn committed before a crash; not played again", delivery.pk)
-            if delivery.kind == Kind.RESET:
-                return RESET_REPLY, False
+            if fixed is not None:
+                return fixed, False
             held = await db(takeover.ends_with_customer, delivery.session_id)
             return (None if held else await db(taskqueue.last_answer, delivery.session_id)), False
-        fixed = RESET_REPLY if delivery.kind == Kind.RESET else None
         # Its commit records the answer on the delivery, or is refused (the session deleted, the delivery lost).
         with settle.playing(delivery, self.owner, replies_out, fixed) as play, self._stage("turn"):
             report = self._report(delivery)
@@ -379,6 +385,14 @@ class Worker:
                 s.clear_history()  # inside the turn: committed with the marker, under the session lock
                 s.metadata.update(_turn_metadata(delivery))
             return RESET_REPLY
+        if delivery.kind == Kind.UNSUPPORTED:
+            # No model call: the message's placeholder and the fixed answer, committed with the marker, so
+            # the conversation shows what the customer sent and what they were told.
+            async with runner.session_store.turn(delivery.session_id, runner.starting_agent, delivery.metadata) as s:
+                await s.aadd_message(Message(role=Role.USER, content=delivery.text or placeholder("")))
+                await s.aadd_message(Message(role=Role.MODEL, content=UNSUPPORTED_REPLY))
+                s.metadata.update(_turn_metadata(delivery))
+            return UNSUPPORTED_REPLY
         response = await runner.run_async(delivery.session_id, delivery.text, delivery.metadata,
                                           turn_metadata=_turn_metadata(delivery), report=report)
         return taskqueue.answer_of(response)

@@ -1,6 +1,8 @@
 /* Live chat page (templates/agents_app/chat.html).
    - The socket's state in #chat-status (body[data-live] = open | closed).
    - Enter sends, Shift+Enter starts a new line (IME composition is left alone).
+   - A message goes to the session the "Session id" field shows, as typed (the server refuses an id it cannot
+     store as typed), also when it was typed without "Open": never to the id the page was opened with.
    - Each sent message is numbered (seq); the server answers with #chat-ack: "accepted" (it became a turn)
      empties the box if it still holds that text, "refused" puts it back if the box was emptied meanwhile.
    - The page follows the newest message while the reader is at the bottom; a reader who scrolled up
@@ -38,6 +40,12 @@
   });
 
   document.addEventListener("htmx:wsConfigSend", function (e) {
+    var field = el("c-session");
+    var target = document.querySelector('#chat-form input[name="session_id"]');
+    if (field) {
+      e.detail.parameters.session_id = field.value;
+      if (target) target.value = field.value;
+    }
     seq += 1;
     e.detail.parameters.seq = String(seq);
     pending[seq] = e.detail.parameters.message || "";

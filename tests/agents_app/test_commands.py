@@ -162,6 +162,20 @@ def test_chatflow_chat_rejects_an_unknown_agent():
     assert not ChatSession.objects.exists()
 
 
+@pytest.mark.parametrize(("session_id", "problem"), [
+    (" padded", "must not start or end with white space"),
+    ("padded ", "must not start or end with white space"),
+    ("tab\tid", "holds a control, bidi control"),
+    ("spoof\u202efdp", "holds a control, bidi control"),
+    ("", "must be a non-empty string"),
+    ("x" * 256, "is longer than 255 characters"),
+])
+def test_chatflow_chat_refuses_a_session_id_every_other_entry_point_refuses(session_id, problem):
+    with pytest.raises(CommandError, match=f"--session {re.escape(repr(session_id))} {problem}"):
+        run("chatflow_chat", session=session_id, stdin=io.StringIO("hi\n"))
+    assert not ChatSession.objects.exists()
+
+
 def test_chatflow_chat_reports_a_failed_turn_and_exits_with_an_error(monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("engine down")

@@ -1,8 +1,9 @@
 """The live chat page as a chat, in a real browser (Debian's chromium via Playwright, against daphne on the
 in-memory channel layer): Enter sends and Shift+Enter starts a new line, the newest answer stays in view
 over ten turns, a reader who scrolled up is not moved but shown a "New messages" pill, a refused text stays
-in the box, an existing session opens with its history, and without JavaScript the page says why it
-cannot send (the form posts to a page that keeps the text)."""
+in the box, a message goes to the session id the field shows (typed without "Open" too), an existing
+session opens with its history, and without JavaScript the page says why it cannot send (the form posts to
+a page that keeps the text)."""
 
 from __future__ import annotations
 
@@ -101,6 +102,22 @@ def test_a_refused_message_stays_in_the_box(browser, site):
     box.press("Enter")
     expect(page.locator("#chat-2-state")).to_have_text("answered")
     expect(box).to_have_value("")
+
+
+def test_a_session_id_typed_without_open_is_where_the_message_goes(browser, site):
+    from playwright.sync_api import expect
+
+    page = chat_page(browser, site, "web-opened")
+    page.fill("#c-session", "typed-42")  # typed, not opened: the field shows typed-42
+    box = page.locator("#c-message")
+    box.fill("Where is order A-42?")
+    box.press("Enter")
+    expect(page.locator("#chat-1-state")).to_have_text("answered")
+    expect(page.locator("#chat-1 .msg.user .who code")).to_have_text("typed-42")
+    expect(page.locator("#chat-console-link")).to_have_text("Open typed-42 in the console")
+    assert page.goto(f"{site}/sessions/typed-42/").status == 200
+    expect(page.locator("main")).to_contain_text("Where is order A-42?")
+    assert page.goto(f"{site}/sessions/web-opened/").status == 404  # the id the page was opened with: unused
 
 
 def test_a_reader_who_scrolled_up_gets_a_pill_not_a_jump(browser, site):

@@ -198,3 +198,42 @@ def test_a_customer_channel_is_read_only_whatever_its_case(client, operator):
     cv.store("cust-2", [cv.user("hi"), cv.model("hello")], metadata={"channel": "WhatsApp"})
     client.force_login(operator)
     assert "<fieldset class=\"plain\" disabled>" in client.get("/chat/", {"session": "cust-2"}).content.decode()
+
+
+@pytest.mark.asyncio
+@pytest.mark.usefixtures("close_consumer_connections")
+async def test_a_message_held_for_an_operator_says_so_not_answered(operator_cookie):
+    async with connected("/ws/chat/", operator_cookie) as ws:
+        assert (await ws.connect())[0]
+        # A phrase asking for a person: the takeover gate holds the turn and the session waits.
+        await ws.send_json_to({"message": "I want a human please", "session_id": "web-held-1", "channel": "web"})
+        frames = "\n".join(await frames_until(ws, 'id="chat-1-state" class="badge held"', timeout=20))
+    assert 'class="badge held" hx-swap-oob="true">held for the operator</span>' in frames
+    assert 'class="badge answered"' not in frames
+    users = await db(lambda: list(ChatMessage.objects.filter(role="user").values_list("session_id", "content")))
+    assert users == [("web-held-1", "I want a human please")]
+
+
+@pytest.mark.parametrize("session_id", [" padded", "padded ", "\tpadded"])
+def test_the_page_refuses_a_padded_session_id_instead_of_trimming_it(client, operator, session_id):
+    cv.store("padded", [cv.user("hi"), cv.model("hello")], metadata={"channel": "web"})
+    client.force_login(operator)
+    page = client.get("/chat/", {"session": session_id})
+    assert page.status_code == 400
+    assert "This session id must not start or end with white space." in page.content.decode()
+    assert "<fieldset class=\"plain\" disabled>" in page.content.decode()
+    assert client.get("/chat/", {"session": " "}).status_code == 200  # blank: a new session, as no id
+
+
+@pytest.mark.asyncio
+@pytest.mark.usefixtures("close_consumer_connections")
+async def test_the_consumer_refuses_a_padded_session_id_instead_of_trimming_it(operator_cookie):
+    await db(cv.store, "padded", [cv.user("hi"), cv.model("hello")], metadata={"channel": "web"})
+    async with connected("/ws/chat/", operator_cookie) as ws:
+        assert (await ws.connect())[0]
+        for session_id in (" padded", "padded\t"):
+            await ws.send_json_to({"message": "hello", "session_id": session_id})
+            refused = await ws.receive_from(timeout=5)
+            assert "This session id must not start or end with white space." in refused
+    users = await db(lambda: list(ChatMessage.objects.filter(role="user").values_list("session_id", "content")))
+    assert users == [("padded", "hi")]

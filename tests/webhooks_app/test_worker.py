@@ -70,14 +70,47 @@ def test_messages_of_one_sender_are_played_in_order_in_one_session(client, apis)
     assert [b["text"]["body"] for b in wa.bodies()] == ["echo: first [slow 0.3]", "echo: second", "echo: third"]
 
 
-def test_an_unsupported_type_gets_one_polite_reply_and_no_turn(client, apis):
+def test_an_unsupported_type_gets_one_polite_reply_and_its_placeholder_in_the_conversation(client, apis):
     wa, _ = apis
     audio = {"from": "15550100", "id": "wamid.V", "type": "audio", "audio": {"id": "media1"}}
     post_wa(client, p.whatsapp(audio))
     post_wa(client, p.whatsapp(audio))
     drain()
     assert [b["text"]["body"] for b in wa.bodies()] == [UNSUPPORTED_REPLY]
-    assert texts("15550100") == []
+    assert texts("15550100") == [("user", "[audio]"), ("model", UNSUPPORTED_REPLY)]  # no model call
+
+
+def test_a_whatsapp_image_after_a_text_stands_in_the_conversation_and_the_transcript(client, apis):
+    from sessions_app import export
+
+    wa, _ = apis
+    post_wa(client, p.whatsapp(p.wa_text("wamid.T", "my order is damaged")))
+    image = {"from": "15550100", "id": "wamid.I", "type": "image",
+             "image": {"id": "media2", "mime_type": "image/jpeg", "caption": "the box"}}
+    post_wa(client, p.whatsapp(image))
+    location = {"from": "15550100", "id": "wamid.L", "type": "location",
+                "location": {"latitude": 38.7, "longitude": -9.1}}
+    post_wa(client, p.whatsapp(location))
+    drain()
+    assert texts("15550100") == [("user", "my order is damaged"), ("model", "echo: my order is damaged"),
+                                 ("user", "[image] the box"), ("model", UNSUPPORTED_REPLY),
+                                 ("user", "[location]"), ("model", UNSUPPORTED_REPLY)]
+    assert [b["text"]["body"] for b in wa.bodies()][1:] == [UNSUPPORTED_REPLY, UNSUPPORTED_REPLY]
+    said = [m["content"] for turn in export.transcript(ChatSession.objects.get(pk="15550100"))["turns"]
+            for m in turn["messages"] if m["role"] == "user"]
+    assert said == ["my order is damaged", "[image] the box", "[location]"]
+    staff = personas.client_for(personas.operator())
+    page = staff.get("/sessions/15550100/").content.decode()
+    assert "[image] the box" in page and "[location]" in page
+
+
+def test_a_telegram_voice_message_stands_in_the_conversation(client, apis):
+    _, tg = apis
+    post_tg(client, p.telegram(20, None, voice={"file_id": "v1", "duration": 3}))
+    drain()
+    session_id = ChatSession.objects.get().session_id
+    assert texts(session_id) == [("user", "[voice message]"), ("model", UNSUPPORTED_REPLY)]
+    assert [b["text"] for b in tg.bodies()] == [UNSUPPORTED_REPLY]
 
 
 def test_a_provider_outage_rolls_back_sends_one_fallback_and_can_be_retried(client, apis, tmp_path):

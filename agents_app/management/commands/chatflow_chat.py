@@ -6,8 +6,14 @@ answer streams as it is generated; tool calls, tool results and handoffs are pri
 happen. ``/quit`` (or end of input) leaves. Works with piped stdin: ``echo "where is order A-1" |
 manage.py chatflow_chat``.
 
+The session id is taken as typed or refused, by the rule every entry point applies
+(``sessions_app.ids.id_problem``: no white space at either end, no control characters…); a customer's
+session (one a webhook delivers to, or one whose metadata names a customer channel) is refused, as the
+live chat refuses it (``agents_app.views.chat_refusal``): a line typed here would be stored as the
+customer's own message.
+
 Exit status: 0; 1 when a turn failed (the chat goes on; the errors are on stderr) or for a bad
-argument; 130 when interrupted with Ctrl+C.
+argument (an id refused, a customer's session, an unknown agent); 130 when interrupted with Ctrl+C.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from typing import Any, TextIO
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from agents_app import registry, runtime
+from agents_app.views import chat_refusal
 from chatflow_agent.core.events import (
     HandoffOccurred,
     RunEvent,
@@ -29,6 +36,7 @@ from chatflow_agent.core.events import (
     ToolCallStarted,
     TurnCompleted,
 )
+from sessions_app.ids import id_problem
 from sessions_app.live import flush_before_close
 
 _QUIT = {"/quit", "/exit", "/q"}
@@ -52,12 +60,14 @@ class Command(BaseCommand):
     def handle(self, *args, session: str | None, agent: str | None, **options) -> None:
         stdin: TextIO = options.get("stdin") or sys.stdin
         session_id = session if session is not None else f"terminal-{secrets.token_hex(4)}"
-        if not session_id.strip():
-            raise CommandError("--session must not be empty")
+        if problem := id_problem(session_id):  # the rule every entry point applies: never cleaned
+            raise CommandError(f"--session {session_id!r} {problem}")
         if agent is not None and registry.get_agent(agent) is None:
             raise CommandError(f"unknown agent {agent!r}; registered agents: {', '.join(registry.agents())}")
         runner = runtime.site_runner()
         existing = runner.session_store.get(session_id)
+        if existing is not None and (refusal := chat_refusal(session_id, existing.metadata)):
+            raise CommandError(refusal)
         current = existing.active_agent.name if existing is not None else runner.starting_agent.name
         self.stdout.write(f"Session {session_id!r} with {agent or current} "
                           f"({'continuing' if existing else 'new'}). Type /quit to leave.")
