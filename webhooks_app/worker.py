@@ -44,16 +44,18 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from django.conf import settings
-from django.db import connections
+from django.db import DatabaseError, connections
 
 from agents_app import runtime
 from chatflow_agent.core.reports import TurnReport
 from chatflow_agent.exceptions import SessionBusyError, SessionDeletedError
 from health_app import heartbeat, tracing
+from sessions_app.store import check_connection
 from takeover_app import service as takeover
 from webhooks_app import replies, settle, taskqueue
 from webhooks_app.costs import Costs
 from webhooks_app.models import InboundDelivery
+from webhooks_app.outage import DatabaseOutage
 
 __all__ = ["Worker", "FALLBACK_REPLY", "UNSUPPORTED_REPLY", "RESET_REPLY"]
 
@@ -94,6 +96,12 @@ def _complete_then_claim(delivery: InboundDelivery, owner: str, completion: _Com
     return None if visibility is None else taskqueue.claim_next(owner, visibility)
 
 
+def _checked_call(fn: Any, *args: Any) -> Any:
+    """``fn(*args)`` on a slot's thread, its connection checked first if the server may have dropped it."""
+    check_connection()
+    return fn(*args)
+
+
 class CancelledByOperator(Exception):
     """The delivery's turn was stopped by an operator's Cancel turn (its message: who and why)."""
 
@@ -112,6 +120,7 @@ class Worker:
         self.visibility = float(visibility or settings.CHATFLOW_LEASE_SECONDS)
         self.owner = f"worker:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.processed = 0
+        self.outage = DatabaseOutage(f"Queue worker {self.owner}")  # its database, as its statements see it
         self._stopping = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
@@ -158,10 +167,14 @@ class Worker:
             in_hand.discard(task)
             following = None
             if not task.cancelled() and (err := task.exception()) is not None:
-                # e.g. the database went away: the delivery keeps its lease and is played again after it
-                logger.error("A delivery failed in the worker: %s", err, exc_info=err)
+                # the delivery keeps its lease and is played again after it runs out
+                if isinstance(err, DatabaseError):  # the database went away: one warning for the outage
+                    self.outage.failed(err)
+                else:
+                    logger.error("A delivery failed in the worker: %s", err, exc_info=err)
             elif not task.cancelled():
                 following = task.result()
+                self.outage.answered()
             if following is not None:  # the slot claimed its next delivery itself
                 start(following, ex)
                 if idle:  # that claim may have passed over one the finish made claimable: look again
@@ -175,20 +188,32 @@ class Worker:
         try:
             while not self._stopping:
                 wake.clear()
+                retry_in: float | None = None  # seconds: the database did not answer (its back-off)
                 while idle and not self._stopping:
                     ex = idle[-1]
-                    with self._stage("claim"):
-                        delivery = await loop.run_in_executor(ex, taskqueue.claim_next, self.owner, self.visibility)
+                    try:
+                        with self._stage("claim"):
+                            delivery = await loop.run_in_executor(
+                                ex, taskqueue.claim_next, self.owner, self.visibility)
+                    except DatabaseError as err:  # e.g. the server restarted: reconnect after a back-off
+                        retry_in = self.outage.failed(err)
+                        break
+                    self.outage.answered()
                     if delivery is None:
                         break
                     idle.pop()
                     start(delivery, ex)
                 if self._stopping:
                     break
-                if drain and not in_hand and await loop.run_in_executor(idle[-1], taskqueue.pending) == 0:
-                    break
+                if retry_in is None and drain and not in_hand:
+                    try:
+                        if await loop.run_in_executor(idle[-1], taskqueue.pending) == 0:
+                            break
+                    except DatabaseError as err:
+                        retry_in = self.outage.failed(err)
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(wake.wait(), None if drain and in_hand else self.poll)
+                    pause = retry_in if retry_in is not None else None if drain and in_hand else self.poll
+                    await asyncio.wait_for(wake.wait(), pause)
             while in_hand:  # stopping: finish the deliveries in hand (and one a slot claimed as it stopped)
                 await asyncio.wait(set(in_hand))
         except asyncio.CancelledError:  # roll back what is in hand and requeue it (see process)
@@ -204,7 +229,8 @@ class Worker:
             for http in self._http.values():
                 await http.close()
             for ex in executors:
-                with contextlib.suppress(RuntimeError):  # executors already shut down at interpreter exit
+                # RuntimeError: executors already shut down at interpreter exit
+                with contextlib.suppress(RuntimeError, DatabaseError):
                     ex.submit(connections.close_all).result()
                 ex.shutdown()
         return self.processed
@@ -218,7 +244,7 @@ class Worker:
         loop = asyncio.get_running_loop()
 
         def db(fn: Any, *args: Any) -> Any:
-            return loop.run_in_executor(ex, fn, *args)
+            return loop.run_in_executor(ex, _checked_call, fn, *args)
 
         traced = await tracing.enter(delivery, db)  # the delivery's trace, when tracing is on
         handling = asyncio.ensure_future(self._handle(delivery, db, ex))
@@ -388,9 +414,13 @@ class Worker:
             await asyncio.sleep(self.visibility / 3)
             try:
                 kept = await db(taskqueue.renew, delivery, self.owner, self.visibility)
-            except Exception:  # noqa: BLE001 - a database hiccup: try again at the next beat
+            except DatabaseError as err:  # the database went away: try again at the next beat
+                self.outage.failed(err)
+                continue
+            except Exception:  # noqa: BLE001 - try again at the next beat
                 logger.exception("Delivery %s: renewing the lease failed", delivery.pk)
                 continue
+            self.outage.answered()
             if not kept:
                 # Done by its own turn's commit (held, or no reply to send): nothing left to keep.
                 if await db(taskqueue.status_of, delivery) != InboundDelivery.Status.DONE:
