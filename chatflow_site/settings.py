@@ -179,6 +179,7 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "chatflow_site.errors.SiteNotFoundPage",  # the site's 404 page with DEBUG on too
+    "chatflow_site.errors.DatabaseUnavailable",  # the database does not answer: 503 with the reason, not a 500
 ]
 
 ROOT_URLCONF = "chatflow_site.urls"
