@@ -52,6 +52,7 @@ from chatflow_agent.exceptions import SessionBusyError, SessionDeletedError
 from health_app import heartbeat, tracing
 from sessions_app.store import check_connection
 from takeover_app import service as takeover
+from takeover_app.gate import HELD_SESSION_SQL
 from webhooks_app import replies, settle, taskqueue
 from webhooks_app.costs import Costs
 from webhooks_app.models import InboundDelivery
@@ -66,6 +67,10 @@ UNSUPPORTED_REPLY = "Sorry, I can only read text messages for now. Could you typ
 RESET_REPLY = "Done: I have forgotten our conversation. How can I help?"
 #: How often (seconds) a running turn looks whether its session's lease was taken away from another process.
 STOP_CHECK_SECONDS = 1.0
+#: The deliveries the held lane takes (SQL on the delivery's row ``c``): they need no model call — a message to
+#: a session an operator holds (stored and counted, no answer), an unsupported type, a reset.
+NO_MODEL_CALL = (f"c.kind IN ('{InboundDelivery.Kind.UNSUPPORTED.value}', '{InboundDelivery.Kind.RESET.value}') "
+                 f"OR {HELD_SESSION_SQL}")
 
 Kind = InboundDelivery.Kind
 Reply = InboundDelivery.Reply
@@ -107,14 +112,15 @@ class CancelledByOperator(Exception):
 
 
 class Worker:
-    """``Worker(slots=4, poll=0.5, visibility=CHATFLOW_LEASE_SECONDS, costs=None)``; ``await run()``.
+    """``Worker(slots=CHATFLOW_WORKER_SLOTS, poll=0.5, visibility=CHATFLOW_LEASE_SECONDS, costs=None)``;
+    ``await run()``.
 
     ``costs``: an installed ``webhooks_app.costs.Costs`` to time the stages of every delivery in.
     """
 
-    def __init__(self, slots: int = 4, poll: float = 0.5, visibility: float | None = None,
+    def __init__(self, slots: int | None = None, poll: float = 0.5, visibility: float | None = None,
                  costs: Costs | None = None) -> None:
-        self.slots = slots
+        self.slots = slots or settings.CHATFLOW_WORKER_SLOTS
         self.costs = costs
         self.poll = poll
         self.visibility = float(visibility or settings.CHATFLOW_LEASE_SECONDS)
@@ -149,6 +155,10 @@ class Worker:
         idle slot: on SQLite every claim takes the write lock the webhook acknowledgements need. A slot
         that finishes a delivery claims its next one itself, in the same hand-off to its thread as the
         delivery's last write (:meth:`process`); it is idle only when that finds nothing.
+
+        While every slot is busy, a lane of its own (one more thread) claims only deliveries that need no model
+        call (``NO_MODEL_CALL``), one at a time: a message to a session an operator holds is stored at once
+        instead of waiting behind slow bot turns.
         """
         from webhooks_app import embedded
 
@@ -156,10 +166,12 @@ class Worker:
         wake = self._wake = asyncio.Event()
         executors = [ThreadPoolExecutor(1, thread_name_prefix=f"chatflow-queue-{i}") for i in range(self.slots)]
         idle = list(executors)  # slots without a delivery; each slot has its own thread and connection
+        lane = ThreadPoolExecutor(1, thread_name_prefix="chatflow-queue-held")  # deliveries with no model call
+        lane_free = [lane]
         in_hand: set[asyncio.Future[InboundDelivery | None]] = set()
 
         def start(delivery: InboundDelivery, ex: ThreadPoolExecutor) -> None:
-            task = asyncio.ensure_future(self.process(delivery, ex, claim_next=True))
+            task = asyncio.ensure_future(self.process(delivery, ex, claim_next=ex is not lane))
             in_hand.add(task)
             task.add_done_callback(lambda t, ex=ex: freed(t, ex))
 
@@ -180,7 +192,7 @@ class Worker:
                 if idle:  # that claim may have passed over one the finish made claimable: look again
                     wake.set()
                 return
-            idle.append(ex)
+            (lane_free if ex is lane else idle).append(ex)
             wake.set()  # the session's next delivery may be claimable now
 
         embedded.register(self)
@@ -203,6 +215,17 @@ class Worker:
                         break
                     idle.pop()
                     start(delivery, ex)
+                if retry_in is None and not idle and lane_free and not self._stopping:
+                    try:  # every slot is busy: a delivery that needs no model call need not wait for them
+                        with self._stage("claim"):
+                            held = await loop.run_in_executor(
+                                lane, taskqueue.claim_next, self.owner, self.visibility, NO_MODEL_CALL)
+                    except DatabaseError as err:
+                        retry_in = self.outage.failed(err)
+                    else:
+                        if held is not None:
+                            lane_free.pop()
+                            start(held, lane)
                 if self._stopping:
                     break
                 if retry_in is None and drain and not in_hand:
@@ -228,7 +251,7 @@ class Worker:
             embedded.unregister(self)
             for http in self._http.values():
                 await http.close()
-            for ex in executors:
+            for ex in [*executors, lane]:
                 # RuntimeError: executors already shut down at interpreter exit
                 with contextlib.suppress(RuntimeError, DatabaseError):
                     ex.submit(connections.close_all).result()
