@@ -91,3 +91,25 @@ def test_readiness_checks_the_redis_layer_when_one_is_configured(client, setting
     response = client.get("/readyz/")
     assert response.status_code == 503
     assert response.json()["checks"] == {"database": "ok", "channel_layer": "unreachable"}
+
+
+class SessionTablesAway:
+    """A middleware that reads the database before any view (as a session or login check can)."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        from django.db import OperationalError
+
+        raise OperationalError("connection refused")
+
+
+def test_a_middleware_that_finds_the_database_away_gets_the_503_page_too(settings):
+    from django.test import Client
+
+    settings.DEBUG = False
+    settings.MIDDLEWARE = [*settings.MIDDLEWARE, f"{__name__}.SessionTablesAway"]
+    response = Client(raise_request_exception=False).get("/sessions/", HTTP_ACCEPT="text/html")
+    assert response.status_code == 503
+    assert "The database is not answering" in response.content.decode()
