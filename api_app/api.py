@@ -19,6 +19,7 @@ is also in the list (``q=<id>``).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -28,6 +29,7 @@ from typing import Any
 from asgiref.sync import iscoroutinefunction, sync_to_async
 from django.contrib.auth.views import redirect_to_login
 from django.core.handlers.asgi import ASGIRequest
+from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.urls import register_converter
 from django.views.decorators.http import require_GET
@@ -45,6 +47,12 @@ from sessions_app.access import EXPORT, may
 from sessions_app.models import ChatSession, OperatorAction
 from takeover_app.access import TAKE_OVER
 from turns_app.console import session_usage, totals_for, totals_of
+
+logger = logging.getLogger("api_app")
+
+#: What a call gets while the database does not answer, and the seconds its ``Retry-After`` suggests.
+DATABASE_AWAY = "The database is not answering right now, so nothing was read or changed. Try again in a moment."
+RETRY_AFTER_SECONDS = 10
 
 
 class AnyPathConverter:
@@ -196,6 +204,16 @@ def _unauthorized(request: HttpRequest, exc: Exception) -> HttpResponse:
     response = api.create_response(request, {"detail": "Authentication required: send Authorization: Bearer "
                                               "<token> or log in to the console."}, status=401)
     response["WWW-Authenticate"] = 'Bearer realm="chatflow"'
+    return response
+
+
+@api.exception_handler(OperationalError)
+@api.exception_handler(InterfaceError)
+def _database_away(request: HttpRequest, exc: Exception) -> HttpResponse:
+    """The database does not answer (refused, dropped, restarting): 503 with the reason, not a 500."""
+    logger.warning("%s %s: 503, the database does not answer (%s)", request.method, request.path, type(exc).__name__)
+    response = api.create_response(request, {"error": "database_unavailable", "detail": DATABASE_AWAY}, status=503)
+    response["Retry-After"] = str(RETRY_AFTER_SECONDS)
     return response
 
 

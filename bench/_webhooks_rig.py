@@ -124,7 +124,7 @@ def _serve_graph(counter, ready) -> None:
 
 # ---- processes and databases ------------------------------------------------------------------
 # Settings a run may set from its environment (where the workers run); every other CHATFLOW_ is the script's.
-PASSED = ("CHATFLOW_WORKER_CPU", "CHATFLOW_WORKER_NICE")
+PASSED = ("CHATFLOW_WORKER_CPU", "CHATFLOW_WORKER_NICE", "CHATFLOW_WORKER_SLOTS")
 
 
 def env_for(db_url: str, graph: str, embedded: str) -> dict[str, str]:

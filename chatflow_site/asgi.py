@@ -1,6 +1,7 @@
 """ASGI entry point: HTTP through Django, websockets through channels' URL router.
 
-Webhook POSTs (views marked ``lean_webhook``) skip the browser middleware: see webhooks_app.asgi.
+Webhook POSTs (views marked ``lean_webhook``) skip the browser middleware: see webhooks_app.asgi. Responses
+go out no faster than the client reads them: see chatflow_site.pacing.
 """
 
 import gc
@@ -16,6 +17,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
 from agents_app.routing import websocket_urlpatterns as chat_routes  # noqa: E402
+from chatflow_site.pacing import PacedResponses  # noqa: E402
 from sessions_app.live import LayerGuard  # noqa: E402
 from sessions_app.routing import websocket_urlpatterns as console_routes  # noqa: E402
 from webhooks_app.asgi import LeanWebhookRouter  # noqa: E402
@@ -24,7 +26,7 @@ websocket_urlpatterns: list = [*console_routes, *chat_routes]  # every route liv
 
 application = ProtocolTypeRouter(
     {
-        "http": LeanWebhookRouter(django_asgi_app),
+        "http": PacedResponses(LeanWebhookRouter(django_asgi_app)),
         "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(LayerGuard(URLRouter(websocket_urlpatterns)))),
     }
 )

@@ -8,36 +8,45 @@ answer with its debug page and log a traceback. With DEBUG on Django answers a 4
 with its debug page (URL patterns and all); :class:`SiteNotFoundPage` renders the site's page instead,
 for an ``Http404`` a view raises and for a URL that matches nothing. An htmx request gets the refusal
 alone (the ``refusal`` partial), to be swapped into the page that asked.
+
+While the database does not answer (a connection refused or dropped, a server restarting), a page, the API
+and ``/metrics`` answer 503 with the reason and ``Retry-After`` (:class:`DatabaseUnavailable` for what a view
+raises, ``server_error`` as ``handler500`` for what a middleware raises), never a 500 and a traceback per
+request; the 503 page reads nothing from the database (no user, no messages).
 """
 
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
 from django.conf import settings
+from django.contrib.auth.models import AnonymousUser
 from django.contrib.auth.views import LogoutView
 from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent
+from django.db import InterfaceError, OperationalError
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-__all__ = ["FAVICON", "RequestTooLarge", "SiteLogoutView", "SiteNotFoundPage", "csrf_failure", "favicon", "forbidden",
-           "not_found"]
+__all__ = ["DATABASE_AWAY", "FAVICON", "DatabaseUnavailable", "RequestTooLarge", "SiteLogoutView", "SiteNotFoundPage",
+           "csrf_failure", "database_away", "favicon", "forbidden", "not_found", "server_error"]
 
 logger = logging.getLogger("chatflow_site.errors")
 
 FAVICON = Path(settings.BASE_DIR) / "static" / "favicon.svg"
 
 
-def _page(request: HttpRequest, template: str, status: int, reason: str, error: str = "") -> HttpResponse:
+def _page(request: HttpRequest, template: str, status: int, reason: str, error: str = "",
+          extra: dict | None = None) -> HttpResponse:
     headers = request.headers  # not request.htmx: RequestTooLarge runs before django-htmx's middleware
     from_htmx = headers.get("HX-Request") == "true" and headers.get("HX-History-Restore-Request") != "true"
     if error and not from_htmx and "text/html" not in request.headers.get("Accept", ""):
         return JsonResponse({"error": error, "detail": reason}, status=status)
     name = f"{template}#refusal" if from_htmx else template
-    response = render(request, name, {"reason": reason, "path": request.path}, status=status)
+    response = render(request, name, {"reason": reason, "path": request.path, **(extra or {})}, status=status)
     response.site_error_page = True  # type: ignore[attr-defined]
     return response
 
@@ -105,6 +114,53 @@ class SiteNotFoundPage:
         if settings.DEBUG and isinstance(exception, Http404):
             return not_found(request, exception)
         return None
+
+
+#: What a request gets while the database does not answer, and the seconds its ``Retry-After`` suggests.
+DATABASE_AWAY = "The database is not answering right now, so nothing was read or changed. Try again in a moment."
+RETRY_AFTER_SECONDS = 10
+
+
+def database_away(request: HttpRequest) -> HttpResponse:
+    """503 with :data:`DATABASE_AWAY`: the site's page (without the user or messages, which would need the
+    database), or JSON to a client that does not ask for HTML."""
+    request.user = AnonymousUser()  # what the page would otherwise load from the session tables
+    response = _page(request, "503.html", 503, DATABASE_AWAY, error="database_unavailable", extra={"messages": ()})
+    response["Retry-After"] = str(RETRY_AFTER_SECONDS)
+    return response
+
+
+def _unreachable(exception: BaseException | None) -> bool:
+    """True for the errors of a database that does not answer (refused, dropped, restarting)."""
+    return isinstance(exception, (OperationalError, InterfaceError))
+
+
+class DatabaseUnavailable:
+    """Middleware: a view that raised because the database does not answer gets :func:`database_away`,
+    logged in one line per request instead of a traceback."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        return self.get_response(request)
+
+    def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
+        if not _unreachable(exception):
+            return None
+        logger.warning("%s %s: 503, the database does not answer (%s: %s)", request.method, request.path,
+                       type(exception).__name__, str(exception).strip().split("\n")[0])
+        return database_away(request)
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    """``handler500``: Django's plain 500, or :func:`database_away` when what failed (a middleware reading
+    the session or the user) was the database not answering."""
+    if _unreachable(sys.exc_info()[1]):
+        return database_away(request)
+    from django.views.defaults import server_error as plain
+
+    return plain(request)
 
 
 @require_GET

@@ -179,6 +179,7 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "chatflow_site.errors.SiteNotFoundPage",  # the site's 404 page with DEBUG on too
+    "chatflow_site.errors.DatabaseUnavailable",  # the database does not answer: 503 with the reason, not a 500
 ]
 
 ROOT_URLCONF = "chatflow_site.urls"
@@ -327,6 +328,10 @@ CHATFLOW_WORKER_CPU = env.str("CHATFLOW_WORKER_CPU", default="").strip().lower()
 if CHATFLOW_WORKER_CPU not in ("auto", "off") and not CHATFLOW_WORKER_CPU.isdigit():
     raise ImproperlyConfigured(f"CHATFLOW_WORKER_CPU must be auto, off or a CPU number; got {CHATFLOW_WORKER_CPU!r}")
 CHATFLOW_WORKER_NICE = _non_negative_int("CHATFLOW_WORKER_NICE", 10, 19)
+# Deliveries a queue worker plays at once (the embedded worker's, and chatflow_worker's unless --slots): each
+# slot is a thread with its own database connection. Deliveries that need no model call (a message to a
+# session an operator holds, an unsupported type, a reset) have a lane of their own besides these.
+CHATFLOW_WORKER_SLOTS = _positive_int("CHATFLOW_WORKER_SLOTS", 4, 64, "slots")
 # Seconds a process's claim on work lives without renewal (renewed every third of it): a session's turn
 # lease and a webhook delivery's queue lease (its visibility timeout) alike, so it is how long a killed
 # process keeps its session and its delivery blocked. One value: a delivery taken over sooner than its

@@ -7,10 +7,11 @@ from django.views.decorators.http import require_GET
 
 from agents_app import views as agents_views
 from api_app.api import api as api_v1
-from chatflow_site import docs, errors
+from chatflow_site import docs, errors, probes
 
 handler403 = errors.forbidden
 handler404 = errors.not_found
+handler500 = errors.server_error
 
 
 @require_GET
@@ -21,6 +22,7 @@ def healthz(request: HttpRequest) -> HttpResponse:
 
 urlpatterns = [
     path("healthz/", healthz, name="site-health"),
+    path("readyz/", probes.readyz, name="site-ready"),  # readiness: the database and the channel layer answer
     path("favicon.ico", errors.favicon, name="site-favicon"),
     path("accounts/logout/", errors.SiteLogoutView.as_view(), name="logout"),  # GET: a page with the button
     path("accounts/", include("django.contrib.auth.urls")),

@@ -27,6 +27,7 @@ from django.utils import timezone
 
 from health_app import report
 from health_app.models import QueueSample, WorkerHeartbeat
+from sessions_app.store import check_connection
 from turns_app import rollups
 
 __all__ = ["start", "stop", "beat", "forget", "sample_queue"]
@@ -44,6 +45,7 @@ FOLD_BATCHES = 10
 
 def beat(owner: str, started_at: Any, processed: int, purge: bool = False) -> None:
     """Write ``owner``'s row (this process's host and pid) with ``last_beat`` now; blocking ORM."""
+    check_connection()  # opened again if the server dropped it meanwhile
     now = timezone.now()
     fields = {"last_beat": now, "processed": processed}
     if not WorkerHeartbeat.objects.filter(pk=owner).update(**fields):
@@ -94,16 +96,32 @@ async def _beating(worker: Any) -> None:
     try:
         while True:
             purge = time.monotonic() - last_purge > _PURGE_EVERY
+            outage = getattr(worker, "outage", None)  # the worker's: one warning per database outage
             try:
                 await loop.run_in_executor(ex, beat, worker.owner, started, worker.processed, purge)
                 last_purge = time.monotonic() if purge else last_purge
-            except Exception:  # noqa: BLE001 - a database hiccup: the next beat tries again
+            except DatabaseError as err:  # the next beat tries again, on a connection opened again if broken
+                await loop.run_in_executor(ex, _close_if_broken)
+                if outage is not None:
+                    outage.failed(err)
+                else:
+                    logger.warning("Worker %s: the heartbeat failed: %s: %s", worker.owner, type(err).__name__, err)
+            except Exception:  # noqa: BLE001 - the next beat tries again
                 logger.warning("Worker %s: the heartbeat failed", worker.owner, exc_info=True)
             await asyncio.sleep(settings.CHATFLOW_HEARTBEAT_SECONDS)
     finally:
         with contextlib.suppress(Exception):  # stopping: a row left behind only shows as stale
             await asyncio.shield(loop.run_in_executor(ex, _forget_and_close, worker.owner))
         ex.shutdown(wait=False)
+
+
+def _close_if_broken() -> None:
+    """After a failed beat: close this thread's connection if the server dropped it (the next beat opens
+    another). Django does this between requests; a worker's threads serve none."""
+    for conn in connections.all(initialized_only=True):
+        if not conn.in_atomic_block:
+            with contextlib.suppress(DatabaseError):
+                conn.close_if_unusable_or_obsolete()
 
 
 def _forget_and_close(owner: str) -> None:

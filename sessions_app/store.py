@@ -40,7 +40,7 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from django.conf import settings
-from django.db import DatabaseError, connections, transaction
+from django.db import DatabaseError, InterfaceError, OperationalError, connections, transaction
 from django.dispatch import Signal
 
 from chatflow_agent.core.backend import Changes, CommitResult, StoredSession, TurnReport
@@ -65,7 +65,8 @@ from chatflow_agent.jsonsafe import json_object
 from chatflow_agent.types import Role
 from turns_app import records
 
-__all__ = ["DjangoBackend", "DjangoSessionStore", "driver_cursor", "session_committing"]
+__all__ = ["DjangoBackend", "DjangoSessionStore", "check_connection", "driver_cursor", "recheck_connections",
+           "session_committing"]
 
 _T = TypeVar("_T")
 # The statements run on the driver's own cursor (``?`` for sqlite3, ``%s`` for psycopg).
@@ -98,6 +99,35 @@ def _open_cursor(conn: Any) -> Any:
     return raw.cursor() if opener is None else opener()
 
 
+# Bumped by ``recheck_connections``; a connection that last checked itself at an older value checks again.
+_recheck = 0
+
+
+def recheck_connections() -> None:
+    """Thread-safe: the database server may have dropped this process's connections (a restart, an
+    administrator's ``pg_terminate_backend``). Every connection the store's and the queue's threads use is
+    checked once (Django's health check, ``CONN_HEALTH_CHECKS``: one ``SELECT 1``) before its next statement
+    and opened again when it is broken, so a dropped connection costs a failed check, not a failed turn."""
+    global _recheck
+    _recheck += 1
+
+
+def check_connection(using: str = "default") -> None:
+    """This thread's connection ``using``, checked once after :func:`recheck_connections` (see there): for
+    threads that run ORM queries too (a worker's), before their next one."""
+    _checked(connections[using])
+
+
+def _checked(conn: Any) -> None:
+    """Check ``conn`` (this thread's) once after :func:`recheck_connections`; never inside a transaction."""
+    if conn.connection is None or conn.in_atomic_block or getattr(conn, "chatflow_rechecked", 0) == _recheck:
+        return
+    conn.chatflow_rechecked = _recheck
+    if conn.health_check_enabled:
+        conn.health_check_done = False
+        conn.close_if_health_check_failed()
+
+
 @contextmanager
 def driver_cursor(using: str = "default") -> Iterator[tuple[Cursor, Dialect]]:
     """A cursor of the driver's own connection (``sqlite3`` or psycopg) under Django's connection ``using``
@@ -110,6 +140,7 @@ def driver_cursor(using: str = "default") -> Iterator[tuple[Cursor, Dialect]]:
 
     Not on a thread that runs an event loop (Django refuses queries there)."""
     conn = connections[using]
+    _checked(conn)
     conn.ensure_connection()
     with conn.wrap_database_errors:
         cursor = _open_cursor(conn)
@@ -198,9 +229,11 @@ class DjangoBackend(SQLLeasesAndClaims):
             self._track(conn)
         try:
             return fn(*args)
-        except DatabaseError:
+        except DatabaseError as err:
             if not conn.in_atomic_block:
                 conn.close_if_unusable_or_obsolete()  # a broken connection reconnects next time
+            if isinstance(err, (OperationalError, InterfaceError)):  # the other threads' may be broken too
+                recheck_connections()
             raise
 
     def _track(self, conn: Any) -> None:
@@ -232,11 +265,13 @@ class DjangoBackend(SQLLeasesAndClaims):
 
     def _autocommit(self, fn: Callable[[Cursor], _T]) -> _T:
         conn = connections[self.using]
+        _checked(conn)
         conn.ensure_connection()
         return self._on_driver(conn, fn)
 
     def _transaction(self, fn: Callable[[Cursor], _T]) -> _T:
         """``fn(cursor)`` in one transaction (a savepoint inside an operator's transaction)."""
+        _checked(connections[self.using])
         with transaction.atomic(using=self.using):
             return self._on_driver(connections[self.using], fn)
 

@@ -32,9 +32,14 @@ from chatflow_agent.core.gate import TurnDecision
 from sessions_app.store import driver_cursor
 from takeover_app.models import SessionMode
 
-__all__ = ["asks_for_human", "install", "on_commit", "turn_gate"]
+__all__ = ["HELD_SESSION_SQL", "asks_for_human", "install", "on_commit", "turn_gate"]
 
 Mode, Trigger = SessionMode.Mode, SessionMode.Trigger
+
+#: SQL true for a webhook delivery (its row, alias ``c``) whose session waits for or is owned by an operator:
+#: its turn will be held, with no model call. The queue worker gives such deliveries a lane of their own.
+HELD_SESSION_SQL = (f"EXISTS (SELECT 1 FROM {SessionMode._meta.db_table} m WHERE m.session_id = c.session_id "
+                    f"AND m.mode IN ('{Mode.WAITING.value}', '{Mode.HUMAN.value}'))")
 
 
 @dataclass

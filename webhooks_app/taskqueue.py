@@ -100,9 +100,10 @@ def _probe_sql(only: str) -> str:
             f"OR EXISTS ({_QUEUED.format(only=only, lock='')})")
 
 
-def _take(owner: str, visibility: float, delivery_id: int | None = None) -> InboundDelivery | None:
+def _take(owner: str, visibility: float, delivery_id: int | None = None, where: str = "") -> InboundDelivery | None:
     now = timezone.now()
     only, extra = ("AND c.id = ?", [delivery_id]) if delivery_id is not None else ("", [])
+    only = f"{only} AND ({where})" if where else only
     at = connection.ops.adapt_datetimefield_value
     candidates = [at(now), *extra, *extra]  # expired (now, id), then queued (id)
     with driver_cursor() as (cursor, dialect):
@@ -152,14 +153,16 @@ def _chained(chain: list[Any], col: Any) -> Any:
     return convert
 
 
-def claim_next(owner: str, visibility: float) -> InboundDelivery | None:
+def claim_next(owner: str, visibility: float, where: str = "") -> InboundDelivery | None:
     """Claim the oldest claimable delivery for ``owner`` for ``visibility`` seconds, or None.
 
     One statement (see the module docstring): the delivery comes back leased (``status=running``,
     ``attempts`` counted), with ``session_marker`` — the session's marker when it was claimed (see
-    :func:`played_before`). On SQLite an idle poll is one read and takes no lock.
+    :func:`played_before`). On SQLite an idle poll is one read and takes no lock. ``where``: a further
+    condition on the candidate delivery (SQL on its row, alias ``c``, without parameters), e.g. only those
+    that need no model call (``webhooks_app.worker``).
     """
-    return _take(owner, visibility)
+    return _take(owner, visibility, where=where)
 
 
 def claim(delivery_id: int, owner: str, visibility: float) -> InboundDelivery | None:

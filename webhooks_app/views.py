@@ -35,6 +35,8 @@ ATTENTION = "webhooks_app/attention.html"
 RETRY = "webhooks_app.retry_delivery"
 RESEND = "webhooks_app.resend_reply"
 WAIT_SECONDS = 60.0
+#: A waiting request reads its delivery's status after the first of these (seconds), doubling up to the second.
+WAIT_POLL_SECONDS = (0.02, 0.5)
 
 
 def _refusal(err: Refused) -> JsonResponse:
@@ -158,8 +160,9 @@ async def _generic_accept(request: HttpRequest) -> tuple[inbox.Inbound, inbox.Ac
 async def generic(request: HttpRequest) -> HttpResponse:
     """``{session_id, message_id, text, metadata}`` signed with CHATFLOW_WEBHOOK_SECRET.
 
-    202 ``{"delivery": id}`` once queued; with ``?wait=true`` the turn is played now and the answer
-    returned (200 ``{"answer": …}``; 502 with the error when the engine failed). A duplicate → 200
+    202 ``{"delivery": id}`` once queued; with ``?wait=true`` the request waits (up to ``WAIT_SECONDS``) for a
+    queue worker to play the turn and returns its answer (200 ``{"answer": …}``; 502 with the error when the
+    engine failed; 202 when no worker settled it in time). A duplicate → 200
     ``{"status": "duplicate"}``; with ``?wait=true`` a duplicate gets what the first request got: the
     answer of a finished delivery, or, for one still queued or running, the same wait for it. Message ids
     are de-duplicated across the channel, not per session: an id another session's message already has
@@ -178,11 +181,11 @@ async def generic(request: HttpRequest) -> HttpResponse:
         delivery_id = await _delivery_id(message) if wait else None
         if delivery_id is None:
             return JsonResponse({"ok": True, "status": "duplicate"}, status=200)
-        return _answered(await _play_now(delivery_id), duplicate=True)
+        return _answered(await _outcome(delivery_id), duplicate=True)
     delivery = accepted.queued[0]
     if not wait:
         return JsonResponse({"ok": True, "status": "queued", "delivery": delivery.pk}, status=202)
-    return _answered(await _play_now(delivery.pk))
+    return _answered(await _outcome(delivery.pk))
 
 
 def _answered(final: InboundDelivery, duplicate: bool = False) -> JsonResponse:
@@ -214,23 +217,22 @@ async def _delivery_id(message: inbox.Inbound) -> int | None:
 _SETTLED = (InboundDelivery.Status.DONE, InboundDelivery.Status.FAILED, InboundDelivery.Status.CANCELLED)
 
 
-async def _play_now(delivery_id: int) -> InboundDelivery:
-    """Play the delivery in this request if no worker took it yet; else wait for the worker."""
-    from webhooks_app import taskqueue
-    from webhooks_app.worker import Worker
+async def _outcome(delivery_id: int) -> InboundDelivery:
+    """The delivery once a worker settled it (done, failed, cancelled), or as it is after ``WAIT_SECONDS``.
 
-    worker = Worker(slots=1)
+    The request only waits: the turn is played by a queue worker (the embedded one, or ``chatflow_worker``
+    processes), like every delivery's, so a client that drops its connection cancels this wait and nothing
+    else. It reads the delivery's status, more rarely as the wait goes on (``WAIT_POLL_SECONDS``)."""
     loop = asyncio.get_running_loop()
+    deadline = loop.time() + WAIT_SECONDS
+    pause = WAIT_POLL_SECONDS[0]
     with ledger.queue_thread() as ex:
-        delivery = await loop.run_in_executor(ex, taskqueue.claim, delivery_id, worker.owner, worker.visibility)
-        if delivery is not None:
-            await worker.process(delivery, ex)
-        deadline = loop.time() + WAIT_SECONDS
         while True:
             final = await loop.run_in_executor(ex, lambda: InboundDelivery.objects.get(pk=delivery_id))
             if final.status in _SETTLED or loop.time() > deadline:
                 return final
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, WAIT_POLL_SECONDS[1])
 
 
 # ---- console: the dedup ledger ------------------------------------------------------------------

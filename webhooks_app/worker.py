@@ -48,18 +48,21 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from django.conf import settings
-from django.db import connections
+from django.db import DatabaseError, connections
 
 from agents_app import runtime
 from chatflow_agent.core.reports import TurnReport
 from chatflow_agent.exceptions import SessionBusyError, SessionDeletedError
 from chatflow_agent.types import Message, Role
 from health_app import heartbeat, tracing
+from sessions_app.store import check_connection
 from takeover_app import service as takeover
+from takeover_app.gate import HELD_SESSION_SQL
 from webhooks_app import replies, settle, taskqueue
 from webhooks_app.channels import placeholder
 from webhooks_app.costs import Costs
 from webhooks_app.models import SENDING_PROVIDERS, InboundDelivery
+from webhooks_app.outage import DatabaseOutage
 
 __all__ = ["Worker", "FALLBACK_REPLY", "UNSUPPORTED_REPLY", "RESET_REPLY"]
 
@@ -70,6 +73,10 @@ UNSUPPORTED_REPLY = "Sorry, I can only read text messages for now. Could you typ
 RESET_REPLY = "Done: I have forgotten our conversation. How can I help?"
 #: How often (seconds) a running turn looks whether its session's lease was taken away from another process.
 STOP_CHECK_SECONDS = 1.0
+#: The deliveries the held lane takes (SQL on the delivery's row ``c``): they need no model call — a message to
+#: a session an operator holds (stored and counted, no answer), an unsupported type, a reset.
+NO_MODEL_CALL = (f"c.kind IN ('{InboundDelivery.Kind.UNSUPPORTED.value}', '{InboundDelivery.Kind.RESET.value}') "
+                 f"OR {HELD_SESSION_SQL}")
 
 Kind = InboundDelivery.Kind
 Reply = InboundDelivery.Reply
@@ -102,24 +109,32 @@ def _complete_then_claim(delivery: InboundDelivery, owner: str, completion: _Com
     return None if visibility is None else taskqueue.claim_next(owner, visibility)
 
 
+def _checked_call(fn: Any, *args: Any) -> Any:
+    """``fn(*args)`` on a slot's thread, its connection checked first if the server may have dropped it."""
+    check_connection()
+    return fn(*args)
+
+
 class CancelledByOperator(Exception):
     """The delivery's turn was stopped by an operator's Cancel turn (its message: who and why)."""
 
 
 class Worker:
-    """``Worker(slots=4, poll=0.5, visibility=CHATFLOW_LEASE_SECONDS, costs=None)``; ``await run()``.
+    """``Worker(slots=CHATFLOW_WORKER_SLOTS, poll=0.5, visibility=CHATFLOW_LEASE_SECONDS, costs=None)``;
+    ``await run()``.
 
     ``costs``: an installed ``webhooks_app.costs.Costs`` to time the stages of every delivery in.
     """
 
-    def __init__(self, slots: int = 4, poll: float = 0.5, visibility: float | None = None,
+    def __init__(self, slots: int | None = None, poll: float = 0.5, visibility: float | None = None,
                  costs: Costs | None = None) -> None:
-        self.slots = slots
+        self.slots = slots or settings.CHATFLOW_WORKER_SLOTS
         self.costs = costs
         self.poll = poll
         self.visibility = float(visibility or settings.CHATFLOW_LEASE_SECONDS)
         self.owner = f"worker:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.processed = 0
+        self.outage = DatabaseOutage(f"Queue worker {self.owner}")  # its database, as its statements see it
         self._stopping = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
@@ -148,6 +163,10 @@ class Worker:
         idle slot: on SQLite every claim takes the write lock the webhook acknowledgements need. A slot
         that finishes a delivery claims its next one itself, in the same hand-off to its thread as the
         delivery's last write (:meth:`process`); it is idle only when that finds nothing.
+
+        While every slot is busy, a lane of its own (one more thread) claims only deliveries that need no model
+        call (``NO_MODEL_CALL``), one at a time: a message to a session an operator holds is stored at once
+        instead of waiting behind slow bot turns.
         """
         from webhooks_app import embedded
 
@@ -155,10 +174,12 @@ class Worker:
         wake = self._wake = asyncio.Event()
         executors = [ThreadPoolExecutor(1, thread_name_prefix=f"chatflow-queue-{i}") for i in range(self.slots)]
         idle = list(executors)  # slots without a delivery; each slot has its own thread and connection
+        lane = ThreadPoolExecutor(1, thread_name_prefix="chatflow-queue-held")  # deliveries with no model call
+        lane_free = [lane]
         in_hand: set[asyncio.Future[InboundDelivery | None]] = set()
 
         def start(delivery: InboundDelivery, ex: ThreadPoolExecutor) -> None:
-            task = asyncio.ensure_future(self.process(delivery, ex, claim_next=True))
+            task = asyncio.ensure_future(self.process(delivery, ex, claim_next=ex is not lane))
             in_hand.add(task)
             task.add_done_callback(lambda t, ex=ex: freed(t, ex))
 
@@ -166,16 +187,20 @@ class Worker:
             in_hand.discard(task)
             following = None
             if not task.cancelled() and (err := task.exception()) is not None:
-                # e.g. the database went away: the delivery keeps its lease and is played again after it
-                logger.error("A delivery failed in the worker: %s", err, exc_info=err)
+                # the delivery keeps its lease and is played again after it runs out
+                if isinstance(err, DatabaseError):  # the database went away: one warning for the outage
+                    self.outage.failed(err)
+                else:
+                    logger.error("A delivery failed in the worker: %s", err, exc_info=err)
             elif not task.cancelled():
                 following = task.result()
+                self.outage.answered()
             if following is not None:  # the slot claimed its next delivery itself
                 start(following, ex)
                 if idle:  # that claim may have passed over one the finish made claimable: look again
                     wake.set()
                 return
-            idle.append(ex)
+            (lane_free if ex is lane else idle).append(ex)
             wake.set()  # the session's next delivery may be claimable now
 
         embedded.register(self)
@@ -183,20 +208,43 @@ class Worker:
         try:
             while not self._stopping:
                 wake.clear()
+                retry_in: float | None = None  # seconds: the database did not answer (its back-off)
                 while idle and not self._stopping:
                     ex = idle[-1]
-                    with self._stage("claim"):
-                        delivery = await loop.run_in_executor(ex, taskqueue.claim_next, self.owner, self.visibility)
+                    try:
+                        with self._stage("claim"):
+                            delivery = await loop.run_in_executor(
+                                ex, taskqueue.claim_next, self.owner, self.visibility)
+                    except DatabaseError as err:  # e.g. the server restarted: reconnect after a back-off
+                        retry_in = self.outage.failed(err)
+                        break
+                    self.outage.answered()
                     if delivery is None:
                         break
                     idle.pop()
                     start(delivery, ex)
+                if retry_in is None and not idle and lane_free and not self._stopping:
+                    try:  # every slot is busy: a delivery that needs no model call need not wait for them
+                        with self._stage("claim"):
+                            held = await loop.run_in_executor(
+                                lane, taskqueue.claim_next, self.owner, self.visibility, NO_MODEL_CALL)
+                    except DatabaseError as err:
+                        retry_in = self.outage.failed(err)
+                    else:
+                        if held is not None:
+                            lane_free.pop()
+                            start(held, lane)
                 if self._stopping:
                     break
-                if drain and not in_hand and await loop.run_in_executor(idle[-1], taskqueue.pending) == 0:
-                    break
+                if retry_in is None and drain and not in_hand:
+                    try:
+                        if await loop.run_in_executor(idle[-1], taskqueue.pending) == 0:
+                            break
+                    except DatabaseError as err:
+                        retry_in = self.outage.failed(err)
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(wake.wait(), None if drain and in_hand else self.poll)
+                    pause = retry_in if retry_in is not None else None if drain and in_hand else self.poll
+                    await asyncio.wait_for(wake.wait(), pause)
             while in_hand:  # stopping: finish the deliveries in hand (and one a slot claimed as it stopped)
                 await asyncio.wait(set(in_hand))
         except asyncio.CancelledError:  # roll back what is in hand and requeue it (see process)
@@ -211,8 +259,9 @@ class Worker:
             embedded.unregister(self)
             for http in self._http.values():
                 await http.close()
-            for ex in executors:
-                with contextlib.suppress(RuntimeError):  # executors already shut down at interpreter exit
+            for ex in [*executors, lane]:
+                # RuntimeError: executors already shut down at interpreter exit
+                with contextlib.suppress(RuntimeError, DatabaseError):
                     ex.submit(connections.close_all).result()
                 ex.shutdown()
         return self.processed
@@ -226,7 +275,7 @@ class Worker:
         loop = asyncio.get_running_loop()
 
         def db(fn: Any, *args: Any) -> Any:
-            return loop.run_in_executor(ex, fn, *args)
+            return loop.run_in_executor(ex, _checked_call, fn, *args)
 
         traced = await tracing.enter(delivery, db)  # the delivery's trace, when tracing is on
         handling = asyncio.ensure_future(self._handle(delivery, db, ex))
@@ -402,9 +451,13 @@ class Worker:
             await asyncio.sleep(self.visibility / 3)
             try:
                 kept = await db(taskqueue.renew, delivery, self.owner, self.visibility)
-            except Exception:  # noqa: BLE001 - a database hiccup: try again at the next beat
+            except DatabaseError as err:  # the database went away: try again at the next beat
+                self.outage.failed(err)
+                continue
+            except Exception:  # noqa: BLE001 - try again at the next beat
                 logger.exception("Delivery %s: renewing the lease failed", delivery.pk)
                 continue
+            self.outage.answered()
             if not kept:
                 # Done by its own turn's commit (held, or no reply to send): nothing left to keep.
                 if await db(taskqueue.status_of, delivery) != InboundDelivery.Status.DONE:

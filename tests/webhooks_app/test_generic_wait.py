@@ -1,10 +1,12 @@
-"""``?wait=true`` on the generic webhook: a client that retries (its connection dropped) gets the answer."""
+"""``?wait=true`` on the generic webhook: the request waits for a queue worker to play the turn, and a client that
+retries (its connection dropped) gets the answer."""
 
 from __future__ import annotations
 
 import pytest
 
 from tests.webhooks_app import payloads as p
+from tests.webhooks_app.running import running_worker
 from tests.webhooks_app.test_endpoints import post_generic
 from tests.webhooks_app.test_worker import apis, texts  # noqa: F401 - apis is a fixture
 from webhooks_app.models import InboundDelivery
@@ -12,7 +14,13 @@ from webhooks_app.models import InboundDelivery
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def test_a_retried_wait_request_of_a_finished_delivery_gets_its_answer(client, apis):  # noqa: F811
+@pytest.fixture
+def worker(apis):  # noqa: F811
+    with running_worker() as running:
+        yield running
+
+
+def test_a_retried_wait_request_of_a_finished_delivery_gets_its_answer(client, apis, worker):  # noqa: F811
     body = p.generic("web:7", "m-7", "where is my order")
     first = post_generic(client, body, query="?wait=true")
     assert first.status_code == 200 and first.json()["answer"] == "echo: where is my order"
@@ -26,13 +34,14 @@ def test_a_retried_wait_request_of_a_finished_delivery_gets_its_answer(client, a
 def test_a_wait_request_for_a_duplicate_still_queued_waits_for_it_like_the_first(client, apis):  # noqa: F811
     body = p.generic("web:8", "m-8", "hello")
     assert post_generic(client, body).status_code == 202  # queued; no worker has taken it
-    r = post_generic(client, body, query="?wait=true")
+    with running_worker():
+        r = post_generic(client, body, query="?wait=true")
     assert r.status_code == 200, r.content
     assert (r.json()["status"], r.json()["answer"], r.json()["duplicate"]) == ("done", "echo: hello", True)
     assert texts("web:8") == [("user", "hello"), ("model", "echo: hello")]
 
 
-def test_a_duplicate_without_wait_is_still_acknowledged_without_the_answer(client, apis):  # noqa: F811
+def test_a_duplicate_without_wait_is_still_acknowledged_without_the_answer(client, apis, worker):  # noqa: F811
     body = p.generic("web:9", "m-9", "hi")
     post_generic(client, body, query="?wait=true")
     r = post_generic(client, body)
@@ -43,7 +52,8 @@ def test_a_wait_request_for_a_delivery_cancelled_by_a_delete_is_a_410_at_once(cl
     from tests.webhooks_app.test_settle import delete
 
     first = p.generic("web:10", "m-10", "hello")
-    assert post_generic(client, first, query="?wait=true").status_code == 200  # the session exists
+    with running_worker():
+        assert post_generic(client, first, query="?wait=true").status_code == 200  # the session exists
     queued = p.generic("web:10", "m-11", "are you there?")
     assert post_generic(client, queued).status_code == 202  # queued; no worker has taken it
     delete("web:10")
@@ -52,7 +62,7 @@ def test_a_wait_request_for_a_delivery_cancelled_by_a_delete_is_a_410_at_once(cl
     assert (r.json()["error"], r.json()["status"], r.json()["duplicate"]) == ("session_deleted", "cancelled", True)
 
 
-def test_a_wait_request_for_a_delivery_answered_before_its_session_was_deleted_is_a_410(client, apis):  # noqa: F811
+def test_a_wait_request_for_a_delivery_answered_before_its_session_was_deleted_is_a_410(client, apis, worker):  # noqa: F811
     from tests.webhooks_app.test_settle import delete
 
     body = p.generic("web:12", "m-12", "hello")
@@ -66,7 +76,7 @@ def test_a_wait_request_for_a_delivery_answered_before_its_session_was_deleted_i
 
 @pytest.mark.parametrize("wait", ["", "?wait=true"])
 def test_a_message_id_another_session_used_is_a_409_and_touches_nothing_of_that_session(
-        client, apis, wait):  # noqa: F811
+        client, apis, worker, wait):  # noqa: F811
     first = post_generic(client, p.generic("web:13", "m-13", "my refund for order 77"), query="?wait=true")
     assert first.json()["answer"] == "echo: my refund for order 77"
     r = post_generic(client, p.generic("web:14", "m-13", "hi"), query=wait)
@@ -79,7 +89,7 @@ def test_a_message_id_another_session_used_is_a_409_and_touches_nothing_of_that_
     assert InboundDelivery.objects.get().duplicates_suppressed == 1
 
 
-def test_a_message_through_another_channel_keeps_the_sessions_channel(client, apis):  # noqa: F811
+def test_a_message_through_another_channel_keeps_the_sessions_channel(client, apis, worker):  # noqa: F811
     """A signed generic message on a WhatsApp customer's session does not relabel it (its channel decides
     that the live chat may not write to it)."""
     from sessions_app.models import ChatSession
@@ -95,3 +105,22 @@ def test_a_message_through_another_channel_keeps_the_sessions_channel(client, ap
     session.refresh_from_db()
     assert session.metadata["channel"] == "whatsapp"
     assert texts(session.pk)[-2:] == [("user", "hi from the CRM"), ("model", "echo: hi from the CRM")]
+
+
+def test_a_wait_request_plays_nothing_itself_it_waits_for_a_worker(client, apis, monkeypatch):  # noqa: F811
+    """Without a worker the turn is not played in the web process: after the wait the delivery is still queued
+    (202); the worker that starts later plays it, once."""
+    from webhooks_app import views
+
+    monkeypatch.setattr(views, "WAIT_SECONDS", 0.3)
+    r = post_generic(client, p.generic("web:20", "m-20", "hello"), query="?wait=true")
+    assert r.status_code == 202, r.content
+    assert r.json()["status"] == "queued" and texts("web:20") == []
+    delivery = InboundDelivery.objects.get()
+    assert (delivery.status, delivery.attempts, delivery.lease_owner) == ("queued", 0, "")
+    with running_worker() as worker:
+        again = post_generic(client, p.generic("web:20", "m-20", "hello"), query="?wait=true")
+    assert again.status_code == 200 and again.json()["answer"] == "echo: hello"
+    delivery.refresh_from_db()
+    assert (delivery.attempts, delivery.lease_owner) == (1, worker.owner)
+    assert texts("web:20") == [("user", "hello"), ("model", "echo: hello")]

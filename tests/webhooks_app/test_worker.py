@@ -307,10 +307,13 @@ def test_telegram_long_answers_are_split_and_reset_clears_history(client, apis):
 
 
 def test_generic_wait_returns_the_answer(client, apis):
-    r = post_generic(client, p.generic("web:1", "m-1", "hi there"), query="?wait=true")
-    assert r.status_code == 200, r.content
-    assert r.json()["answer"] == "echo: hi there" and r.json()["status"] == "done"
-    r = post_generic(client, p.generic("web:1", "m-2", "boom [fail]"), query="?wait=true")
+    from tests.webhooks_app.running import running_worker
+
+    with running_worker():
+        r = post_generic(client, p.generic("web:1", "m-1", "hi there"), query="?wait=true")
+        assert r.status_code == 200, r.content
+        assert r.json()["answer"] == "echo: hi there" and r.json()["status"] == "done"
+        r = post_generic(client, p.generic("web:1", "m-2", "boom [fail]"), query="?wait=true")
     assert r.status_code == 502 and r.json()["error"] == "turn_failed"
     assert texts("web:1") == [("user", "hi there"), ("model", "echo: hi there")]
 
@@ -378,19 +381,6 @@ def test_a_failed_reply_is_recorded_and_the_delivery_is_done(client, apis):
     d = InboundDelivery.objects.get()
     assert (d.status, d.reply_status) == ("done", "failed") and "500" in d.reply_error
     assert len(wa.bodies()) == 1  # tried once, not retried
-
-
-def test_a_wait_request_plays_only_its_own_delivery_and_leaves_the_queue_to_the_workers(client, apis):
-    """A ``?wait=true`` request plays its delivery in the request; it claims nothing else (no worker of its own
-    keeps running to play what it would take)."""
-    post_wa(client, p.whatsapp(p.wa_text("wamid.Q", "queued before")))
-    r = post_generic(client, p.generic("web:2", "m-1", "hi"), query="?wait=true")
-    assert r.status_code == 200 and r.json()["answer"] == "echo: hi"
-    waiting = InboundDelivery.objects.get(provider="whatsapp")
-    assert (waiting.status, waiting.lease_owner, waiting.attempts) == ("queued", "", 0)
-    assert drain() == 1
-    waiting.refresh_from_db()
-    assert (waiting.status, waiting.reply_status) == ("done", "sent")
 
 
 def test_a_turn_whose_commit_is_refused_after_the_answer_was_recorded_records_it_again_when_played_again(client, apis):

@@ -17,6 +17,7 @@ import signal
 import sys
 from collections.abc import Callable
 
+from django.conf import settings
 from django.core.management.base import BaseCommand
 
 from sessions_app.live import flush_before_close
@@ -41,7 +42,8 @@ class Command(BaseCommand):
     help = "Process webhook deliveries from the database queue."
 
     def add_arguments(self, parser) -> None:
-        parser.add_argument("--slots", type=int, default=4, help="Deliveries played at once (default 4).")
+        parser.add_argument("--slots", type=int, default=None,
+                            help="Deliveries played at once (default: CHATFLOW_WORKER_SLOTS, 4 unless set).")
         parser.add_argument("--poll", type=float, default=0.5, help="Seconds between polls when idle (default 0.5).")
         parser.add_argument("--drain", action="store_true", help="Exit when no delivery is queued or running.")
         parser.add_argument("--costs", action="store_true",
@@ -50,8 +52,9 @@ class Command(BaseCommand):
                             help="Run as an ASGI server's embedded worker: stdin is the server's pipe (a byte "
                                  "wakes the worker; end of input stops it).")
 
-    def handle(self, *args, slots: int, poll: float, drain: bool, embedded: bool, costs: bool = False,
+    def handle(self, *args, slots: int | None, poll: float, drain: bool, embedded: bool, costs: bool = False,
                **options) -> None:
+        slots = settings.CHATFLOW_WORKER_SLOTS if slots is None else slots
         if slots < 1 or poll <= 0:
             self.stderr.write("--slots must be at least 1 and --poll positive")
             raise SystemExit(2)
