@@ -36,6 +36,7 @@ from typing import Any
 from chatflow_agent.core.reports import TURN_SOURCES, TurnReport
 from chatflow_agent.core.sql import Dialect, LeaseRider
 from chatflow_agent.types import ModelCallUsage
+from turns_app.models import SessionTotals, TurnRecord
 
 __all__ = ["CANCELLED_ERROR", "CANCELLED_UNREPORTED_ERROR", "INTERRUPTED_ERROR", "call_json", "cancel_turn",
            "close_turn", "forget_session", "lease_closing_turn", "lease_opening_turn", "mark_interrupted", "open_turn"]
@@ -275,12 +276,10 @@ def mark_interrupted(cursor: Any, dialect: Dialect, now: float, cancelled_before
     return len(found)
 
 
-def forget_session(sender: Any, session_id: str, **kwargs: Any) -> dict[str, int]:
-    """``sessions_app.actions.session_deleting`` receiver, inside the delete's transaction: the session's
-    records keep their figures (metrics count them) but lose the customer's text, and its totals row
-    goes, so a new session of the same id starts from nothing. Returns ``{"turn_records_redacted": n}``."""
-    from turns_app.models import SessionTotals, TurnRecord
-
+def forget_session(session_id: str) -> dict[str, int]:
+    """A delete of ``session_id`` (inside its transaction): the session's records keep their figures (metrics
+    count them) but lose the customer's text, and its totals row goes, so a new session of the same id starts
+    from nothing. Returns ``{"turn_records_redacted": n}``."""
     redacted = TurnRecord.objects.filter(session_id=session_id).exclude(user_text="").update(user_text="")
     SessionTotals.objects.filter(session_id=session_id).delete()
     return {"turn_records_redacted": redacted}
