@@ -80,6 +80,7 @@ def test_deleting_a_session_leaves_nothing_of_it_but_what_is_kept_on_purpose(cli
         left = [r for r in rows[model._meta.db_table] if r.get("session_id") == SID]
         if model._meta.db_table not in kept:
             assert left == [], model  # deleted with the session
+    assert {r["session_id"] for r in rows["chatflow_turn_records"]} == {""}  # figures kept, no session id
     assert rows["chatflow_session_totals"] == [] and rows["chatflow_session_leases"] == []
     # Kept on purpose: the claims and the redacted deliveries (a redelivery stays a duplicate), the audit trail.
     assert len(rows["chatflow_processed_messages"]) == 2
