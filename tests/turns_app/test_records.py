@@ -171,27 +171,30 @@ def test_a_turn_refused_because_its_session_was_deleted_keeps_no_customer_text(s
 
 
 class Held(BaseEngine):
-    """Answers a message holding "card" once ``release`` is set (``started`` is set when that call began), any
-    other at once."""
+    """Answers a message holding "card" once ``release`` is set (``started`` is set when that call began), or is
+    cancelled then (``cancelled``); any other message at once."""
 
-    def __init__(self) -> None:
-        self.started, self.release = threading.Event(), threading.Event()
+    def __init__(self, cancelled: bool) -> None:
+        self.started, self.release, self.cancelled = threading.Event(), threading.Event(), cancelled
 
     async def generate_turn_async(self, agent, history):
         if "card" not in (history[-1].content or ""):
             return EngineTurnResult(text="hi")
         self.started.set()
         await asyncio.to_thread(self.release.wait, 20)
+        if self.cancelled:
+            raise asyncio.CancelledError
         return EngineTurnResult(text="too late")
 
 
+@pytest.mark.parametrize("ending", ["answers", "is_cancelled"])
 @pytest.mark.parametrize("where", ["this_store", "another_store"])
 def test_a_turn_running_during_the_delete_writes_nothing_back_and_no_later_session_shows_its_record(
-        store, django_user_model, where):
+        store, django_user_model, where, ending):
     from agents_app import runtime
     from sessions_app.actions import delete_session
 
-    engine = Held()
+    engine = Held(cancelled=ending == "is_cancelled")
     runner = Runner(Agent(name="Bot", instructions="x", engine=engine),
                     session_store=runtime.site_store() if where == "this_store" else store)
     asyncio.run(runner.run_async("s1", "hello"))
