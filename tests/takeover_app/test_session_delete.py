@@ -4,11 +4,13 @@ with the bot, with no owner, no old note, no old replies; every table is walked 
 from __future__ import annotations
 
 import json
+import threading
 
 import pytest
 from django.apps import apps
 from django.conf import settings
 from django.contrib.auth.models import User
+from django.db import connections
 
 from sessions_app import actions, holdings
 from sessions_app.models import ChatMessage, ChatSession, OperatorAction, ProcessedMessage
@@ -113,3 +115,30 @@ def test_a_customer_who_writes_again_after_the_delete_starts_a_new_conversation(
     audit_page = personas.client_for(personas.viewer()).get("/audit/", {"session": SID}).content.decode()
     assert "Take over" in audit_page  # the trail stays
     assert [s for s in SECRETS if s in audit_page] == []
+
+
+def test_a_reply_whose_session_is_deleted_while_it_is_sent_is_a_404_not_a_500(client, env, recording):
+    wa_message(client, "wamid.1", CUSTOMER)
+    drain()
+    olga = personas.operator()
+    service.take_over(olga, SID)
+    env.wa.requests.clear()
+    env.wa.arrived.clear()
+    env.wa.hold = threading.Event()
+    answered: list = []
+
+    def reply() -> None:
+        try:
+            answered.append(personas.client_for(olga).post(f"/actions/reply/{SID}/", {"text": REPLY}))
+        finally:
+            connections.close_all()
+
+    sending = threading.Thread(target=reply)
+    sending.start()
+    assert env.wa.arrived.wait(20)
+    actions.delete_session(personas.operator("dora.deleter"), SID)
+    env.wa.hold.set()
+    sending.join(20)
+
+    assert answered and answered[0].status_code == 404
+    assert not OperatorReply.objects.exists()
