@@ -3,9 +3,11 @@
 An app with a table that has a ``session_id`` column registers it from its ``ready()`` with :func:`register`:
 how a delete forgets the session's rows (``forget``, run inside the delete's transaction; by default the rows
 are deleted) and, when some of them stay, why (``kept``). :func:`forget` runs every registered part; the
-console's delete (``sessions_app.actions.delete_session``) calls it, then the store deletes the session row and
-its messages. The system check ``sessions_app.E001`` (:func:`unregistered`) names every table of the project's
-apps with a ``session_id`` column that nobody registered, so a new app's table cannot be forgotten.
+console's delete (``sessions_app.actions.delete_session``) and an import that replaces a session
+(``sessions_app.restore``) call it, then the store deletes the session row and its messages. The registry is
+filled once at start-up, as Django's admin site is; nothing per turn or per session is kept in it. The system
+check ``sessions_app.E001`` (:func:`unregistered`) names every table of the project's apps with a ``session_id``
+column that nobody registered, so a new app's table cannot be forgotten.
 
 Lock order: a turn's commit writes its delivery and its mode row before the session row, and its turn record
 after it. A part registered with ``before_session_row=True`` is forgotten before the delete locks the session
