@@ -22,7 +22,7 @@ from django.utils import timezone
 
 from health_app.models import WorkerHeartbeat
 from sessions_app.access import may
-from sessions_app.models import SessionLease, SessionWaiter
+from sessions_app.models import ChatSession, SessionLease, SessionWaiter
 from takeover_app.access import REPLY  # the session page's Resend of an operator reply needs the same
 from takeover_app.models import OperatorReply
 from turns_app.models import TurnRecord
@@ -82,15 +82,18 @@ def _page(request: Any, name: str, qs: Any) -> Page:
 
 
 def _with_leases(turns: Page) -> list[dict[str, Any]]:
-    leases = {lease.session_id: lease for lease in SessionLease.objects.filter(
-        session_id__in=[t.session_id for t in turns])}
+    """Each turn with its session's lease, its process and whether its session exists yet (a first turn's
+    session is created when that turn commits)."""
+    ids = [t.session_id for t in turns]
+    leases = {lease.session_id: lease for lease in SessionLease.objects.filter(session_id__in=ids)}
+    existing = set(ChatSession.objects.filter(session_id__in=ids).values_list("session_id", flat=True))
     alive = _alive_processes()
     rows = []
     for turn in turns:
         lease = leases.get(turn.session_id)
         owner = lease.owner if lease is not None else turn.owner
         rows.append({"turn": turn, "lease": lease, "process": process_of(owner),
-                     "process_alive": process_of(owner) in alive})
+                     "process_alive": process_of(owner) in alive, "first_turn": turn.session_id not in existing})
     return rows
 
 

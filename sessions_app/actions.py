@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import transaction
-from django.dispatch import Signal
 from django.http import Http404
 
 from agents_app import registry, runtime
@@ -27,13 +26,14 @@ from chatflow_agent.core.memory import group_turns
 from chatflow_agent.exceptions import SessionBusyError
 from chatflow_agent.jsonsafe import json_safe
 from chatflow_agent.types import Message, Role
+from sessions_app import holdings
 from sessions_app.models import ChatMessage, ChatSession, OperatorAction
 from sessions_app.timeline import handoff_of, pretty_json
 from turns_app.console import mark_rolled_back
 
 __all__ = [
     "ActionError", "InvalidAction", "SessionBusy", "StalePlan", "RollbackPlan",
-    "audit", "delete_session", "force_handoff", "plan_rollback", "rollback", "session_counts", "session_deleting",
+    "audit", "delete_session", "force_handoff", "plan_rollback", "redact_audit", "rollback", "session_counts",
     "site_store",
 ]
 
@@ -301,30 +301,34 @@ def _apply_plan(session: Any, plan: RollbackPlan) -> str:
 
 
 # ---- delete ----------------------------------------------------------------------------------
-#: Sent by :func:`delete_session` inside its transaction, before the session's rows go, as
-#: ``session_deleting.send(sender=delete_session, session_id=str)``. A receiver settles what other apps
-#: keep for the session (e.g. queued webhook deliveries) and returns a dict of counts, merged into the
-#: audit entry's ``after``; an exception aborts the deletion.
-session_deleting = Signal()
+def redact_audit(session_id: str) -> dict[str, int]:
+    """The session's audit entries keep who did what and when; their texts (a reason, a note, a reply, tool
+    arguments) are redacted (:func:`sessions_app.holdings.redacted`). Returns ``{"audit_entries_redacted": n}``."""
+    changed = []
+    for entry in OperatorAction.objects.filter(session_id=session_id).only("id", "before", "after"):
+        before, after = holdings.redacted(entry.before), holdings.redacted(entry.after)
+        if (before, after) != (entry.before, entry.after):
+            entry.before, entry.after = before, after
+            changed.append(entry)
+    OperatorAction.objects.bulk_update(changed, ["before", "after"])
+    return {"audit_entries_redacted": len(changed)}
 
 
 def delete_session(user: Any, session_id: str) -> OperatorAction:
-    """Delete the session through the store (a running turn then gets SessionDeletedError).
-
-    In the same transaction the ``session_deleting`` receivers settle what refers to the session;
-    the audit entry's ``after`` is ``{"deleted": True, **their counts}``.
-    """
+    """Delete the session through the store (a running turn then gets SessionDeletedError), and in the same
+    transaction everything every app holds of it (``sessions_app.holdings``: deleted, or redacted where rows
+    stay). The audit entry's ``after`` is ``{"deleted": True, **their counts}``; its ``before`` says what was
+    deleted, with the metadata's texts redacted."""
     store = site_store()
     with transaction.atomic():
-        # The receivers first, then the session row: a turn's commit locks its delivery before the session
-        # row (webhooks_app.settle), so taking the two in the same order cannot deadlock. A session that
-        # does not exist rolls their work back with the 404.
-        after: dict[str, Any] = {"deleted": True}
-        for _receiver, counts in session_deleting.send(sender=delete_session, session_id=session_id):
-            after.update(counts or {})
+        # The parts a turn's commit locks before the session row first (its delivery, its mode row), then the
+        # session row, then the rest: the commit's order, so the two cannot deadlock. A session that does not
+        # exist rolls their work back with the 404.
+        after: dict[str, Any] = {"deleted": True, **holdings.forget(session_id, before_session_row=True)}
         row = _locked_session(session_id)
-        before = {"active_agent": row.active_agent_name, "metadata": row.metadata,
+        before = {"active_agent": row.active_agent_name, "metadata": holdings.redacted(row.metadata),
                   "created_at": row.created_at.isoformat(), "updated_at": row.updated_at.isoformat(),
                   **session_counts(session_id)}
+        after.update(holdings.forget(session_id, before_session_row=False))
         store.delete(session_id)
         return audit(user, OperatorAction.Kind.DELETE, session_id, before, after)

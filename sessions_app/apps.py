@@ -19,3 +19,25 @@ class SessionsAppConfig(AppConfig):
         from sessions_app.live import on_operator_action
 
         post_save.connect(on_operator_action, sender="sessions_app.OperatorAction", dispatch_uid="sessions_app.live")
+        self._register_holdings()
+
+    @staticmethod
+    def _register_holdings() -> None:
+        """This app's tables and those of the apps below it (which cannot import this one) that hold sessions."""
+        from django.core import checks
+
+        from sessions_app import actions, holdings
+        from sessions_app.models import OperatorAction, SessionLease, SessionWaiter
+        from turns_app import records
+        from turns_app.models import SessionTotals, TurnRecord
+
+        checks.register(holdings.check, checks.Tags.models)
+        holdings.register(OperatorAction, forget=actions.redact_audit,
+                          kept="The audit log says who did what and when, also for a deleted session; the entries' "
+                               "texts are redacted.")
+        holdings.register(SessionLease, SessionWaiter,
+                          kept="A running turn's lock and the turns in line for it: each is released by its turn "
+                               "(which the delete stops) or expires.")
+        holdings.register(TurnRecord, SessionTotals, forget=records.forget_session,
+                          kept="Turn records keep their figures for the metrics and the dashboard, without the "
+                               "session id or the customer's text; the totals row is deleted.")

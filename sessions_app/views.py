@@ -16,6 +16,7 @@ from django.db.models import Max
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect, reselect, reswap, retarget
@@ -28,6 +29,7 @@ from sessions_app.fragments import pager_ctx
 from sessions_app.models import ChatMessage, ChatSession, OperatorAction, SessionLease
 from sessions_app.timeline import build_page, label_items, pretty_json
 from takeover_app.models import SessionMode
+from turns_app.models import TurnRecord
 
 LIST = "sessions_app/session_list.html"
 DETAIL = "sessions_app/session_detail.html"
@@ -136,11 +138,45 @@ def _exists(session_id: str) -> None:
         raise SessionGone(f"No session {session_id!r}.")
 
 
+def _when(at: Any) -> str:
+    return timezone.localtime(at).strftime("%Y-%m-%d %H:%M")
+
+
+def gone_reason(session_id: str) -> str:
+    """Why no session has ``session_id``, as a sentence: its first turn is running or ended without committing
+    (the turn that would have created it), it was deleted (by whom, when), or nothing ever had the id.
+
+    Only the turn records since the id's last delete count (a delete takes the id off its session's records)."""
+    deleted = OperatorAction.objects.filter(session_id=session_id, action=OperatorAction.Kind.DELETE).order_by(
+        "-created_at", "-id").first()
+    records = TurnRecord.objects.filter(session_id=session_id)
+    if deleted is not None:
+        records = records.filter(started_at__gt=deleted.created_at)
+    first = records.order_by("-started_at", "-id").first()
+    earlier = (f" An earlier session of this id was deleted by {deleted.actor_username or 'the system'} "
+               f"at {_when(deleted.created_at)}." if deleted is not None else "")
+    if first is None and deleted is not None:
+        return (f"It was deleted by {deleted.actor_username or 'the system'} at {_when(deleted.created_at)} "
+                "(the audit log has the entry).")
+    if first is None:
+        return "No session ever had this id here: the address may be wrong."
+    if first.status == TurnRecord.Status.RUNNING:
+        return (f"Its first turn is running (since {_when(first.started_at)}): the session is created when that "
+                "turn commits." + earlier)
+    if first.status == TurnRecord.Status.COMPLETED:
+        return "It had turns and was deleted outside the console (no audit entry)." + earlier
+    error = f" ({first.error[:300]})" if first.error else ""
+    return (f"It never got its first turn: that turn ended {first.get_status_display().lower()}{error} at "
+            f"{_when(first.finished_at or first.started_at)} without being stored, and nothing created the "
+            "session." + earlier)
+
+
 def session_gone(request: HttpRequest, session_id: str) -> HttpResponse:
-    """404 for a session that does not exist (deleted, perhaps by another operator meanwhile): an htmx
-    request gets the message as a fragment for the page's dialog (``static/js/live.js`` swaps it), a
-    full request the message in the site's layout."""
-    ctx = {"session_id": session_id}
+    """404 for a session that does not exist (deleted, perhaps by another operator meanwhile, or never created:
+    its first turn did not commit), saying which (:func:`gone_reason`): an htmx request gets the message as a
+    fragment for the page's dialog (``static/js/live.js`` swaps it), a full request the message in the site's
+    layout."""
+    ctx = {"session_id": session_id, "reason": gone_reason(session_id)}
     if _fragment_wanted(request):
         response = render(request, f"{DETAIL}#session-gone", ctx, status=404)
         reselect(reswap(retarget(response, "#dialog"), "innerHTML"), "unset")

@@ -1,8 +1,8 @@
 """Human takeover's tables: the mode of each session and the replies operators wrote.
 
 ``session_id`` is plain text (no foreign key), like ``OperatorAction``: a mode row is written under
-the session's turn lock before the session row may exist, and the history of replies outlives a
-deleted session only as far as the delete settles it (``service.on_session_deleting``).
+the session's turn lock before the session row may exist. Deleting the session deletes both (registered
+with ``sessions_app.holdings`` in ``TakeoverAppConfig.ready``).
 """
 
 from __future__ import annotations

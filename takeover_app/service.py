@@ -427,7 +427,8 @@ def send_reply(user: Any, session_id: str, text: str) -> OperatorReply:
     sender died stays ``sending`` (shown as unknown) and is only sent again by :func:`resend`.
     ``InvalidAction`` (400): empty text, a session not in mode ``human``, or a WhatsApp session whose
     customer wrote last more than 24 hours ago (its service window is closed); :class:`TakenOver`
-    (409): another operator owns it; ``SessionBusy`` (409): a turn held the session throughout.
+    (409): another operator owns it; ``SessionBusy`` (409): a turn held the session throughout; ``Http404``: no such
+    session, or it was deleted (and the reply with it) while the reply was being sent.
     """
     text = clean_text(text or "").strip()
     if not text:
@@ -504,6 +505,9 @@ def _deliver(reply: OperatorReply) -> OperatorReply:
         fields = {"status": Status.SENT, "sent_at": timezone.now()}
     # Only this attempt's outcome (a resend counts an attempt more and records its own).
     OperatorReply.objects.filter(pk=reply.pk, status=Status.SENDING, attempts=reply.attempts).update(**fields)
-    reply.refresh_from_db()
+    recorded = OperatorReply.objects.filter(pk=reply.pk).first()
+    if recorded is None:  # its session was deleted during the send, and the reply with it
+        raise Http404(f"Session {reply.session_id!r} was deleted while the reply was being sent.")
+    reply = recorded
     live.publish_reply(reply)  # open pages render the reply's new status
     return reply

@@ -7,9 +7,3 @@ class TurnsAppConfig(AppConfig):
     name = "turns_app"
     verbose_name = "Turn records"
     default_auto_field = "django.db.models.BigAutoField"
-
-    def ready(self) -> None:
-        from sessions_app.actions import session_deleting
-        from turns_app.records import forget_session
-
-        session_deleting.connect(forget_session, dispatch_uid="turns_app.records.forget_session")

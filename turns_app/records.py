@@ -33,12 +33,16 @@ from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any
 
+from django.utils import timezone
+
 from chatflow_agent.core.reports import TURN_SOURCES, TurnReport
 from chatflow_agent.core.sql import Dialect, LeaseRider
 from chatflow_agent.types import ModelCallUsage
+from turns_app.models import SessionTotals, TurnRecord
 
-__all__ = ["CANCELLED_ERROR", "CANCELLED_UNREPORTED_ERROR", "INTERRUPTED_ERROR", "call_json", "cancel_turn",
-           "close_turn", "forget_session", "lease_closing_turn", "lease_opening_turn", "mark_interrupted", "open_turn"]
+__all__ = ["CANCELLED_ERROR", "CANCELLED_UNREPORTED_ERROR", "DELETED_ERROR", "INTERRUPTED_ERROR", "call_json",
+           "cancel_turn", "close_turn", "forget_session", "lease_closing_turn", "lease_opening_turn",
+           "mark_interrupted", "open_turn"]
 
 #: The error text of a record marked ``interrupted``.
 INTERRUPTED_ERROR = "Interrupted: the process running this turn stopped (its session lease expired)."
@@ -275,12 +279,20 @@ def mark_interrupted(cursor: Any, dialect: Dialect, now: float, cancelled_before
     return len(found)
 
 
-def forget_session(sender: Any, session_id: str, **kwargs: Any) -> dict[str, int]:
-    """``sessions_app.actions.session_deleting`` receiver, inside the delete's transaction: the session's
-    records keep their figures (metrics count them) but lose the customer's text, and its totals row
-    goes, so a new session of the same id starts from nothing. Returns ``{"turn_records_redacted": n}``."""
-    from turns_app.models import SessionTotals, TurnRecord
+#: The error of a record whose turn was still running when an operator deleted its session.
+DELETED_ERROR = "Cancelled: the session was deleted during this turn."
 
-    redacted = TurnRecord.objects.filter(session_id=session_id).exclude(user_text="").update(user_text="")
+
+def forget_session(session_id: str) -> dict[str, int]:
+    """A delete of ``session_id`` (inside its transaction, after the session row is locked): the session's records
+    keep their figures (metrics and the dashboard count them) but lose the customer's text and the session id,
+    so no later session of the same id shows them; a record still running ends ``cancelled`` with
+    :data:`DELETED_ERROR`, and the close its turn may still make finds nothing to write (closes are keyed by
+    session id and owner). The session's totals row goes: a new session of the id starts from nothing.
+    Returns ``{"turn_records_redacted": n}``."""
+    records = TurnRecord.objects.filter(session_id=session_id)
+    records.filter(status=TurnRecord.Status.RUNNING).update(
+        status=TurnRecord.Status.CANCELLED, finished_at=timezone.now(), error=DELETED_ERROR)
+    redacted = records.update(session_id="", user_text="", awaiting_report=False)
     SessionTotals.objects.filter(session_id=session_id).delete()
     return {"turn_records_redacted": redacted}

@@ -10,14 +10,18 @@ class WebhooksAppConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from sessions_app.actions import session_deleting
+        from sessions_app import holdings
         from sessions_app.listing import register_marker
         from sessions_app.store import session_committing
         from webhooks_app import embedded, ledger, settle
         from webhooks_app.groups import grant_ledger_permissions
+        from webhooks_app.models import InboundDelivery
 
         post_migrate.connect(grant_ledger_permissions, sender=self, dispatch_uid="webhooks_app.groups")
-        session_deleting.connect(settle.cancel_deliveries, dispatch_uid="webhooks_app.settle.cancel")
+        # A turn's commit locks its delivery before the session row: so does the delete.
+        holdings.register(InboundDelivery, forget=settle.cancel_deliveries, before_session_row=True,
+                          kept="Redacted and settled (cancelled): their provider ids and claims stay so that a "
+                               "provider's redelivery is still suppressed as a duplicate.")
         session_committing.connect(settle.settle_turn, dispatch_uid="webhooks_app.settle.turn")
         register_marker("failed_delivery", ledger.reply_failed_marker)
         register_marker("turn_failed", ledger.turn_failed_marker)

@@ -1,9 +1,9 @@
 """A delivery's turn and its session, settled together: a deleted session's deliveries are never played into a
 new session, and a delivery's turn commits with what it answered.
 
-Two receivers, connected in ``WebhooksAppConfig.ready``:
+Two hooks, connected in ``WebhooksAppConfig.ready``:
 
-- :func:`cancel_deliveries` (``sessions_app.actions.session_deleting``, inside the delete's
+- :func:`cancel_deliveries` (registered with ``sessions_app.holdings``: run inside a session delete's
   transaction; invariant 5): the session's queued deliveries, the running ones whose turn has not
   finished, and the failed ones (no retry can play them any more) become ``cancelled``; every delivery
   of the session loses its text, answer, payload and channel metadata (a done one says so in its error,
@@ -83,7 +83,7 @@ def playing(delivery: InboundDelivery, owner: str, replies_out: bool, answer: st
         _playing.pop(delivery.marker, None)
 
 
-def cancel_deliveries(sender: Any, session_id: str, **kwargs: Any) -> dict[str, int]:
+def cancel_deliveries(session_id: str) -> dict[str, int]:
     """Cancel the session's open and failed deliveries and redact all of them; ``{"deliveries_cancelled": n, …}``."""
     deliveries = InboundDelivery.objects.filter(session_id=session_id)
     unplayed = Q(status=Status.QUEUED) | Q(status=Status.RUNNING, reply_status=InboundDelivery.Reply.PENDING)

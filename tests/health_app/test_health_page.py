@@ -360,3 +360,27 @@ def test_cancel_turn_stops_the_turn_the_page_showed_not_one_that_began_since(set
     assert not OperatorAction.objects.filter(action="cancel_turn").exists()
     r = operator.post("/health/sessions/slow-3/cancel/", {"owner": following.owner}, HTTP_HX_REQUEST="true")
     assert r.status_code == 200 and not SessionLease.objects.filter(pk="slow-3").exists()
+
+
+def test_a_first_turn_is_marked_and_once_cancelled_its_link_says_the_session_never_got_it(settings):
+    from agents_app.runtime import site_store
+    from chatflow_agent.core.reports import TurnReport
+
+    settings.CHATFLOW_HEALTH_LONG_TURN_SECONDS = 1
+    report = TurnReport(source="api", user_text="hello", owner="otherhost:1:first:1")
+    report.started_at = time.time() - 5
+    assert site_store().backend.acquire_lease("new-1", report.owner, 30.0, False, report)
+    operator = personas.client_for(personas.operator())
+    turns = operator.get(URL).content.decode().split('id="health-turns"')[1].split("</section>")[0]
+    assert 'data-session="new-1"' in turns and ">first turn</span>" in turns
+    running = operator.get("/sessions/new-1/")
+    assert running.status_code == 404 and "Its first turn is running" in running.content.decode()
+
+    r = operator.post("/health/sessions/new-1/cancel/", {"owner": report.owner, "reason": "stuck"},
+                      HTTP_HX_REQUEST="true")
+    assert r.status_code == 200 and not ChatSession.objects.filter(pk="new-1").exists()
+
+    for response in (operator.get("/sessions/new-1/"), operator.get("/sessions/new-1/", HTTP_HX_REQUEST="true")):
+        said = response.content.decode()
+        assert response.status_code == 404 and "It never got its first turn: that turn ended cancelled" in said
+        assert "deleted" not in said

@@ -437,7 +437,8 @@ def test_delete_removes_the_session_through_the_store_and_is_audited(op_client, 
     assert entry.before["messages"] == 15 and entry.before["turns"] == 3
     assert entry.before["metadata"] == {"channel": "web"}
     assert entry.after == {"deleted": True, "deliveries_cancelled": 0, "deliveries_redacted": 0,
-                           "turn_records_redacted": 0}
+                           "session_modes_deleted": 0, "audit_entries_redacted": 0, "turn_records_redacted": 0,
+                           "operator_replies_deleted": 0}
     assert op_client.get("/sessions/s/").status_code == 404
     assert op_client.post("/actions/delete/s/").status_code == 404
 

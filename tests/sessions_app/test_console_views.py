@@ -410,6 +410,17 @@ def test_a_missing_session_is_a_404_message_as_a_fragment_or_a_page_never_django
     assert b"Session not found" in full.content and b"URLconf" not in full.content
 
 
+def test_a_missing_session_says_whether_it_was_deleted_by_whom_or_never_existed(op_client):
+    cv.store("s", cv.support_story())
+    actions.delete_session(personas.operator("dora.deleter"), "s")
+
+    deleted = op_client.get("/sessions/s/").content.decode()
+    unknown = op_client.get("/sessions/never/", HTTP_HX_REQUEST="true").content.decode()
+
+    assert "It was deleted by dora.deleter at " in deleted and "never got" not in deleted
+    assert "No session ever had this id here" in unknown and "deleted" not in unknown
+
+
 def test_exports_are_listed_in_the_inspector_not_inside_a_turn(op_client):
     from sessions_app.actions import audit
 

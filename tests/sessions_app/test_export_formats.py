@@ -401,6 +401,20 @@ def test_importing_over_an_existing_session_needs_replace(bearer, tmp_path):
     assert ChatMessage.objects.filter(session_id="s1").count() == 15
 
 
+def test_replacing_a_session_forgets_what_the_apps_held_of_the_replaced_one(bearer, tmp_path):
+    from takeover_app.models import SessionMode
+
+    store("s1", support_story())
+    path = tmp_path / "s1.json"
+    path.write_bytes(get(bearer, "s1", "json")[1])
+    SessionMode.objects.create(session_id="s1", mode="human", owner_username="olga.operator", pending_note="old")
+
+    call_command("chatflow_import_transcript", str(path), "--replace", stdout=io.StringIO())
+
+    assert not SessionMode.objects.filter(session_id="s1").exists()  # the restored session is the bot's again
+    assert ChatMessage.objects.filter(session_id="s1").count() == 15
+
+
 def test_the_bulk_jsonl_export_imports_back_too(bearer, tmp_path):
     store("one", support_story())
     store("two", [user("hi"), model("hello")], agent="Support")

@@ -7,6 +7,7 @@ costs are checked against genai-prices' own calculation, never a hard-coded figu
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Iterator
 
@@ -148,11 +149,14 @@ def test_deleting_a_session_keeps_its_records_figures_but_not_the_customers_text
         asyncio.run(ok.run_async("gone", "my card number is 4242"))
     store.get_or_create("gone", ok.starting_agent)  # the session row the delete removes
     user = django_user_model.objects.create_user("op", password="pw-unused-123")
+    [failed] = records("gone")
 
     entry = delete_session(user, "gone")
 
-    [record] = records("gone")
+    assert records("gone") == []  # a later session of this id shows none of them
+    record = TurnRecord.objects.get(pk=failed.pk)
     assert record.status == "failed" and record.user_text == "" and record.error == "RuntimeError: the model is down"
+    assert record.session_id == "" and record.owner == failed.owner and record.calls == failed.calls
     assert not SessionTotals.objects.filter(pk="gone").exists()  # a new session of this id starts from nothing
     assert entry.after["turn_records_redacted"] == 1
 
@@ -164,3 +168,62 @@ def test_a_turn_refused_because_its_session_was_deleted_keeps_no_customer_text(s
     report.ended_by(SessionDeletedError("s1"))
 
     assert report.status == "cancelled" and report.user_text == "" and report.error.startswith("SessionDeletedError")
+
+
+class Held(BaseEngine):
+    """Answers a message holding "card" once ``release`` is set (``started`` is set when that call began), or is
+    cancelled then (``cancelled``); any other message at once."""
+
+    def __init__(self, cancelled: bool) -> None:
+        self.started, self.release, self.cancelled = threading.Event(), threading.Event(), cancelled
+
+    async def generate_turn_async(self, agent, history):
+        if "card" not in (history[-1].content or ""):
+            return EngineTurnResult(text="hi")
+        self.started.set()
+        await asyncio.to_thread(self.release.wait, 20)
+        if self.cancelled:
+            raise asyncio.CancelledError
+        return EngineTurnResult(text="too late")
+
+
+@pytest.mark.parametrize("ending", ["answers", "is_cancelled"])
+@pytest.mark.parametrize("where", ["this_store", "another_store"])
+def test_a_turn_running_during_the_delete_writes_nothing_back_and_no_later_session_shows_its_record(
+        store, django_user_model, where, ending):
+    from agents_app import runtime
+    from sessions_app.actions import delete_session
+
+    engine = Held(cancelled=ending == "is_cancelled")
+    runner = Runner(Agent(name="Bot", instructions="x", engine=engine),
+                    session_store=runtime.site_store() if where == "this_store" else store)
+    asyncio.run(runner.run_async("s1", "hello"))
+    outcome: list[BaseException | None] = []
+
+    def play() -> None:
+        from django.db import connections
+
+        try:
+            asyncio.run(runner.run_async("s1", "my card is 4111 1111"))
+            outcome.append(None)
+        except BaseException as err:  # noqa: BLE001 - the test inspects it
+            outcome.append(err)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=play)
+    thread.start()
+    assert engine.started.wait(20), outcome
+    [running] = TurnRecord.objects.filter(session_id="s1", status="running")
+
+    delete_session(django_user_model.objects.create_user("op", password="pw-unused-123"), "s1")
+    engine.release.set()
+    thread.join(20)
+    assert outcome and outcome[0] is not None  # the turn did not commit
+    asyncio.run(runner.run_async("s1", "a new conversation"))
+
+    assert [(r.user_text, r.status) for r in records("s1")] == [("a new conversation", "completed")]
+    old = TurnRecord.objects.get(pk=running.pk)
+    assert (old.session_id, old.user_text, old.status) == ("", "", "cancelled")
+    assert not TurnRecord.objects.filter(user_text__contains="4111").exists()
+    assert SessionTotals.objects.get(pk="s1").turns == 1  # the new session's turn only

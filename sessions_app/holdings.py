@@ -1,0 +1,147 @@
+"""Everything that belongs to a session: what each app holds of it, and what deleting the session does with it.
+
+An app with a table that has a ``session_id`` column registers it from its ``ready()`` with :func:`register`:
+how a delete forgets the session's rows (``forget``, run inside the delete's transaction; by default the rows
+are deleted) and, when some of them stay, why (``kept``). :func:`forget` runs every registered part; the
+console's delete (``sessions_app.actions.delete_session``) and an import that replaces a session
+(``sessions_app.restore``) call it, then the store deletes the session row and its messages. The registry is
+filled once at start-up, as Django's admin site is; nothing per turn or per session is kept in it. The system
+check ``sessions_app.E001`` (:func:`unregistered`) names every table of the project's apps with a ``session_id``
+column that nobody registered, so a new app's table cannot be forgotten.
+
+Lock order: a turn's commit writes its delivery and its mode row before the session row, and its turn record
+after it. A part registered with ``before_session_row=True`` is forgotten before the delete locks the session
+row, the others after it: taking them the other way round could deadlock with a commit on PostgreSQL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from django.apps import apps
+from django.conf import settings
+from django.db import models
+
+__all__ = ["REDACTED", "STORE_DELETES", "Holding", "check", "forget", "holdings", "redacted", "register",
+           "session_models", "unregistered"]
+
+#: What the store's own delete removes (the session row and its messages), after every registered part.
+STORE_DELETES = ("sessions_app.ChatSession", "sessions_app.ChatMessage")
+
+#: The value a redacted text gets.
+REDACTED = "(deleted with the session)"
+
+Forget = Callable[[str], dict[str, int]]
+
+
+@dataclass(frozen=True)
+class Holding:
+    """What one app holds of a session: ``models`` (their ``session_id`` column), how a delete forgets them
+    (``forget(session_id)`` → counts for the delete's audit entry) and why rows stay (``kept``, "" when none)."""
+
+    models: tuple[type[models.Model], ...]
+    forget: Forget
+    kept: str = ""
+    before_session_row: bool = False
+
+
+_holdings: list[Holding] = []
+
+
+def register(*held: type[models.Model], forget: Forget | None = None, kept: str = "",
+             before_session_row: bool = False) -> Holding:
+    """Register the session rows of ``held`` (models with a ``session_id`` column); call it from ``ready()``.
+
+    ``forget``: what a delete does with them, in its transaction (its counts are merged into the audit entry's
+    ``after``; an exception aborts the delete); without it the rows are deleted, or, with ``kept`` (why they
+    stay), left as they are. Registering a model again replaces its registration (``ready()`` may run twice)."""
+    if forget is None:
+        forget = _keep if kept else _deleting(held)
+    holding = Holding(tuple(held), forget, kept, before_session_row)
+    labels = {m._meta.label for m in held}
+    _holdings[:] = [h for h in _holdings if not labels & {m._meta.label for m in h.models}] + [holding]
+    return holding
+
+
+def holdings() -> list[Holding]:
+    """The registered parts, in the order a delete forgets them."""
+    return [h for h in _holdings if h.before_session_row] + [h for h in _holdings if not h.before_session_row]
+
+
+def forget(session_id: str, *, before_session_row: bool) -> dict[str, int]:
+    """Forget ``session_id`` in every part registered with this ``before_session_row`` (call it inside the
+    delete's transaction); their counts, merged."""
+    counts: dict[str, int] = {}
+    for holding in holdings():
+        if holding.before_session_row == before_session_row:
+            counts.update(holding.forget(session_id) or {})
+    return counts
+
+
+def _keep(session_id: str) -> dict[str, int]:
+    return {}
+
+
+def _deleting(held: tuple[type[models.Model], ...]) -> Forget:
+    def delete(session_id: str) -> dict[str, int]:
+        counts = {}
+        for model in held:
+            deleted, _by_model = model.objects.filter(session_id=session_id).delete()
+            counts[f"{model._meta.db_table.removeprefix('chatflow_')}_deleted"] = deleted
+        return counts
+
+    return delete
+
+
+def _project_models() -> Iterator[type[models.Model]]:
+    base = Path(settings.BASE_DIR).resolve()
+    for config in apps.get_app_configs():
+        if Path(config.path).resolve().is_relative_to(base):
+            yield from config.get_models()
+
+
+def session_models() -> list[type[models.Model]]:
+    """Every model of the project's apps with a ``session_id`` column (a field or a foreign key's)."""
+    return [m for m in _project_models()
+            if any(getattr(f, "column", None) == "session_id" for f in m._meta.concrete_fields)]
+
+
+def unregistered() -> list[type[models.Model]]:
+    """The models of :func:`session_models` that no part registered and the store does not delete."""
+    known = {m._meta.label for h in _holdings for m in h.models} | set(STORE_DELETES)
+    return [m for m in session_models() if m._meta.label not in known]
+
+
+# What an audit entry keeps of a deleted session: the names of agents, modes, statuses, channels and ids, which
+# say what was done; every other text (a reason, a note, a reply, tool arguments, metadata values) is redacted.
+# A key missing here is redacted: a new kind of entry loses its texts rather than keeps them.
+AUDIT_KEPT_KEYS = frozenset({
+    "action", "active_agent", "agent_after", "agent_before", "acquired_at", "channel", "created_at", "delivery",
+    "error_type", "fingerprint", "format", "from", "lease_owner", "mode", "name", "outcome", "owner", "provider",
+    "provider_message_id", "reply", "reply_status", "status", "to", "trigger", "turn_id", "updated_at", "via",
+    "view", "when",
+})
+
+
+def redacted(value: Any, key: str = "") -> Any:
+    """``value`` (an audit entry's ``before`` or ``after``) with every text under a key not in
+    :data:`AUDIT_KEPT_KEYS` replaced by :data:`REDACTED`; numbers, booleans and the structure stay."""
+    if isinstance(value, dict):
+        return {k: redacted(v, k) for k, v in value.items()}
+    if isinstance(value, list):
+        return [redacted(v, key) for v in value]
+    if isinstance(value, str) and value and key not in AUDIT_KEPT_KEYS:
+        return REDACTED
+    return value
+
+
+def check(app_configs: Any = None, **kwargs: Any) -> list[Any]:
+    """System check ``sessions_app.E001``: every table with a session id column is registered."""
+    from django.core.checks import Error
+
+    return [Error(f"{model._meta.label} has a session_id column but no app registered what deleting a session does "
+                  "with its rows.", hint="Call sessions_app.holdings.register() from the app's ready().",
+                  obj=model, id="sessions_app.E001") for model in unregistered()]

@@ -1,0 +1,144 @@
+"""Deleting a session forgets what every app held of it: a customer who writes again starts a new conversation
+with the bot, with no owner, no old note, no old replies; every table is walked after the delete."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+from django.apps import apps
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.db import connections
+
+from sessions_app import actions, holdings
+from sessions_app.models import ChatMessage, ChatSession, OperatorAction, ProcessedMessage
+from takeover_app import service
+from takeover_app.models import OperatorReply, SessionMode
+from tests.sessions_app import personas
+from tests.takeover_app import agents
+from tests.takeover_app.conftest import drain, texts, wa_message
+from tests.takeover_app.test_api_export import bearer, body
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+SID = "15550100"
+CUSTOMER = "hello, CUSTOMER-SECRET here"
+HELD = "are you there? HELD-SECRET"
+REPLY = "Olga here: REPLY-SECRET is on its way"
+NOTE = "Private: NOTE-SECRET was promised"
+REASON = "REASON-SECRET screen"
+SECRETS = ("CUSTOMER-SECRET", "HELD-SECRET", "REPLY-SECRET", "NOTE-SECRET", "REASON-SECRET")
+
+
+@pytest.fixture
+def recording(env, settings):
+    settings.CHATFLOW_AGENTS = "tests.takeover_app.agents.build"
+    agents.CALLS.clear()
+    return agents.CALLS
+
+
+def taken_over_handed_back_and_taken_again(client) -> User:
+    """The session of the issue: answered by the bot, taken over, replied to, handed back with a private
+    note, taken over again, a held message, an operator's handoff."""
+    wa_message(client, "wamid.1", CUSTOMER)
+    drain()
+    olga = personas.operator()
+    service.take_over(olga, SID)
+    service.send_reply(olga, SID, REPLY)
+    service.hand_back(olga, SID, agent_name="Billing", note=NOTE)
+    actions.force_handoff(olga, SID, "Support", reason=REASON)
+    service.take_over(olga, SID)
+    wa_message(client, "wamid.2", HELD)
+    drain()
+    row = SessionMode.objects.get(pk=SID)
+    assert (row.mode, row.owner_username, row.pending_note, row.unread) == ("human", "olga.operator", NOTE, 1)
+    return olga
+
+
+def project_rows() -> dict[str, list[dict]]:
+    """Every row of every table of the project's apps (the three chatflow tables included), as text."""
+    base = str(settings.BASE_DIR)
+    models = [m for c in apps.get_app_configs() if c.path.startswith(base) for m in c.get_models()]
+    assert {ChatSession, ChatMessage, ProcessedMessage} <= set(models)
+    return {m._meta.db_table: [json.loads(json.dumps(r, default=str)) for r in m.objects.values()] for m in models}
+
+
+def test_deleting_a_session_leaves_nothing_of_it_but_what_is_kept_on_purpose(client, env, recording):
+    taken_over_handed_back_and_taken_again(client)
+    before = json.dumps(project_rows(), ensure_ascii=False)
+    assert [s for s in SECRETS if s in before] == list(SECRETS)
+
+    entry = actions.delete_session(personas.operator("dora.deleter"), SID)
+
+    rows = project_rows()
+    everything = json.dumps(rows, ensure_ascii=False)
+    assert [s for s in SECRETS if s in everything] == []
+    kept = {m._meta.db_table for h in holdings.holdings() if h.kept for m in h.models}
+    assert kept == {"chatflow_operator_actions", "chatflow_inbound_deliveries", "chatflow_session_leases",
+                    "chatflow_session_waiters", "chatflow_turn_records", "chatflow_session_totals"}
+    for model in holdings.session_models():
+        left = [r for r in rows[model._meta.db_table] if r.get("session_id") == SID]
+        if model._meta.db_table not in kept:
+            assert left == [], model  # deleted with the session
+    assert {r["session_id"] for r in rows["chatflow_turn_records"]} == {""}  # figures kept, no session id
+    assert rows["chatflow_session_totals"] == [] and rows["chatflow_session_leases"] == []
+    # Kept on purpose: the claims and the redacted deliveries (a redelivery stays a duplicate), the audit trail.
+    assert len(rows["chatflow_processed_messages"]) == 2
+    assert [(d["status"], d["text"]) for d in rows["chatflow_inbound_deliveries"]] == [("done", "")] * 2
+    audit = OperatorAction.objects.filter(session_id=SID).exclude(pk=entry.pk)
+    assert {e.action for e in audit} == {"take_over", "operator_reply", "hand_back", "force_handoff"}
+    handed = audit.get(action="hand_back")
+    assert (handed.after["note"], handed.after["mode"], handed.after["active_agent"]) == (
+        holdings.REDACTED, "bot", "Billing")
+    assert entry.after["session_modes_deleted"] == 1 and entry.after["operator_replies_deleted"] == 1
+    assert entry.after["audit_entries_redacted"] == 3  # the reply, the note, the handoff's reason
+
+
+def test_a_customer_who_writes_again_after_the_delete_starts_a_new_conversation(client, env, recording):
+    olga = taken_over_handed_back_and_taken_again(client)
+    actions.delete_session(olga, SID)
+    calls_before = len(recording)
+
+    wa_message(client, "wamid.3", "a new conversation")
+    drain()
+
+    assert texts(SID) == [("user", "a new conversation"), ("model", "answer to a new conversation")]
+    assert len(recording) == calls_before + 1
+    assert not any("NOTE-SECRET" in content for _role, content in recording[-1])  # no old note as instructions
+    assert not SessionMode.objects.filter(pk=SID).exclude(mode="bot").exists()  # the bot answers, nobody owns it
+    assert not OperatorReply.objects.filter(session_id=SID).exists()
+    transcript = json.loads(body(client.get(f"/api/v1/sessions/{SID}/transcript", {"view": "operator"},
+                                            **bearer(olga))))
+    assert transcript["operator_view"]["replies"] == [] and transcript["operator_view"]["owner"] in ("", None)
+    audit_page = personas.client_for(personas.viewer()).get("/audit/", {"session": SID}).content.decode()
+    assert "Take over" in audit_page  # the trail stays
+    assert [s for s in SECRETS if s in audit_page] == []
+
+
+def test_a_reply_whose_session_is_deleted_while_it_is_sent_is_a_404_not_a_500(client, env, recording):
+    wa_message(client, "wamid.1", CUSTOMER)
+    drain()
+    olga = personas.operator()
+    service.take_over(olga, SID)
+    env.wa.requests.clear()
+    env.wa.arrived.clear()
+    env.wa.hold = threading.Event()
+    answered: list = []
+
+    def reply() -> None:
+        try:
+            answered.append(personas.client_for(olga).post(f"/actions/reply/{SID}/", {"text": REPLY}))
+        finally:
+            connections.close_all()
+
+    sending = threading.Thread(target=reply)
+    sending.start()
+    assert env.wa.arrived.wait(20)
+    actions.delete_session(personas.operator("dora.deleter"), SID)
+    env.wa.hold.set()
+    sending.join(20)
+
+    assert answered and answered[0].status_code == 404
+    assert not OperatorReply.objects.exists()
