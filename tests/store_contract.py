@@ -624,6 +624,22 @@ def test_threads_creating_one_new_session_get_one_object(kit: StoreKit, max_turn
 
 
 @pytest.mark.asyncio
+async def test_reads_during_a_first_turn_leave_the_turn_its_session(kit: StoreKit) -> None:
+    """While a new session's first turn runs, a ``get`` and a ``get_or_create`` from other threads
+    leave the turn's object the session's one live object (invariant 11)."""
+    store = kit.make()
+    bot = Agent(name="Bot", instructions="x")
+    async with store.turn("first-reads", bot) as session:
+        session.add_message(Message(role=Role.USER, content="U1"))
+        await asyncio.to_thread(store.get, "first-reads")
+        assert await asyncio.to_thread(store.get_or_create, "first-reads", bot) is session
+        session.add_message(Message(role=Role.MODEL, content="A1"))
+    assert store.get("first-reads") is session
+    assert contents(session.history) == ["U1", "A1"]
+    assert_reload_equals(kit, store, "first-reads", session)
+
+
+@pytest.mark.asyncio
 async def test_delete_during_the_first_turn_of_a_new_session_reports_a_deletion(kit: StoreKit) -> None:
     """One answer on every store: the running first turn is stopped, so something was deleted."""
     store = kit.make()
