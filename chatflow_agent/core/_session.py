@@ -215,8 +215,8 @@ class SessionContext:
     # -- persistence hooks -------------------------------------------------------------------
     def _mutate(self, change: Callable[..., None], *args: Any) -> None:
         """``change(*args)``, then (outside a turn) its write, both under the session's mutex: one
-        thread's change and write at a time, and a store brings the session up to date between
-        them, never in the middle."""
+        thread's change and write at a time, and a store reloads the session before or after them,
+        never in between."""
         with self._mutex:
             change(*args)
             self._flush()
