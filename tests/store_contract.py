@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import sys
 import threading
 import time
 import uuid
@@ -36,6 +37,10 @@ class StoreKit:
     # Rounds of the threaded-writes scenarios; stores whose every write is a durable database commit
     # run fewer to keep the suite's time in bounds (the races show within a few rounds).
     thread_rounds: int = 100
+    # Rounds of the scenarios where reads and creations race writes (a new session each): enough that
+    # the races they look for showed on every persistent store before the store took a session's lock
+    # for them, few enough to keep a store's run of them to a few seconds.
+    race_rounds: int = 30
 
 
 class EchoEngine(BaseEngine):
@@ -453,6 +458,185 @@ def test_sync_writes_from_many_threads_keep_memory_and_storage_equal(
             # histories mean equal row counts too.
             assert_reload_equals(kit, store, sid, live)
             store.delete(sid)
+
+
+# ---- reads and creations racing writes (invariants 4 and 11) -----------------------------------
+# Pruning on: fewer turns kept than written, so most writes also delete the rows of the oldest turn.
+PRUNING = pytest.mark.parametrize("max_turns", [10_000, 3], ids=["pruning-off", "pruning-on"])
+
+
+def _exchange(prefix: str, turns: int) -> list[Message]:
+    """``turns`` turns of a user message and its answer."""
+    out: list[Message] = []
+    for i in range(turns):
+        out += [Message(role=Role.USER, content=f"{prefix}U{i}"), Message(role=Role.MODEL, content=f"{prefix}A{i}")]
+    return out
+
+
+def _kept(messages: list[Message], max_turns: int) -> list[str | None]:
+    """The contents a history keeps of ``messages`` (whole turns of a user message and its answer)."""
+    return contents(messages[-2 * max_turns:])
+
+
+@pytest.fixture
+def switch_often():
+    """Threads swap the interpreter lock far more often than by default, so a race between two
+    threads shows within a few rounds even where one side's critical step takes microseconds."""
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    yield
+    sys.setswitchinterval(before)
+
+
+class _Reader:
+    """A thread calling ``store.get(session_id)`` in a loop until stopped; collects what it got
+    other than ``expected`` (invariant 11: one live object per session) and its errors."""
+
+    def __init__(self, store: Any, session_id: str, expected: Any) -> None:
+        self.strangers: list[Any] = []
+        self.errors: list[BaseException] = []
+        self._stop = threading.Event()
+        reading = threading.Event()
+
+        def read() -> None:
+            try:
+                while not self._stop.is_set():
+                    got = store.get(session_id)
+                    reading.set()
+                    if got is not expected:
+                        self.strangers.append(got)
+            except BaseException as exc:  # noqa: BLE001 - reported by stop()
+                self.errors.append(exc)
+            finally:
+                reading.set()
+
+        self._thread = threading.Thread(target=read)
+        self._thread.start()
+        reading.wait()  # the writes start once the reads have
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        assert self.errors == []
+        assert self.strangers == []
+
+
+def _fresh_loads(kit: StoreKit, store: Any) -> Callable[[str, Any], None]:
+    """Invariant 4 for many sessions, on one fresh store (each id loaded from storage once)."""
+    if kit.reopen is None:
+        return lambda session_id, live: None
+    fresh = kit.reopen(store)
+
+    def check(session_id: str, live: Any) -> None:
+        loaded = fresh.get(session_id)
+        assert loaded is not None, session_id
+        assert dumped(loaded.history) == dumped(live.history), session_id
+
+    return check
+
+
+@PRUNING
+def test_reads_racing_sync_writes_lose_nothing(kit: StoreKit, max_turns: int, switch_often: None) -> None:
+    """One thread adds messages while another reads the session again and again: every message
+    whose ``add_message`` returned is kept, in the one live object and in storage."""
+    store = kit.make(default_max_turns=max_turns)
+    check = _fresh_loads(kit, store)
+    bot = Agent(name="Bot", instructions="x")
+    for r in range(kit.race_rounds):
+        sid = f"sync-race-{max_turns}-{r}"
+        session = store.get_or_create(sid, default_agent=bot)
+        messages = _exchange(f"R{r}", 25)
+        reader = _Reader(store, sid, session)
+        try:
+            for m in messages:
+                session.add_message(m)
+        finally:
+            reader.stop()
+        assert contents(session.history) == _kept(messages, max_turns), r
+        check(sid, session)
+
+
+@pytest.mark.asyncio
+@PRUNING
+async def test_reads_racing_async_writes_lose_nothing(kit: StoreKit, max_turns: int, switch_often: None) -> None:
+    """The awaitable twin: ``aadd_message`` on the loop while a thread reads the session."""
+    store = kit.make(default_max_turns=max_turns)
+    check = _fresh_loads(kit, store)
+    bot = Agent(name="Bot", instructions="x")
+    for r in range(kit.race_rounds):
+        sid = f"async-race-{max_turns}-{r}"
+        session = await store.aget_or_create(sid, default_agent=bot)
+        messages = _exchange(f"R{r}", 25)
+        reader = _Reader(store, sid, session)
+        try:
+            for m in messages:
+                await session.aadd_message(m)
+        finally:
+            reader.stop()
+        assert contents(session.history) == _kept(messages, max_turns), r
+        check(sid, session)
+
+
+def _create_from_threads(store: Any, session_id: str, threads: int, turns: int) -> list[Any]:
+    """``threads`` threads each ``get_or_create`` the new ``session_id`` at once and add ``turns`` turns
+    to what they got; what each got."""
+    bot = Agent(name="Bot", instructions="x")
+    barrier = threading.Barrier(threads)
+    got: list[Any] = [None] * threads
+    errors: list[BaseException] = []
+
+    def work(t: int) -> None:
+        try:
+            barrier.wait()
+            got[t] = session = store.get_or_create(session_id, default_agent=bot)
+            for m in _exchange(f"T{t}-", turns):
+                session.add_message(m)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    workers = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert errors == []
+    return got
+
+
+@PRUNING
+def test_threads_creating_one_new_session_get_one_object(kit: StoreKit, max_turns: int, switch_often: None) -> None:
+    """Threads that each ``get_or_create`` the same new session id and write to it share one live
+    object, and a fresh store loads what that object holds."""
+    store = kit.make(default_max_turns=max_turns)
+    check = _fresh_loads(kit, store)
+    threads, turns = 8, 2
+    written = sorted(c for t in range(threads) for c in contents(_exchange(f"T{t}-", turns)))
+    for r in range(kit.race_rounds):
+        sid = f"created-{max_turns}-{r}"
+        got = _create_from_threads(store, sid, threads, turns)
+        live = got[0]
+        assert all(s is live for s in got), r
+        users = [m for m in live.history if m.role == Role.USER]
+        assert len(users) == min(max_turns, threads * turns), r
+        if max_turns > threads * turns:
+            assert sorted(contents(live.history)) == written, r
+        check(sid, live)
+
+
+@pytest.mark.asyncio
+async def test_reads_during_a_first_turn_leave_the_turn_its_session(kit: StoreKit) -> None:
+    """While a new session's first turn runs, a ``get`` and a ``get_or_create`` from other threads
+    leave the turn's object the session's one live object (invariant 11)."""
+    store = kit.make()
+    bot = Agent(name="Bot", instructions="x")
+    async with store.turn("first-reads", bot) as session:
+        session.add_message(Message(role=Role.USER, content="U1"))
+        await asyncio.to_thread(store.get, "first-reads")
+        assert await asyncio.to_thread(store.get_or_create, "first-reads", bot) is session
+        session.add_message(Message(role=Role.MODEL, content="A1"))
+    assert store.get("first-reads") is session
+    assert contents(session.history) == ["U1", "A1"]
+    assert_reload_equals(kit, store, "first-reads", session)
 
 
 @pytest.mark.asyncio

@@ -30,6 +30,10 @@ class IdentityMap:
     The sync state belongs to the session object, not to the id: it lives as long as the object
     does, also once the id was forgotten (a deleted session's object keeps answering
     ``SessionDeletedError`` without a store lookup). Thread-safe.
+
+    Each session id also has a lock (:meth:`lock`), the one its live objects write under: whoever
+    creates, brings up to date, changes or commits a session holds it, so one thread's load never
+    lands in the middle of another's commit, and two threads never both create the id's object.
     """
 
     def __init__(self, size: int, messages: int) -> None:
@@ -40,7 +44,18 @@ class IdentityMap:
         self._lru: OrderedDict[str, tuple[SessionContext, int]] = OrderedDict()
         self._held = 0  # the counted lengths' sum
         self._states: weakref.WeakKeyDictionary[SessionContext, SyncState] = weakref.WeakKeyDictionary()
+        # session id → its lock, while anything holds it (every session object of the id does)
+        self._locks: weakref.WeakValueDictionary[str, threading.RLock] = weakref.WeakValueDictionary()
         self._mutex = threading.RLock()
+
+    def lock(self, session_id: str) -> threading.RLock:
+        """The lock of ``session_id``: the same object for as long as anything holds it (a session
+        object bound to it, or a caller holding it), a new one after."""
+        with self._mutex:
+            lock = self._locks.get(session_id)
+            if lock is None:
+                lock = self._locks[session_id] = threading.RLock()
+            return lock
 
     def get(self, session_id: str) -> SessionContext | None:
         with self._mutex:

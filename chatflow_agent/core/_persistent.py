@@ -5,7 +5,9 @@ The store is composed of parts that each own their state:
 - the backend (``chatflow_agent.core.backend.SessionBackend``): one database's rows;
 - an ``IdentityMap``: one ``SessionContext`` per session id while it is in use (plus an LRU bounded
   in sessions and in messages) and each live session's ``SyncState`` (which row holds each message, token, version),
-  revalidated against the row's *version* so a change made by another process is reloaded;
+  revalidated against the row's *version* so a change made by another process is reloaded; and each
+  session id's lock, under which its context is made, reloaded, changed and committed (invariant 11:
+  a reload never lands in the middle of a change or a commit, two threads never make two contexts);
 - the pure diff functions of ``_sync``: what a commit writes, and the state after it;
 - a ``LeaseCore``: the cross-process *lease* of a turn (FIFO line, renewal while it runs,
   expiry if its process dies);
@@ -143,9 +145,10 @@ class PersistentSessionStore(BaseSessionStore):
         """After a failed turn on a session that had no row: the turn made the context, so it goes
         (before the turn there was no session; the next turn starts with its own agent and metadata)."""
         if stored is None:
-            cached = self._sessions.get(session_id)
-            if cached is not None and self._stored_token(cached) is None:
-                self._sessions.forget(session_id)
+            with self._sessions.lock(session_id):  # not while a get_or_create makes it a stored one
+                cached = self._sessions.get(session_id)
+                if cached is not None and self._stored_token(cached) is None:
+                    self._sessions.forget(session_id)
 
     def _gone(self, session_id: str) -> None:
         """The session was deleted (here or by another process): its live object says so."""
@@ -161,12 +164,15 @@ class PersistentSessionStore(BaseSessionStore):
 
     def _new_context(self, session_id: str, agent: Agent, metadata: dict[str, Any]) -> SessionContext:
         session = SessionContext(session_id, agent, self.default_max_turns, metadata)
-        session._store = self
+        session._bind(self, self._sessions.lock(session_id))
         return session
 
     def _materialise(self, session_id: str, stored: StoredSession | None, default_agent: Agent | None,
-                     metadata: dict[str, Any] | None) -> SessionContext:
-        """The cached context brought up to date with ``stored`` (a head or a full load)."""
+                     metadata: dict[str, Any] | None, refresh: bool = True) -> SessionContext:
+        """The cached context brought up to date with ``stored`` (a head or a full load); the caller
+        holds the session's lock (``self._sessions.lock``) from reading ``stored`` until it has the
+        context. ``refresh`` False: a cached context is returned as it is (a turn holds the session,
+        and changes it where a reload would not see)."""
         sessions = self._sessions
         cached = sessions.get(session_id)
         if stored is None:
@@ -184,7 +190,7 @@ class PersistentSessionStore(BaseSessionStore):
             if state.token not in (None, stored.token):
                 self._gone(session_id)  # deleted and created again since we loaded it
                 cached = None
-            elif cached.in_turn:
+            elif cached.in_turn or not refresh:
                 return cached
             elif state.version == stored.version:
                 sessions.remember(cached)
@@ -200,21 +206,45 @@ class PersistentSessionStore(BaseSessionStore):
     # ---- 0.3.4 interface ------------------------------------------------------------------
     def get_or_create(self, session_id: str, default_agent: Agent, metadata: dict[str, Any] | None = None) -> SessionContext:  # noqa: E501
         """The session ``session_id``, created (row written at once) with ``default_agent`` if absent."""
-        head = self.backend.head(session_id)
-        if head is None:
-            self.backend.create(session_id, default_agent.name, json.dumps(metadata or {}, ensure_ascii=False))
+        held = self._held_by_turn(session_id)
+        if held is not None:
+            return held
+        with self._sessions.lock(session_id):
             head = self.backend.head(session_id)
-        return self._materialise(session_id, head, default_agent, metadata)
+            if head is None:
+                self.backend.create(session_id, default_agent.name, json.dumps(metadata or {}, ensure_ascii=False))
+                head = self.backend.head(session_id)
+            return self._materialise(session_id, head, default_agent, metadata,
+                                     refresh=not self._locks.locked(session_id))
 
     def get(self, session_id: str) -> SessionContext | None:
         """The stored session, or None. Unknown agent names give a placeholder agent (logged once)."""
-        head = self.backend.head(session_id)
-        if head is None:
-            cached = self._sessions.forget(session_id)
-            if cached is not None and self._stored_token(cached) is not None:
-                cached._mark_deleted()
+        held = self._held_by_turn(session_id)
+        if held is not None:
+            return held
+        with self._sessions.lock(session_id):
+            head = self.backend.head(session_id)
+            if head is None:
+                cached = self._sessions.get(session_id)
+                if cached is not None and self._stored_token(cached) is not None:
+                    self._gone(session_id)  # deleted, possibly by another process
+                # (a context without a row is a first turn's, still running: it stays that turn's)
+                return None
+            return self._materialise(session_id, head, None, None, refresh=not self._locks.locked(session_id))
+
+    def _held_by_turn(self, session_id: str) -> SessionContext | None:
+        """The live context of a stored session a turn holds (its lock), if its row is still the one
+        it was loaded from: returned as it is, without the session's lock, which the turn's commit
+        holds while it writes (a reader does not wait for that write, nor block it from a
+        transaction of its own). None otherwise: the caller takes the lock."""
+        cached = self._sessions.get(session_id)
+        if cached is None or not self._locks.locked(session_id):
             return None
-        return self._materialise(session_id, head, None, None)
+        token = self._stored_token(cached)
+        if token is None:
+            return None
+        head = self.backend.head(session_id)
+        return cached if head is not None and head.token == token else None
 
     def delete(self, session_id: str) -> bool:
         """Delete the session and its messages; live session objects raise SessionDeletedError.
@@ -259,56 +289,63 @@ class PersistentSessionStore(BaseSessionStore):
     # ---- commits --------------------------------------------------------------------------
     def _commit_blocking(self, session: SessionContext, release_owner: str | None = None,
                          report: TurnReport | None = None) -> None:
-        history = session.history  # SessionDeletedError once deleted
-        state = self._sessions.state(session)
-        diff = _sync.delta(history, state)
-        changes = _sync.changes(session.session_id, history, session.active_agent.name, session.metadata,
-                                state, release_owner, diff)
-        if report is not None:
-            report.end("completed")
-            changes.report = report
-        try:
-            result = self.backend.commit(changes)
-        except SessionDeletedError:
-            self._sessions.forget(session.session_id)
-            session._mark_deleted()
-            raise
-        _sync.apply_commit(state, history, changes, result, diff)
-        self._sessions.recount(session)
+        # Under the session's lock: nothing reloads the session between the diff, the write and the
+        # state after it (a mutation outside a turn holds it already, from its change on).
+        with self._sessions.lock(session.session_id):
+            history = session.history  # SessionDeletedError once deleted
+            state = self._sessions.state(session)
+            diff = _sync.delta(history, state)
+            changes = _sync.changes(session.session_id, history, session.active_agent.name, session.metadata,
+                                    state, release_owner, diff)
+            if report is not None:
+                report.end("completed")
+                changes.report = report
+            try:
+                result = self.backend.commit(changes)
+            except SessionDeletedError:
+                self._sessions.forget(session.session_id)
+                session._mark_deleted()
+                raise
+            _sync.apply_commit(state, history, changes, result, diff)
+            self._sessions.recount(session)
 
     def _flush_sync(self, session: SessionContext) -> None:
         self._commit_blocking(session)
 
-    async def _flush_async(self, session: SessionContext) -> None:
-        if session.deleted:
-            raise SessionDeletedError(session.session_id)
-        await self._bridge.run(session.session_id, self._commit_blocking, session)
+    async def _amutate(self, session: SessionContext, change: Callable[..., None], args: tuple[Any, ...]) -> None:
+        """The change and its write in one hop, on the session's thread, under the session's lock."""
+        session._check()
+        await self._bridge.run(session.session_id, session._mutate, change, *args)
 
     # ---- turns ----------------------------------------------------------------------------
-    def _begin_blocking(self, session_id: str, owner: str, queue: bool = True,
-                        report: TurnReport | None = None) -> tuple[bool, StoredSession | None]:
-        """One hop: the lease (opening ``report``'s record), then the session's head — or its rows when
-        the cached copy is not current."""
+    def _begin_blocking(self, session_id: str, owner: str, queue: bool, report: TurnReport | None,
+                        default_agent: Agent, metadata: dict[str, Any] | None
+                        ) -> tuple[bool, tuple[StoredSession | None, SessionContext] | None]:
+        """One hop: the lease (opening ``report``'s record), then, under the session's lock, its head —
+        or its rows when the cached context is not current — and the context brought up to date:
+        ``(True, (stored, context))``, or ``(False, None)`` while another turn holds the lease."""
         if not self._leases.try_acquire(session_id, owner, queue, report):
             return False, None
         try:
-            head = self.backend.head(session_id)
-            cached = self._sessions.get(session_id)
-            if head is not None:
-                state = None if cached is None else self._sessions.state(cached)
-                if state is None or state.token != head.token or state.version != head.version:
-                    head = self.backend.load(session_id)
+            with self._sessions.lock(session_id):
+                head = self.backend.head(session_id)
+                cached = self._sessions.get(session_id)
+                if head is not None:
+                    state = None if cached is None else self._sessions.state(cached)
+                    if state is None or state.token != head.token or state.version != head.version:
+                        head = self.backend.load(session_id)
+                session = self._materialise(session_id, head, default_agent, metadata)
         except BaseException as err:
             if report is not None:
                 report.ended_by(err)
             self._leases.release_blocking(session_id, owner, report)
             raise
-        return True, head
+        return True, (head, session)
 
-    def _begin_for(self, report: TurnReport | None) -> Callable[[str, str, bool], tuple[bool, StoredSession | None]]:
-        if report is None:
-            return self._begin_blocking
-        return lambda session_id, owner, queue: self._begin_blocking(session_id, owner, queue, report)
+    def _begin_for(self, report: TurnReport | None, default_agent: Agent, metadata: dict[str, Any] | None
+                   ) -> Callable[[str, str, bool], tuple[bool, tuple[StoredSession | None, SessionContext] | None]]:
+        return lambda session_id, owner, queue: self._begin_blocking(session_id, owner, queue, report,
+                                                                     default_agent, metadata)
 
     @asynccontextmanager
     async def turn(
@@ -318,12 +355,19 @@ class PersistentSessionStore(BaseSessionStore):
         await self._locks.enter(session_id, wait)
         try:
             owner = new_lease_owner()
-            stored = await self._leases.acquire(session_id, owner, wait, self._begin_for(report), report)
+            try:
+                begun = await self._leases.acquire(session_id, owner, wait,
+                                                   self._begin_for(report, default_agent, metadata), report)
+            except asyncio.CancelledError:
+                # The lease may have been won (and the context made) just before: it was given back.
+                self._forget_unstored(None, session_id)
+                raise
+            assert begun is not None
+            stored, session = begun
             beat = self._leases.heartbeat(session_id, owner)
             self._beats[session_id] = (owner, beat)
             committed = False
             try:
-                session = self._materialise(session_id, stored, default_agent, metadata)
                 with session._atomic():
                     try:
                         yield session
@@ -375,11 +419,12 @@ class PersistentSessionStore(BaseSessionStore):
         self._locks.enter_sync(session_id, wait, queued)
         try:
             owner = new_lease_owner()
-            stored = self._leases.acquire_sync(session_id, owner, wait, self._begin_for(report))
+            begun = self._leases.acquire_sync(session_id, owner, wait, self._begin_for(report, default_agent, metadata))
+            assert begun is not None
+            stored, session = begun
             committed = False
             self._leases.keep(session_id, owner)  # no event loop here: the keeper thread renews the lease
             try:
-                session = self._materialise(session_id, stored, default_agent, metadata)
                 with session._atomic():
                     yield session
                     self._commit_blocking(session, owner, report)

@@ -83,7 +83,8 @@ class SessionContext:
         self._own_lock: asyncio.Lock | None = None
         # Serialises the sync mutations: each applies its change and writes it before the next
         # thread's change starts (otherwise two threads' writes interleave and storage diverges).
-        self._mutex = threading.RLock()
+        # A persistent store replaces it by its lock of the session id (``_bind``).
+        self._mutex: threading.RLock = threading.RLock()
 
     # -- state -------------------------------------------------------------------------------
     def _check(self) -> None:
@@ -159,14 +160,11 @@ class SessionContext:
         """Append ``message`` and prune by whole turns; persisted at once outside a turn.
 
         Safe to call from several threads on one session: the calls are applied one at a time."""
-        with self._mutex:
-            self._apply_add(message)
-            self._flush()
+        self._mutate(self._apply_add, message)
 
     async def aadd_message(self, message: Message) -> None:
         """Awaitable twin of :meth:`add_message`."""
-        self._apply_add(message)
-        await self._aflush()
+        await self._amutate(self._apply_add, message)
 
     def _apply_add(self, message: Message) -> None:
         self._check()
@@ -181,53 +179,60 @@ class SessionContext:
 
     def set_active_agent(self, agent: Agent) -> None:
         """Make ``agent`` the active agent (persisted at once outside a turn)."""
-        with self._mutex:
-            self.active_agent = agent
-            self._flush()
+        self._mutate(self._apply_agent, agent)
 
     async def aset_active_agent(self, agent: Agent) -> None:
+        await self._amutate(self._apply_agent, agent)
+
+    def _apply_agent(self, agent: Agent) -> None:
         self.active_agent = agent
-        await self._aflush()
 
     def clear_history(self) -> None:
         """Remove every message (persisted at once outside a turn)."""
-        with self._mutex:
-            self._check()
-            self._history = []
-            self._flush()
+        self._mutate(self._apply_rollback, 0)
 
     async def aclear_history(self) -> None:
-        self._check()
-        self._history = []
-        await self._aflush()
+        await self._amutate(self._apply_rollback, 0)
 
     def rollback_to(self, checkpoint_len: int) -> None:
         """Keep the first ``checkpoint_len`` messages; the removed ones are deleted by identity.
 
         Rollback does not undo side effects of tools that already ran.
         """
-        with self._mutex:
-            self._check()
-            self._history = self._history[: max(0, checkpoint_len)]
-            self._flush()
+        self._mutate(self._apply_rollback, checkpoint_len)
 
     async def arollback_to(self, checkpoint_len: int) -> None:
+        await self._amutate(self._apply_rollback, checkpoint_len)
+
+    def _apply_rollback(self, checkpoint_len: int) -> None:
         self._check()
         self._history = self._history[: max(0, checkpoint_len)]
-        await self._aflush()
 
     def _prune_history(self) -> None:
         """Apply turn-based pruning in place (see ``chatflow_agent.core._pruning``)."""
         self._history = prune_history(self._history, self.max_turns)
 
     # -- persistence hooks -------------------------------------------------------------------
+    def _mutate(self, change: Callable[..., None], *args: Any) -> None:
+        """``change(*args)``, then (outside a turn) its write, both under the session's mutex: one
+        thread's change and write at a time, and a store reloads the session before or after them,
+        never in between."""
+        with self._mutex:
+            change(*args)
+            self._flush()
+
+    async def _amutate(self, change: Callable[..., None], *args: Any) -> None:
+        """Awaitable :meth:`_mutate`: inside a turn (kept until the turn commits) or without a store
+        the change is applied here; otherwise the store applies and writes it (``_amutate``)."""
+        store = self._store
+        if store is None or self._turn is not None:
+            change(*args)
+            return
+        await store._amutate(self, change, args)
+
     def _flush(self) -> None:
         if self._store is not None and self._turn is None:
             self._store._flush_sync(self)
-
-    async def _aflush(self) -> None:
-        if self._store is not None and self._turn is None:
-            await self._store._flush_async(self)
 
     @contextmanager
     def _atomic(self) -> Iterator[SessionContext]:
@@ -255,6 +260,12 @@ class SessionContext:
             self._history, self._active_agent, self._metadata = snap.history, snap.agent, snap.metadata
 
     # -- for stores ----------------------------------------------------------------------------
+    def _bind(self, store: BaseSessionStore, mutex: threading.RLock) -> None:
+        """Belong to ``store``, with ``mutex`` (the store's lock of this session id) as the mutex
+        the session's changes and writes run under."""
+        self._store = store
+        self._mutex = mutex
+
     def _load(self, history: list[Message], agent: Agent, metadata: dict[str, Any]) -> None:
         """Replace the conversation state by what the store read."""
         self._history, self._active_agent, self._metadata = history, agent, metadata
@@ -373,8 +384,10 @@ class BaseSessionStore(ABC):
     def _flush_sync(self, session: SessionContext) -> None:
         session._check()
 
-    async def _flush_async(self, session: SessionContext) -> None:
-        session._check()
+    async def _amutate(self, session: SessionContext, change: Callable[..., None], args: tuple[Any, ...]) -> None:
+        """Apply ``change(*args)`` to ``session`` outside a turn and write it (see ``SessionContext._mutate``);
+        here, on the caller's thread: nothing blocks."""
+        session._mutate(change, *args)
 
     @asynccontextmanager
     async def turn(
