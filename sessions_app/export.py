@@ -67,7 +67,7 @@ from turns_app.console import (
     usage_by_first_message_for,
 )
 from turns_app.models import SessionTotals
-from turns_app.templatetags.turns import duration, tokens, usd
+from turns_app.templatetags.turns import cost_spent, duration, tokens, tokens_spent, usd
 
 __all__ = [
     "BATCH", "FORMATS", "FORMAT_VERSION", "STABLE_SORTS", "bulk_jsonl", "content_disposition", "md_text",
@@ -568,22 +568,28 @@ def _md_items(seg: Segment, trail: list[str]) -> Iterator[str]:
 
 
 def _md_usage(block: dict[str, Any]) -> str:
-    """A turn's usage line: status, duration, tokens (in, out, cached), cost, model calls."""
+    """A turn's usage line: status, duration, tokens (in, out, cached; "tokens unknown" when not reported),
+    cost ("unknown" likewise), model calls."""
     cached = f", {tokens(block['cached_tokens'])} cached" if block["cached_tokens"] else ""
+    spent = tokens_spent(block["total_tokens"])
+    if block["total_tokens"] is not None:
+        spent += f" ({tokens(block['input_tokens'])} in, {tokens(block['output_tokens'])} out{cached})"
     calls = len(block["model_calls"] or [])
-    return (f"Usage: {block['status']} · {duration(block['duration_ms'])} · {tokens(block['total_tokens'])} tokens "
-            f"({tokens(block['input_tokens'])} in, {tokens(block['output_tokens'])} out{cached}) · "
-            f"{usd(block['cost'])}" + (f" · {calls} model call{'s' if calls != 1 else ''}" if calls else "") + "\n\n")
+    return (f"Usage: {block['status']} · {duration(block['duration_ms'])} · {spent} · {usd(block['cost'])}"
+            + (f" · {calls} model call{'s' if calls != 1 else ''}" if calls else "") + "\n\n")
 
 
 def _md_totals(totals: dict[str, Any] | None) -> str:
     """The facts list's usage item (empty before the session's first recorded turn)."""
     if totals is None:
         return ""
-    cost = usd(totals["cost"]) if totals["cost_known"] else f"at least {usd(totals['cost'])} (some prices unknown)"
-    return (f"- Usage: {tokens(totals['total_tokens'])} tokens ({tokens(totals['input_tokens'])} in, "
-            f"{tokens(totals['output_tokens'])} out) · {cost} · {totals['turns']} recorded "
-            f"turn{'s' if totals['turns'] != 1 else ''}\n")
+    spent = tokens_spent(totals["total_tokens"], totals["tokens_known"])
+    if totals["total_tokens"] is not None:
+        spent += f" ({tokens(totals['input_tokens'])} in, {tokens(totals['output_tokens'])} out)"
+    cost = cost_spent(totals["cost"], totals["cost_known"])
+    if not totals["cost_known"] and cost.startswith("at least"):
+        cost += " (some prices unknown)"
+    return f"- Usage: {spent} · {cost} · {totals['turns']} recorded turn{'s' if totals['turns'] != 1 else ''}\n"
 
 
 def transcript_md(session: ChatSession, *, redacted: bool = False) -> Iterator[bytes]:
