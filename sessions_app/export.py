@@ -526,8 +526,9 @@ def _line(text: str) -> str:
 
 
 _MD_INLINE = re.compile(r"[\\`*_\[\]]")  # escapes, code spans, emphasis, links and images
-# What opens a block at a line's start: a heading, a list item (-, +, 1. or 1)), a ~~~ fence.
-_MD_BLOCK = re.compile(r"^( {0,3}(?:\d{1,9}(?=[.)]))?)([#+\-~.)])", re.MULTILINE)
+# What opens a block at a line's start: a heading (# or a setext = underline), a list item (-, +, 1. or 1)),
+# a ~~~ fence.
+_MD_BLOCK = re.compile(r"^( {0,3}(?:\d{1,9}(?=[.)]))?)([#=+\-~.)])", re.MULTILINE)
 
 
 def md_text(text: str) -> str:
@@ -535,13 +536,19 @@ def md_text(text: str) -> str:
 
     ``&``, ``<`` and ``>`` become entities, so no renderer makes HTML (or an autolink) of it, with raw HTML
     enabled or not; Markdown's inline syntax (``\\``, backticks, ``*``, ``_``, ``[``, ``]``: code spans,
-    emphasis, links, images) and what would open a block at a line's start (``#``, ``+``, ``-``, ``~``,
-    ``1.``) are backslash-escaped. CR and CRLF become LF, so a quote's prefix starts every line a renderer sees.
+    emphasis, links, images) and what would open a block at a line's start (``#``, ``=``, ``+``, ``-``,
+    ``~``, ``1.``) are backslash-escaped. CR and CRLF become LF, so a quote's prefix starts every line a renderer sees.
+    A line followed by another inside a paragraph ends with a backslash, CommonMark's hard line break: a
+    renderer would otherwise join the lines of a message into one (a blank line still parts paragraphs).
     """
     text = str(text).replace("\r\n", "\n").replace("\r", "\n")
     text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    text = _MD_INLINE.sub(r"\\\g<0>", text)
-    return _MD_BLOCK.sub(r"\1\\\2", text)
+    text = _MD_BLOCK.sub(r"\1\\\2", _MD_INLINE.sub(r"\\\g<0>", text))
+    lines = text.split("\n")
+    for i in range(len(lines) - 1):
+        if lines[i].strip() and lines[i + 1].strip():
+            lines[i] += "\\"
+    return "\n".join(lines)
 
 
 def _code(text: str) -> str:

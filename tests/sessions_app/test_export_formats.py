@@ -249,8 +249,9 @@ def without_code_spans(line: str) -> str:
 
 
 def md_unescape(text: str) -> str:
-    """What a CommonMark renderer shows for escaped text: backslash escapes and the three entities undone."""
-    text = re.sub(r"\\([!-/:-@\[-`{-~])", r"\1", text)
+    """What a CommonMark renderer shows for escaped text: backslash escapes, hard line breaks (a backslash at
+    a line's end) and the three entities undone."""
+    text = re.sub(r"\\([!-/:-@\[-`{-~]|\n)", r"\1", text)
     return text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
 
 
@@ -601,3 +602,14 @@ def test_a_handoff_stored_by_0_3_4_names_its_caller_in_the_page_and_every_export
     assert doc["turns"][0]["handoffs"][0]["from"] == "Support"
     assert "**Handoff** Support → Billing" in md
 
+
+def test_line_breaks_in_a_message_survive_the_rendered_markdown(bearer):
+    store("lines", [user("first line\nsecond line\n\nnew paragraph\n===\nend"), model("one\ntwo")])
+
+    md = text_of(get(bearer, "lines", "md")[1])
+
+    quote = re.search(r"\*\*User\*\* · [^\n]*\n\n((?:>[^\n]*\n)+)", md).group(1)
+    assert quote == "> first line\\\n> second line\n>\n> new paragraph\\\n> \\===\\\n> end\n"  # hard breaks
+    assert "one\\\ntwo\n" in md
+    assert md_unescape("\n".join(line[2:] for line in quote.rstrip("\n").split("\n"))) == (
+        "first line\nsecond line\n\nnew paragraph\n===\nend")
