@@ -19,7 +19,7 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any, Literal
+from typing import Literal, TypeVar
 
 from chatflow_agent.exceptions import SessionBusyError, SessionDeletedError
 from chatflow_agent.types import AgentResponse, ModelCallUsage, TurnUsage
@@ -95,15 +95,15 @@ class TurnReport:
     def input_tokens(self) -> int | None:
         """Prompt tokens over the calls; None when a call did not report them (never 0 for unknown).
         A turn without model calls used 0."""
-        return _known_sum([c.input_tokens for c in self.calls])
+        return _known_sum([c.input_tokens for c in self.calls], 0)
 
     @property
     def output_tokens(self) -> int | None:
-        return _known_sum([c.output_tokens for c in self.calls])
+        return _known_sum([c.output_tokens for c in self.calls], 0)
 
     @property
     def cached_tokens(self) -> int | None:
-        return _known_sum([c.cached_tokens for c in self.calls])
+        return _known_sum([c.cached_tokens for c in self.calls], 0)
 
     @property
     def total_tokens(self) -> int | None:
@@ -148,7 +148,10 @@ class TurnReport:
         self.end("cancelled" if stopped else "failed", err)
 
 
-def _known_sum(values: list[Any], zero: Any = 0) -> Any:
+_N = TypeVar("_N", int, Decimal)
+
+
+def _known_sum(values: list[_N | None], zero: _N) -> _N | None:
     """The sum of ``values`` (``zero`` for none), or None when any of them is None."""
     total = zero
     for value in values:
