@@ -292,12 +292,16 @@ class LastMessage(Schema):
 
 class SessionUsage(Schema):
     turns: int = Field(description="Recorded turns (completed, failed, cancelled, rolled back).")
-    input_tokens: int
-    output_tokens: int
-    cached_tokens: int
-    total_tokens: int
-    cost: str = Field(description="US dollars, a decimal string; a lower bound when cost_known is false.")
-    cost_known: bool = Field(description="False once a turn used a model without a known price.")
+    input_tokens: int | None = Field(description="Sum of the known counts; null while no turn's is known.")
+    output_tokens: int | None
+    cached_tokens: int | None
+    total_tokens: int | None = Field(description="Sum of the known counts; null while no turn's is known; a "
+                                     "lower bound when tokens_known is false.")
+    tokens_known: bool = Field(True, description="False once a turn's token counts were not reported.")
+    cost: str | None = Field(description="US dollars, a decimal string; null while no turn's cost is known; a "
+                             "lower bound when cost_known is false.")
+    cost_known: bool = Field(description="False once a turn used a model without a known price, or its token "
+                             "counts were not reported.")
     currency: str = "USD"
     last_error: str = Field(description="The last recorded turn's error; empty when it completed.")
 

@@ -6,6 +6,12 @@ name, wins over it (a negotiated rate, a model the library lacks, a self-hosted 
 neither knows gets no cost (``None``), never ``0``; so does a call whose token counts are unknown,
 and a call of a provider-agnostic engine (demo, scripted) unless an override names its model.
 
+A call has two model names: the one the provider answered with (``ModelCallUsage.model``, often
+dated: ``gpt-4o-mini-2024-07-18``) and the one the agent was configured with (``gpt-4o-mini``).
+Both are looked up, in this order: an override for the answered name, an override for the
+configured name, the library for the answered name, the library for the configured name. The
+priced call says which matched (``price_source``, ``priced_as``).
+
 Overrides in the environment (``CHATFLOW_MODEL_PRICES``) or passed in are JSON-shaped: model name →
 ``{"input": …, "output": …, "cached_input": …, "cache_write": …}``, USD per million tokens (numbers
 or numeric strings; ``cached_input`` and ``cache_write`` default to ``input``)::
@@ -20,19 +26,21 @@ import logging
 import os
 from collections.abc import Mapping
 from decimal import Decimal
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from chatflow_agent.types import ModelCallUsage
 
-__all__ = ["PRICES_ENV", "ModelPrice", "PriceBook"]
+__all__ = ["PRICES_ENV", "ModelPrice", "PriceBook", "PriceSource"]
 
 logger = logging.getLogger("chatflow_agent.pricing")
 
 #: The environment variable :meth:`PriceBook.from_env` reads.
 PRICES_ENV = "CHATFLOW_MODEL_PRICES"
 _PER = Decimal(1_000_000)
+#: Where a call's price came from: the price book's overrides or the genai-prices library.
+PriceSource = Literal["override", "genai-prices"]
 # Our engines' provider names → genai-prices provider ids. Unlisted providers (ollama, gemma: local
 # servers) are not priced by the library.
 _LIBRARY_PROVIDER = {
@@ -110,21 +118,38 @@ class PriceBook:
         except ValueError as err:
             raise ValueError(f"{PRICES_ENV} is malformed: {err}") from err
 
-    def cost(self, usage: ModelCallUsage) -> Decimal | None:
-        """The call's cost in USD, or ``None`` (unknown model, unknown tokens, unpriced provider)."""
-        override = self.overrides.get(usage.model or "")
-        if override is not None:
-            return override.cost(usage)
-        if not self.library or usage.estimated or usage.input_tokens is None or usage.output_tokens is None:
-            return None
-        provider_id = _LIBRARY_PROVIDER.get((usage.provider or "").lower())
-        if provider_id is None or not usage.model:
-            return None
-        return _library_cost(usage, usage.model, provider_id)
+    def cost(self, usage: ModelCallUsage, configured_model: str | None = None) -> Decimal | None:
+        """The call's cost in USD, or ``None`` (unknown model, unknown tokens, unpriced provider);
+        ``configured_model``: the model the agent asked for, looked up after ``usage.model``."""
+        return self.price(usage, configured_model)[0]
 
-    def priced(self, usage: ModelCallUsage) -> ModelCallUsage:
-        """``usage`` with its ``cost`` set from this book."""
-        return usage.model_copy(update={"cost": self.cost(usage)})
+    def price(self, usage: ModelCallUsage,
+              configured_model: str | None = None) -> tuple[Decimal | None, PriceSource | None, str | None]:
+        """``(cost, source, name)``: the call's cost in USD, where its price came from (``"override"`` or
+        ``"genai-prices"``) and the model name it was found under; ``(None, None, None)`` when no price
+        applies or the call's token counts are unknown (see the module docstring for the order in which
+        the two names are tried)."""
+        names = [n for n in dict.fromkeys((usage.model, configured_model)) if n]
+        for name in names:
+            override = self.overrides.get(name)
+            if override is not None:  # (None when the call's token counts are unknown)
+                cost = override.cost(usage)
+                return (cost, "override", name) if cost is not None else (None, None, None)
+        if not self.library or usage.estimated or usage.input_tokens is None or usage.output_tokens is None:
+            return None, None, None
+        provider_id = _LIBRARY_PROVIDER.get((usage.provider or "").lower())
+        if provider_id is None:
+            return None, None, None
+        for name in names:
+            cost = _library_cost(usage, name, provider_id)
+            if cost is not None:
+                return cost, "genai-prices", name
+        return None, None, None
+
+    def priced(self, usage: ModelCallUsage, configured_model: str | None = None) -> ModelCallUsage:
+        """``usage`` with its ``cost``, ``price_source`` and ``priced_as`` set from this book."""
+        cost, source, name = self.price(usage, configured_model)
+        return usage.model_copy(update={"cost": cost, "price_source": source, "priced_as": name})
 
 
 def _library_cost(usage: ModelCallUsage, model: str, provider_id: str) -> Decimal | None:

@@ -109,8 +109,11 @@ class ModelCallUsage(BaseModel):
     ``"end_turn"``, ``"STOP"`` …); ``retries`` how many times the SDK retried the request.
     ``estimated`` is true when the counts are an engine's estimate (the demo engine), not a bill.
     ``cost`` is the call's price in ``currency`` (always ``"USD"``), set by the Runner's price book
-    when the turn runs; ``None`` when the model's price is not known. ``agent_name``: the agent
-    whose turn step made the call (set by the Runner).
+    when the turn runs; ``None`` when the model's price is not known. ``price_source`` says where
+    that price came from (``"override"``: the price book's overrides, ``"genai-prices"``: the
+    library) and ``priced_as`` the model name it was found under: the name the provider answered
+    with (``model``) or the model the agent was configured with, when only that one is priced.
+    ``agent_name``: the agent whose turn step made the call (set by the Runner).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -128,6 +131,8 @@ class ModelCallUsage(BaseModel):
     estimated: bool = False
     cost: Decimal | None = None
     currency: Literal["USD"] = "USD"
+    price_source: Literal["override", "genai-prices"] | None = None
+    priced_as: str | None = None
     agent_name: str | None = None
 
 

@@ -215,9 +215,10 @@ def _cost_chart(days: list[datetime], daily: dict[datetime, rollups.Cell]) -> Ch
 def _unpriced(turns: int) -> str:
     if not turns:
         return ""
-    return (f"{turns} turn{'s' if turns != 1 else ''} used a model without a known price: "
-            "not counted here (prices come from genai-prices and CHATFLOW_MODEL_PRICES). This chart covers "
-            "whole UTC days, so it may count more turns than the range above.")
+    return (f"{turns} turn{'s' if turns != 1 else ''} without a known cost (a model without a known price, or "
+            "usage its provider never reported): not counted here (prices come from genai-prices and "
+            "CHATFLOW_MODEL_PRICES). This chart covers whole UTC days, so it may count more turns than the range "
+            "above.")
 
 
 def _handoff_chart(pairs: dict[tuple[str, str], int]) -> Chart:

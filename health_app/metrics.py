@@ -10,12 +10,23 @@ multiprocess mode when ``PROMETHEUS_MULTIPROC_DIR`` is set (see docs/operations.
 
 Metrics (names as exposed):
 
-- ``chatflow_turns_total{status}`` — turn records by status (running, completed, failed, …).
+- ``chatflow_turns_total{status}`` — ended turns by how they ended (completed, failed, cancelled,
+  interrupted); a turn an operator later rolled back stays counted as completed. A counter: a turn is
+  counted once it ended and never leaves its status.
+- ``chatflow_turns_rolled_back_total`` — completed turns an operator's rollback removed since.
+- ``chatflow_turns_running`` — a gauge: turn records still running.
 - ``chatflow_turn_duration_seconds`` — histogram of finished turns' durations.
 - ``chatflow_time_to_first_token_seconds`` — histogram over model calls that reported one.
-- ``chatflow_tokens_total{kind}`` — input, output and cached tokens of every turn.
+- ``chatflow_tokens_total{kind}`` — the known input, output and cached tokens of every turn (a count
+  nobody reported adds nothing; it is never read as 0).
+- ``chatflow_turns_tokens_unknown_total`` — ended turns whose token counts are unknown (a model call
+  reported none, or the turn's process never reported).
 - ``chatflow_cost_usd_total`` — the known cost of every turn (turns of unknown cost add nothing).
-- ``chatflow_turns_cost_unknown_total`` — turns with model calls whose price is unknown.
+- ``chatflow_turns_cost_unknown_total`` — ended turns whose cost is unknown (a model without a known
+  price, counts not reported, or the turn's process never reported).
+
+A turn an operator cancelled is counted as cancelled at once, and among the unknown ones only once its
+process had its chance to report (``TurnRecord.awaiting_report`` cleared), so no counter goes down.
 - ``chatflow_queue_depth{provider,status}`` and ``chatflow_queue_oldest_age_seconds{provider}``.
 - ``chatflow_webhook_responses_total{channel,code}`` — the webhook endpoints' answers.
 """
@@ -64,18 +75,25 @@ class DatabaseCollector(Collector):
     """The metrics read from turn records and deliveries (see the module docstring)."""
 
     def collect(self) -> Iterator[Metric]:
-        yield self._turns()
+        yield from self._turns()
         yield self._durations()
         yield self._ttft()
         yield from self._usage()
         yield from self._queue()
 
-    def _turns(self) -> Metric:
-        family = CounterMetricFamily("chatflow_turns", "Turns by status (turn records).", labels=["status"])
+    def _turns(self) -> Iterator[Metric]:
+        Status = TurnRecord.Status
         counts = dict(TurnRecord.objects.order_by().values_list("status").annotate(n=Count("id")))
-        for status in TurnRecord.Status.values:
-            family.add_metric([status], counts.get(status, 0))
-        return family
+        ended = CounterMetricFamily("chatflow_turns", "Ended turns by how they ended (turn records; a turn rolled "
+                                    "back later counts as completed).", labels=["status"])
+        for status in (Status.COMPLETED, Status.FAILED, Status.CANCELLED, Status.INTERRUPTED):
+            n = counts.get(status, 0) + (counts.get(Status.ROLLED_BACK, 0) if status == Status.COMPLETED else 0)
+            ended.add_metric([status.value], n)
+        yield ended
+        yield CounterMetricFamily("chatflow_turns_rolled_back", "Completed turns an operator's rollback removed.",
+                                  value=counts.get(Status.ROLLED_BACK, 0))
+        yield GaugeMetricFamily("chatflow_turns_running", "Turns running now (turn records).",
+                                value=counts.get(Status.RUNNING, 0))
 
     def _durations(self) -> Metric:
         done = TurnRecord.objects.filter(duration_ms__isnull=False).exclude(status=TurnRecord.Status.RUNNING)
@@ -103,17 +121,23 @@ class DatabaseCollector(Collector):
                                      buckets=[*buckets, ("+Inf", n)], sum_value=total)
 
     def _usage(self) -> Iterator[Metric]:
+        # Unknown figures: of ended turns whose process reported (or never will), so each is counted once.
+        settled = ~Q(status=TurnRecord.Status.RUNNING) & Q(awaiting_report=False)
+        tokens_unknown = Q(input_tokens__isnull=True) | Q(output_tokens__isnull=True)
         agg = TurnRecord.objects.aggregate(sum_input=Sum("input_tokens"), sum_output=Sum("output_tokens"),
                                            sum_cached=Sum("cached_tokens"), sum_cost=Sum("cost"),
-                                           unknown=Count("id", filter=Q(cost__isnull=True) & ~Q(calls=[])))
+                                           unknown=Count("id", filter=settled & Q(cost__isnull=True)),
+                                           tokens_unknown=Count("id", filter=settled & tokens_unknown))
         tokens = CounterMetricFamily("chatflow_tokens", "Tokens of every turn by kind.", labels=["kind"])
         for kind in ("input", "output", "cached"):
             tokens.add_metric([kind], agg[f"sum_{kind}"] or 0)
         yield tokens
+        yield CounterMetricFamily("chatflow_turns_tokens_unknown", "Ended turns whose token counts are unknown "
+                                  "(not reported; never counted as 0 tokens).", value=agg["tokens_unknown"] or 0)
         yield CounterMetricFamily("chatflow_cost_usd", "Known cost of every turn, US dollars.",
                                   value=float(agg["sum_cost"] or 0))
-        yield CounterMetricFamily("chatflow_turns_cost_unknown", "Turns whose cost is unknown (a model's price "
-                                  "is unknown).", value=agg["unknown"] or 0)
+        yield CounterMetricFamily("chatflow_turns_cost_unknown", "Ended turns whose cost is unknown (a model's "
+                                  "price or the token counts are unknown).", value=agg["unknown"] or 0)
 
     def _queue(self) -> Iterator[Metric]:
         depth = GaugeMetricFamily("chatflow_queue_depth", "Webhook deliveries queued or running.",

@@ -58,7 +58,16 @@ from chatflow_agent.jsonsafe import clean_text, json_safe
 from chatflow_agent.types import Message, Role
 from sessions_app import listing
 from sessions_app.models import ChatMessage, ChatSession
-from sessions_app.timeline import agent_actions, agent_changes, agents_by_turn, handoff_of, turn_bounds, turn_items
+from sessions_app.timeline import (
+    agent_actions,
+    agent_changes,
+    agents_by_turn,
+    handoff_of,
+    label_items,
+    message_agents,
+    turn_bounds,
+    turn_items,
+)
 from turns_app.console import (
     session_usage,
     totals_for,
@@ -67,7 +76,7 @@ from turns_app.console import (
     usage_by_first_message_for,
 )
 from turns_app.models import SessionTotals
-from turns_app.templatetags.turns import duration, tokens, usd
+from turns_app.templatetags.turns import cost_spent, duration, tokens, tokens_spent, usd
 
 __all__ = [
     "BATCH", "FORMATS", "FORMAT_VERSION", "STABLE_SORTS", "bulk_jsonl", "content_disposition", "md_text",
@@ -171,8 +180,20 @@ class Segment:
     number: int
     parsed: list[tuple[Row, Message | None]] = field(default_factory=list)
 
-    def items(self):
-        return turn_items([(row[0], msg, row[2] or "") for row, msg in self.parsed])
+    def triples(self) -> list[tuple[int, Message | None, str]]:
+        return [(row[0], msg, row[2] or "") for row, msg in self.parsed]
+
+    def items(self, trail: list[str] | None = None):
+        """The turn's items (``sessions_app.timeline.turn_items``), labelled with the agents of ``trail``
+        when given (``label_items``, the page's rule)."""
+        items = turn_items(self.triples())
+        if trail is not None:
+            label_items(items, trail)
+        return items
+
+    def agents(self, trail: list[str]) -> dict[int, str | None]:
+        """Each row's agent (``sessions_app.timeline.message_agents``: the rule the page labels with)."""
+        return message_agents(self.triples(), trail)
 
 
 def parse(row: Row, started: datetime) -> Message | None:
@@ -288,6 +309,8 @@ def transcript(session: ChatSession, rows: Iterable[Row] | None = None, *, redac
     handoffs = [[i.handoff for i in its if i.handoff] for its in items]
     bounds = turn_bounds(session.session_id) if bounds is None else bounds
     agents = _agents(session, handoffs, bounds, entries, starting_agent)
+    for its, trail in zip(items, agents, strict=True):
+        label_items(its, trail)  # (a handoff 0.3.4 stored without its "from" gets its caller, as on the page)
     usage, totals = records or (usage_by_first_message(session.session_id), totals_of(session.session_id))
     out = {
         "format": "chatflow-transcript",
@@ -365,19 +388,20 @@ def _chunked(parts: Iterable[str]) -> Iterator[bytes]:
 
 # ---- writers --------------------------------------------------------------------------------
 def transcript_jsonl(session: ChatSession, *, redacted: bool = False) -> Iterator[bytes]:
-    """One JSON object per message: session_id, turn (0 before the first), seq, agent, then the message;
-    the first line of each turn (its USER message) also has ``usage``: the turn's usage block
+    """One JSON object per message: session_id, turn (0 before the first), seq, agent (the agent active when
+    it was written, as the session page labels it: ``Segment.agents``; null before the first turn), then the
+    message; the first line of each turn (its USER message) also has ``usage``: the turn's usage block
     (``turns_app.console.usage_block``), null for a turn played before records were kept."""
     agents = turn_agents(session)
 
     def lines() -> Iterator[str]:
         seq = 0
         for seg, usage in with_usage(session.session_id, segments(iter_rows(session.session_id))):
-            agent = agents[seg.number - 1][-1] if seg.number else None
+            by_row = seg.agents(agents[seg.number - 1]) if seg.number else {}
             for row, msg in seg.parsed:
                 seq += 1
-                record = {"session_id": session.session_id, "turn": seg.number, "seq": seq, "agent": agent,
-                          **message_record(row, msg)}
+                record = {"session_id": session.session_id, "turn": seg.number, "seq": seq,
+                          "agent": by_row.get(row[0]), **message_record(row, msg)}
                 if seg.number and row is seg.parsed[0][0]:
                     record["usage"] = usage
                 yield dumps(redact(record) if redacted else record) + "\n"
@@ -408,8 +432,8 @@ def _cell(value: Any) -> Any:
 
 
 def transcript_csv(session: ChatSession, *, redacted: bool = False) -> Iterator[bytes]:
-    """One row per message (UTF-8 with a BOM, for spreadsheets); tool calls and results as JSON cells; the
-    turn's record in the ``turn_*`` columns of each of its rows."""
+    """One row per message (UTF-8 with a BOM, for spreadsheets); ``agent`` as in :func:`transcript_jsonl`; tool
+    calls and results as JSON cells; the turn's record in the ``turn_*`` columns of each of its rows."""
     agents = turn_agents(session)
     sid = shown_id(session.session_id, redacted)
 
@@ -420,7 +444,7 @@ def transcript_csv(session: ChatSession, *, redacted: bool = False) -> Iterator[
         yield "\ufeff" + buf.getvalue()
         seq = 0
         for seg, usage in with_usage(session.session_id, segments(iter_rows(session.session_id))):
-            agent = agents[seg.number - 1][-1] if seg.number else ""
+            by_row = seg.agents(agents[seg.number - 1]) if seg.number else {}
             turn_cells = _csv_usage(usage)
             buf.seek(0)
             buf.truncate()
@@ -430,7 +454,7 @@ def transcript_csv(session: ChatSession, *, redacted: bool = False) -> Iterator[
                 if redacted:
                     rec = redact(rec)
                 writer.writerow([_cell(v) for v in (
-                    sid, seg.number, seq, rec["role"], agent, rec.get("timestamp", ""),
+                    sid, seg.number, seq, rec["role"], by_row.get(row[0]) or "", rec.get("timestamp", ""),
                     rec.get("content") or "",
                     dumps(rec["tool_calls"]) if rec.get("tool_calls") else "",
                     dumps(rec["tool_results"]) if rec.get("tool_results") else "",
@@ -502,8 +526,9 @@ def _line(text: str) -> str:
 
 
 _MD_INLINE = re.compile(r"[\\`*_\[\]]")  # escapes, code spans, emphasis, links and images
-# What opens a block at a line's start: a heading, a list item (-, +, 1. or 1)), a ~~~ fence.
-_MD_BLOCK = re.compile(r"^( {0,3}(?:\d{1,9}(?=[.)]))?)([#+\-~.)])", re.MULTILINE)
+# What opens a block at a line's start: a heading (# or a setext = underline), a list item (-, +, 1. or 1)),
+# a ~~~ fence.
+_MD_BLOCK = re.compile(r"^( {0,3}(?:\d{1,9}(?=[.)]))?)([#=+\-~.)])", re.MULTILINE)
 
 
 def md_text(text: str) -> str:
@@ -511,13 +536,19 @@ def md_text(text: str) -> str:
 
     ``&``, ``<`` and ``>`` become entities, so no renderer makes HTML (or an autolink) of it, with raw HTML
     enabled or not; Markdown's inline syntax (``\\``, backticks, ``*``, ``_``, ``[``, ``]``: code spans,
-    emphasis, links, images) and what would open a block at a line's start (``#``, ``+``, ``-``, ``~``,
-    ``1.``) are backslash-escaped. CR and CRLF become LF, so a quote's prefix starts every line a renderer sees.
+    emphasis, links, images) and what would open a block at a line's start (``#``, ``=``, ``+``, ``-``,
+    ``~``, ``1.``) are backslash-escaped. CR and CRLF become LF, so a quote's prefix starts every line a renderer sees.
+    A line followed by another inside a paragraph ends with a backslash, CommonMark's hard line break: a
+    renderer would otherwise join the lines of a message into one (a blank line still parts paragraphs).
     """
     text = str(text).replace("\r\n", "\n").replace("\r", "\n")
     text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    text = _MD_INLINE.sub(r"\\\g<0>", text)
-    return _MD_BLOCK.sub(r"\1\\\2", text)
+    text = _MD_BLOCK.sub(r"\1\\\2", _MD_INLINE.sub(r"\\\g<0>", text))
+    lines = text.split("\n")
+    for i in range(len(lines) - 1):
+        if lines[i].strip() and lines[i + 1].strip():
+            lines[i] += "\\"
+    return "\n".join(lines)
 
 
 def _code(text: str) -> str:
@@ -534,9 +565,9 @@ def _quote(text: str) -> str:
 
 
 def _md_items(seg: Segment, trail: list[str]) -> Iterator[str]:
-    agent = trail[0]
     stamps = {row[0]: msg.timestamp.isoformat() for row, msg in seg.parsed if msg is not None}
-    for item in seg.items():
+    for item in seg.items(trail):
+        agent = item.agent or trail[0]
         at = stamps.get(item.row_id, "")
         if item.kind == "user":
             yield f"**User** · {at}\n\n{_quote(item.text or '')}\n"
@@ -553,7 +584,6 @@ def _md_items(seg: Segment, trail: list[str]) -> Iterator[str]:
                 h = item.handoff
                 yield (f"**Handoff** {md_text(_line(h['from'] or agent))} → {md_text(_line(h['to']))}: "
                        f"{md_text(_line(h['reason']))}\n\n")
-                agent = h["to"]
             elif item.result is None:
                 yield "_No result was stored for this call._\n\n"
             else:
@@ -568,22 +598,28 @@ def _md_items(seg: Segment, trail: list[str]) -> Iterator[str]:
 
 
 def _md_usage(block: dict[str, Any]) -> str:
-    """A turn's usage line: status, duration, tokens (in, out, cached), cost, model calls."""
+    """A turn's usage line: status, duration, tokens (in, out, cached; "tokens unknown" when not reported),
+    cost ("unknown" likewise), model calls."""
     cached = f", {tokens(block['cached_tokens'])} cached" if block["cached_tokens"] else ""
+    spent = tokens_spent(block["total_tokens"])
+    if block["total_tokens"] is not None:
+        spent += f" ({tokens(block['input_tokens'])} in, {tokens(block['output_tokens'])} out{cached})"
     calls = len(block["model_calls"] or [])
-    return (f"Usage: {block['status']} · {duration(block['duration_ms'])} · {tokens(block['total_tokens'])} tokens "
-            f"({tokens(block['input_tokens'])} in, {tokens(block['output_tokens'])} out{cached}) · "
-            f"{usd(block['cost'])}" + (f" · {calls} model call{'s' if calls != 1 else ''}" if calls else "") + "\n\n")
+    return (f"Usage: {block['status']} · {duration(block['duration_ms'])} · {spent} · {usd(block['cost'])}"
+            + (f" · {calls} model call{'s' if calls != 1 else ''}" if calls else "") + "\n\n")
 
 
 def _md_totals(totals: dict[str, Any] | None) -> str:
     """The facts list's usage item (empty before the session's first recorded turn)."""
     if totals is None:
         return ""
-    cost = usd(totals["cost"]) if totals["cost_known"] else f"at least {usd(totals['cost'])} (some prices unknown)"
-    return (f"- Usage: {tokens(totals['total_tokens'])} tokens ({tokens(totals['input_tokens'])} in, "
-            f"{tokens(totals['output_tokens'])} out) · {cost} · {totals['turns']} recorded "
-            f"turn{'s' if totals['turns'] != 1 else ''}\n")
+    spent = tokens_spent(totals["total_tokens"], totals["tokens_known"])
+    if totals["total_tokens"] is not None:
+        spent += f" ({tokens(totals['input_tokens'])} in, {tokens(totals['output_tokens'])} out)"
+    cost = cost_spent(totals["cost"], totals["cost_known"])
+    if not totals["cost_known"] and cost.startswith("at least"):
+        cost += " (some prices unknown)"
+    return f"- Usage: {spent} · {cost} · {totals['turns']} recorded turn{'s' if totals['turns'] != 1 else ''}\n"
 
 
 def transcript_md(session: ChatSession, *, redacted: bool = False) -> Iterator[bytes]:

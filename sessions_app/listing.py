@@ -57,7 +57,6 @@ SORTS = {
 }
 _TIME_COLUMNS = {"updated_at", "created_at", "waiting_key"}
 _USAGE_SORTS = {"sort_tokens", "sort_cost"}
-_USAGE_SORTS = {"sort_tokens", "sort_cost"}
 #: The session modes the ``mode`` filter takes (takeover: who answers the session).
 MODES = tuple(SessionMode.Mode.values)
 #: Modes in which a person, not the bot, answers (the session waits for one or has one).
@@ -309,9 +308,9 @@ def after_cursor(qs, sort: str, cursor: tuple[datetime | str, str] | None, *, ba
     ``backwards``: the rows before ``cursor``, nearest first (the previous page, reversed)."""
     column, desc = SORTS[sort]
     qs = _sortable(qs, sort)
+    if column in _USAGE_SORTS:  # (unknown totals last in the sort's own direction, as the waiting sorts)
+        qs = qs.annotate(**{column: usage_sort_key(column, desc)})
     desc = desc != backwards
-    if column in _USAGE_SORTS:
-        qs = qs.annotate(**{column: usage_sort_key(column)})
     if cursor is not None:
         stamp, sid = cursor
         # (t, id) < (stamp, sid), written with a sargable first conjunct so the index range is used.

@@ -25,7 +25,7 @@ from turns_app.console import attach_records
 
 __all__ = [
     "NOT_IN_TIMELINE", "AgentChange", "TurnPage", "agent_actions", "agent_changes", "agents_by_turn", "build_page",
-    "handoff_of", "label_items", "pretty_json", "turn_bounds", "turn_items", "turns_before",
+    "handoff_of", "label_items", "message_agents", "pretty_json", "turn_bounds", "turn_items", "turns_before",
 ]
 
 HANDOFF_STATUS = "HANDOFF_SUCCESS"
@@ -76,7 +76,7 @@ class Item:
     dom: str = ""  # live: the HTML id a later fragment replaces (a running tool call)
     at: datetime | None = None  # when it was written (None while a turn runs): see label_items
     written: datetime | None = None  # its message's own timestamp (None for an unreadable row)
-    agent: str | None = None  # the agent active when it was written (model items and tool calls)
+    agent: str | None = None  # the agent active when it was written (see label_items; None for SYSTEM)
     author: str | None = None  # a MODEL message an operator wrote (takeover): their username
     reply: Any = None  # its delivery (takeover_app's OperatorReply), attached by sessions_app.takeover_page
 
@@ -167,21 +167,51 @@ def turn_items(parsed: list[tuple[int, Message | None, str]]) -> list[Item]:
 
 
 def label_items(items: list[Item], agents: Sequence[str], times: dict[int, datetime] | None = None) -> None:
-    """Set each item's ``agent`` (walking the turn's ``agents`` trail: a handoff moves to the next one)
-    and, with ``times`` (row id → created_at), its ``at``: when its message was written (its own timestamp,
-    as the transcript export gives it: a customer's message when it came, not when its turn committed), or
-    when its row was stored where that is earlier (a message rebuilt from an unreadable row is dated now)."""
+    """Set each item's ``agent``: the agent active when it was written, walking the turn's ``agents`` trail
+    (the customer's message goes to the agent the turn started with; a handoff call is its caller's, and
+    the items after it are the target's). A handoff without its ``from`` (chatflow-agent 0.3.4 did not
+    record it) gets that caller. With ``times`` (row id → created_at), also set its ``at``: when its message
+    was written (its own timestamp, as the transcript export gives it: a customer's message when it came,
+    not when its turn committed), or when its row was stored where that is earlier (a message rebuilt from
+    an unreadable row is dated now). The page and the exports label messages with this one rule."""
     trail = list(agents)
     current = trail[0] if trail else None
     for item in items:
         if times is not None and item.row_id is not None:
             stored = times.get(item.row_id)
             item.at = min(item.written, stored) if item.written and stored else stored
-        if item.kind in ("model", "call", "orphan-result"):
+        if item.kind != "system":
             item.agent = current
         handoff = item.handoff
         if handoff is not None:
+            if handoff["from"] is None and current is not None:
+                handoff["from"] = current
             current = handoff["to"]
+
+
+def message_agents(parsed: list[tuple[int, Message | None, str]], agents: Sequence[str]) -> dict[int, str | None]:
+    """The agent of each of a turn's rows (``parsed`` as :func:`turn_items` takes them; ``agents`` the turn's
+    trail), by :func:`label_items`: a row's first item's agent; a TOOL row (its results are shown with their
+    calls) the agent of the call its first result answers; a row with neither the agent of the row before."""
+    items = turn_items(parsed)
+    label_items(items, agents)
+    by_row: dict[int | None, str | None] = {}
+    by_call: dict[str, str | None] = {}
+    for item in items:
+        by_row.setdefault(item.row_id, item.agent)
+        if item.call is not None:
+            by_call.setdefault(item.call.id, item.agent)
+    out: dict[int, str | None] = {}
+    previous = agents[0] if agents else None
+    for rid, msg, _raw in parsed:
+        if rid in by_row:
+            agent = by_row[rid]
+        elif msg is not None and msg.tool_results and msg.tool_results[0].tool_call_id in by_call:
+            agent = by_call[msg.tool_results[0].tool_call_id]
+        else:
+            agent = previous
+        out[rid] = previous = agent
+    return out
 
 
 def turn_bounds(session_id: str) -> list[tuple[int, datetime]]:

@@ -16,7 +16,19 @@ from decimal import Decimal
 from typing import Any
 
 from django.db import transaction
-from django.db.models import BooleanField, DecimalField, IntegerField, OuterRef, Q, Subquery, Sum, TextField, Value
+from django.db.models import (
+    BigIntegerField,
+    BooleanField,
+    Count,
+    DecimalField,
+    F,
+    OuterRef,
+    Q,
+    Subquery,
+    Sum,
+    TextField,
+    Value,
+)
 from django.db.models.functions import Coalesce
 
 from turns_app.models import SessionTotals, TurnRecord
@@ -67,17 +79,14 @@ def attach_records(session_id: str, turns: list[Any], bounds: list[tuple[int, da
 
 @dataclass(frozen=True)
 class Usage:
-    """Tokens and cost (US dollars; ``cost_known`` False when some turn's price was unknown) of some turns."""
+    """Tokens and cost (US dollars) of some turns, as ``SessionTotals`` holds them: sums of the known figures
+    (None while none is known); ``tokens_known`` / ``cost_known`` False when some turn's were unknown."""
 
     turns: int
-    input_tokens: int
-    output_tokens: int
-    cost: Decimal
+    total_tokens: int | None
+    tokens_known: bool
+    cost: Decimal | None
     cost_known: bool
-
-    @property
-    def total_tokens(self) -> int:
-        return self.input_tokens + self.output_tokens
 
 
 def totals_of(session_id: str) -> SessionTotals | None:
@@ -94,10 +103,11 @@ def discarded_usage(session_id: str, first_message_ids: list[int]) -> Usage:
     """What the completed turns starting at ``first_message_ids`` used (a rollback's preview)."""
     qs = TurnRecord.objects.filter(session_id=session_id, first_message_id__in=first_message_ids,
                                    status="completed")
-    sums = qs.aggregate(i=Sum("input_tokens"), o=Sum("output_tokens"), c=Sum("cost"))
-    count = qs.count()
-    unknown = qs.filter(cost__isnull=True).exists()
-    return Usage(count, sums["i"] or 0, sums["o"] or 0, sums["c"] or Decimal(0), not unknown)
+    unknown_tokens = Q(input_tokens__isnull=True) | Q(output_tokens__isnull=True)
+    sums = qs.aggregate(n=Count("id"), t=Sum(F("input_tokens") + F("output_tokens")), c=Sum("cost"),
+                        unknown_tokens=Count("id", filter=unknown_tokens),
+                        unknown_cost=Count("id", filter=Q(cost__isnull=True)))
+    return Usage(sums["n"], sums["t"], not sums["unknown_tokens"], sums["c"], not sums["unknown_cost"])
 
 
 def mark_rolled_back(session_id: str, first_message_ids: list[int]) -> int:
@@ -118,22 +128,35 @@ def _total(column: str, output_field: Any = None) -> Subquery:
 
 
 def usage_columns() -> dict[str, Any]:
-    """Annotations for a ``ChatSession`` queryset: ``usage_tokens`` (int, None before any recorded turn),
-    ``usage_cost`` (Decimal dollars), ``usage_cost_known`` (bool) and ``usage_error`` (the last turn's error,
-    '' when it completed); each a primary-key lookup in ``chatflow_session_totals``."""
+    """Annotations for a ``ChatSession`` queryset: ``usage_turns`` (recorded turns, None before any),
+    ``usage_tokens`` (int, None while no turn's tokens are known), ``usage_tokens_known`` (bool),
+    ``usage_cost`` (Decimal dollars, None while no turn's cost is known), ``usage_cost_known`` (bool) and
+    ``usage_error`` (the last turn's error, '' when it completed); each a primary-key lookup in
+    ``chatflow_session_totals``."""
     return {
+        "usage_turns": _total("turns"),
         "usage_tokens": _total("total_tokens"),
+        "usage_tokens_known": _total("tokens_known", BooleanField()),
         "usage_cost": _total("cost", DecimalField(max_digits=20, decimal_places=10)),
         "usage_cost_known": _total("cost_known", BooleanField()),
         "usage_error": Coalesce(_total("last_error"), Value(""), output_field=TextField()),
     }
 
 
-def usage_sort_key(column: str) -> Any:
-    """The list's sort expression ``sort_tokens`` or ``sort_cost``: the session's total (0 before any turn)."""
+#: What a session whose total is unknown (no turn recorded, or no figure known) sorts as, by column and
+#: direction (descending?): after every possible known total either way (the cost column holds less than
+#: 10**10 dollars; the list's cursors take numbers below 10**18 in magnitude).
+UNKNOWN_LAST = {"sort_tokens": {False: 10**18 - 1, True: -1}, "sort_cost": {False: 10**10 - 1, True: -1}}
+
+
+def usage_sort_key(column: str, descending: bool) -> Any:
+    """The list's sort expression ``sort_tokens`` or ``sort_cost`` for a sort in that direction: the session's
+    total, or :data:`UNKNOWN_LAST` when it is unknown, so unknown totals come last, never as 0."""
+    unknown = UNKNOWN_LAST[column][descending]
     if column == "sort_tokens":
-        return Coalesce(_total("total_tokens"), Value(0), output_field=IntegerField())
-    return Coalesce(_total("cost"), Value(Decimal(0)), output_field=DecimalField(max_digits=20, decimal_places=10))
+        return Coalesce(_total("total_tokens"), Value(unknown), output_field=BigIntegerField())
+    money = DecimalField(max_digits=20, decimal_places=10)
+    return Coalesce(_total("cost"), Value(Decimal(unknown)), output_field=money)
 
 
 def usage_block(record: TurnRecord | None) -> dict[str, Any] | None:
@@ -141,9 +164,9 @@ def usage_block(record: TurnRecord | None) -> dict[str, Any] | None:
 
         {"status", "source", "started_at", "finished_at" (ISO-8601), "duration_ms", "queue_wait_ms",
          "lease_wait_ms", "agents", "input_tokens", "output_tokens", "cached_tokens", "total_tokens",
-         "cost" (US dollars as a decimal string, null when unknown), "currency": "USD",
+         (each null when unknown), "cost" (US dollars as a decimal string, null when unknown), "currency": "USD",
          "model_calls": [{provider, model, input_tokens, output_tokens, cached_tokens, latency_ms, ttft_ms,
-                          finish_reason, retries, estimated, agent_name, cost}],
+                          finish_reason, retries, estimated, agent_name, cost, price_source, priced_as}],
          "tool_calls": [{name, duration_ms, outcome}], "error", "trace_id"}
     """
     if record is None:
@@ -184,11 +207,14 @@ def usage_by_first_message_for(session_ids: list[str]) -> dict[str, dict[int, di
 
 def session_usage(totals: SessionTotals | None) -> dict[str, Any] | None:
     """A session's totals as the API and exports give them: ``{"turns", "input_tokens", "output_tokens",
-    "cached_tokens", "total_tokens", "cost" (decimal string; a lower bound when ``cost_known`` is false),
-    "cost_known", "currency": "USD", "last_error"}``; None before its first recorded turn."""
+    "cached_tokens", "total_tokens" (each null while no counted turn's is known; a lower bound when
+    ``tokens_known`` is false), "tokens_known", "cost" (decimal string, null while no counted turn's cost is
+    known; a lower bound when ``cost_known`` is false), "cost_known", "currency": "USD", "last_error"}``;
+    None before its first recorded turn."""
     if totals is None:
         return None
     return {"turns": totals.turns, "input_tokens": totals.input_tokens, "output_tokens": totals.output_tokens,
             "cached_tokens": totals.cached_tokens, "total_tokens": totals.total_tokens,
-            "cost": str(Decimal(totals.cost).normalize()), "cost_known": totals.cost_known, "currency": "USD",
-            "last_error": totals.last_error}
+            "tokens_known": totals.tokens_known,
+            "cost": None if totals.cost is None else str(Decimal(totals.cost).normalize()),
+            "cost_known": totals.cost_known, "currency": "USD", "last_error": totals.last_error}

@@ -20,10 +20,13 @@ class TurnRecord(models.Model):
     """One turn: who played it, how long it waited and ran, what it cost.
 
     ``calls`` is a list of model calls, each ``{"provider", "model", "input_tokens", "output_tokens",
-    "cached_tokens", "latency_ms", "ttft_ms", "finish_reason", "retries", "cost"}`` (``cost`` a decimal
-    string in US dollars or null when unknown); ``tools`` a list of ``{"name", "duration_ms", "outcome"}``;
-    ``agents`` the agent trail (the agent that started the turn, then every handoff target). Durations are
-    milliseconds. ``cost`` is US dollars, NULL when any call's price is unknown (never 0 for unknown).
+    "cached_tokens", "latency_ms", "ttft_ms", "finish_reason", "retries", "cost", "price_source",
+    "priced_as"}`` (``cost`` a decimal string in US dollars or null when unknown; ``price_source`` and
+    ``priced_as``: where its price came from and the model name it matched, see ``chatflow_agent.pricing``);
+    ``tools`` a list of ``{"name", "duration_ms", "outcome"}``; ``agents`` the agent trail (the agent that
+    started the turn, then every handoff target). Durations are milliseconds. The token counts are NULL when
+    a call did not report them, while the turn runs, and for a turn whose process never reported (never 0
+    for unknown); ``cost`` is US dollars, NULL when any call's price or counts are unknown.
     """
 
     class Status(models.TextChoices):
@@ -57,9 +60,9 @@ class TurnRecord(models.Model):
     error = models.TextField(blank=True, default="")
     calls = models.JSONField(default=list, blank=True)
     tools = models.JSONField(default=list, blank=True)
-    input_tokens = models.BigIntegerField(default=0)
-    output_tokens = models.BigIntegerField(default=0)
-    cached_tokens = models.BigIntegerField(default=0)
+    input_tokens = models.BigIntegerField(null=True, blank=True, default=None)
+    output_tokens = models.BigIntegerField(null=True, blank=True, default=None)
+    cached_tokens = models.BigIntegerField(null=True, blank=True, default=None)
     cost = models.DecimalField(max_digits=20, decimal_places=10, null=True, blank=True)
     trace_id = models.CharField(max_length=32, blank=True, default="")
     # Counted in the dashboard's rollups yet (turns_app.rollups.fold sets it); a database default, so the
@@ -90,25 +93,32 @@ class TurnRecord(models.Model):
         return f"{self.session_id} turn #{self.id} ({self.status})"
 
     @property
-    def total_tokens(self) -> int:
+    def total_tokens(self) -> int | None:
+        """Input plus output tokens; None when either is unknown."""
+        if self.input_tokens is None or self.output_tokens is None:
+            return None
         return self.input_tokens + self.output_tokens
 
 
 class SessionTotals(models.Model):
     """Per-session sums over its turn records, kept in step with them (same transaction).
 
-    ``cost`` sums the known costs (US dollars); ``cost_known`` is False once a counted turn's cost
-    was unknown. ``last_error`` is the error of the newest failed or interrupted turn, cleared by a
-    later completed one.
+    The token columns and ``cost`` (US dollars) sum the counted turns' known figures and are NULL while
+    none is known (SQL's ``SUM``); ``tokens_known`` / ``cost_known`` are False once a counted turn's
+    tokens / cost were unknown (the sums are then lower bounds). ``last_error`` is the error of the
+    newest failed or interrupted turn, cleared by a later completed one.
     """
 
     session_id = models.TextField(primary_key=True)  # no FK: like the records, outlives the session
     turns = models.IntegerField(default=0)
-    input_tokens = models.BigIntegerField(default=0)
-    output_tokens = models.BigIntegerField(default=0)
-    cached_tokens = models.BigIntegerField(default=0)
-    total_tokens = models.BigIntegerField(default=0)
-    cost = models.DecimalField(max_digits=20, decimal_places=10, default=0, help_text="Sum of the known costs.")
+    input_tokens = models.BigIntegerField(null=True, blank=True, default=None)
+    output_tokens = models.BigIntegerField(null=True, blank=True, default=None)
+    cached_tokens = models.BigIntegerField(null=True, blank=True, default=None)
+    total_tokens = models.BigIntegerField(null=True, blank=True, default=None)
+    tokens_known = models.BooleanField(default=True, db_default=True,
+                                       help_text="False once a counted turn's token counts were unknown.")
+    cost = models.DecimalField(max_digits=20, decimal_places=10, null=True, blank=True, default=None,
+                               help_text="Sum of the known costs (NULL while none is known).")
     cost_known = models.BooleanField(default=True, help_text="False once a counted turn's cost was unknown.")
     last_error = models.TextField(blank=True, default="")
     updated_at = models.DateTimeField(default=timezone.now)
@@ -121,7 +131,7 @@ class SessionTotals(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.session_id}: {self.total_tokens} tokens"
+        return f"{self.session_id}: {self.total_tokens if self.total_tokens is not None else 'unknown'} tokens"
 
 
 class TurnRollup(models.Model):
@@ -130,7 +140,8 @@ class TurnRollup(models.Model):
 
     ``latency`` is a histogram of ``duration_ms``: ``{"<bucket>": count}``, bucket ``b`` holding the
     durations in ``(RATIO ** (b - 1), RATIO ** b]`` milliseconds (``turns_app.rollups.RATIO``); ``cost``
-    sums the known costs (US dollars), ``cost_unknown`` counts the turns whose cost was unknown.
+    sums the known costs (US dollars), ``cost_unknown`` counts the turns whose cost was unknown; the token
+    columns sum the known counts (a turn whose counts are unknown adds nothing).
     """
 
     span = models.CharField(max_length=4, choices=[("hour", "Hour"), ("day", "Day")], default="hour")

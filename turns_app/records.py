@@ -22,7 +22,10 @@ Every function takes a DB-API cursor of the driver's connection and the connecti
 opens a transaction of its own. Records are keyed by the lease owner (unique per turn).
 ``chatflow_session_totals`` is kept in step: a closed turn adds its tokens and cost (what was spent,
 whatever the status), and sets ``last_error`` (cleared by a completed turn); an interrupted turn counts
-as a turn whose spend is unknown (the session's cost is then known only as "at least").
+as a turn whose spend is unknown (the session's cost is then known only as "at least"). Unknown figures
+stay unknown: a record's tokens are NULL from its open until a close reports them (and stay NULL when a
+call did not report them); the totals sum the known figures (NULL while there is none, as SQL's ``SUM``)
+and say with ``tokens_known`` / ``cost_known`` whether every counted turn's were known.
 """
 
 from __future__ import annotations
@@ -30,7 +33,6 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Sequence
-from decimal import Decimal
 from typing import Any
 
 from django.utils import timezone
@@ -48,7 +50,7 @@ __all__ = ["CANCELLED_ERROR", "CANCELLED_UNREPORTED_ERROR", "DELETED_ERROR", "IN
 INTERRUPTED_ERROR = "Interrupted: the process running this turn stopped (its session lease expired)."
 
 _CALL_FIELDS = ("provider", "model", "input_tokens", "output_tokens", "cached_tokens", "latency_ms", "ttft_ms",
-                "finish_reason", "retries", "estimated", "agent_name")
+                "finish_reason", "retries", "estimated", "agent_name", "price_source", "priced_as")
 
 #: The default error text of a record an operator cancelled (the turn's lease taken away); the console's cancel
 #: names who and why instead (``takeover_app.service.cancel_turn``).
@@ -71,7 +73,7 @@ _RECORD_COLUMNS = (
     "input_tokens, output_tokens, cached_tokens, cost, trace_id) "
 )
 _RECORD_VALUES = (
-    "?, ?, ?, NULL, ?, 'running', ?, NULL, ?, ?, NULL, {json}, '', '[]'{cast}, '[]'{cast}, 0, 0, 0, NULL, ?"
+    "?, ?, ?, NULL, ?, 'running', ?, NULL, ?, ?, NULL, {json}, '', '[]'{cast}, '[]'{cast}, NULL, NULL, NULL, NULL, ?"
 )
 _INSERT = _RECORD_COLUMNS + "VALUES (" + _RECORD_VALUES + ")"
 _CLOSE = (
@@ -84,22 +86,30 @@ _CLOSE = (
 )
 _TOTALS_COLUMNS = (
     "INSERT INTO chatflow_session_totals AS t (session_id, turns, input_tokens, output_tokens, cached_tokens, "
-    "total_tokens, cost, cost_known, last_error, updated_at) "
+    "total_tokens, cost, cost_known, tokens_known, last_error, updated_at) "
 )
+
+
+def _known_sum(column: str) -> str:
+    """The merge of a summed column: the known figures added, NULL while neither side knows one."""
+    return f"{column} = COALESCE(t.{column} + EXCLUDED.{column}, t.{column}, EXCLUDED.{column})"
+
+
 _TOTALS_MERGE = (
     " ON CONFLICT (session_id) DO UPDATE SET turns = t.turns + EXCLUDED.turns, "
-    "input_tokens = t.input_tokens + EXCLUDED.input_tokens, output_tokens = t.output_tokens + EXCLUDED.output_tokens, "
-    "cached_tokens = t.cached_tokens + EXCLUDED.cached_tokens, total_tokens = t.total_tokens + EXCLUDED.total_tokens, "
-    "cost = t.cost + EXCLUDED.cost, cost_known = (t.cost_known AND EXCLUDED.cost_known), "
-    "last_error = EXCLUDED.last_error, updated_at = EXCLUDED.updated_at"
+    + ", ".join(_known_sum(c) for c in ("input_tokens", "output_tokens", "cached_tokens", "total_tokens", "cost"))
+    + ", cost_known = (t.cost_known AND EXCLUDED.cost_known), "
+    "tokens_known = (t.tokens_known AND EXCLUDED.tokens_known), last_error = EXCLUDED.last_error, "
+    "updated_at = EXCLUDED.updated_at"
 )
-_TOTALS_VALUES = "?, ?, ?, ?, ?, ?, ?, ?, ?, ?"
+_TOTALS_VALUES = "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?"
 _TOTALS = _TOTALS_COLUMNS + "VALUES (" + _TOTALS_VALUES + ")" + _TOTALS_MERGE
 # PostgreSQL: the lease release (rendered by chatflow_agent.core.sql) as the first CTE, then the
 # close and the totals (one row per session); the statement returns the released lease's row.
 _CLOSE_WITH_RELEASE = (
     "WITH released AS ({lease} RETURNING session_id), closed AS (" + _CLOSE + ", session_id), "
-    "totals AS (" + _TOTALS_COLUMNS + "SELECT DISTINCT session_id, ?, ?, ?, ?, ?, ?::numeric, ?, "
+    "totals AS (" + _TOTALS_COLUMNS + "SELECT DISTINCT session_id, ?, ?::bigint, ?::bigint, ?::bigint, ?::bigint, "
+    "?::numeric, ?, ?, "
     "CASE WHEN status = 'cancelled' THEN error ELSE ? END, ?::timestamptz FROM closed" + _TOTALS_MERGE
     + " RETURNING 1) SELECT 1 FROM released"
 )
@@ -108,7 +118,8 @@ _CLOSE_WITH_RELEASE = (
 _OPEN_WITH_LEASE = (
     "WITH lease AS ({lease} RETURNING session_id), "
     "interrupted AS (" + _INTERRUPT_SESSION + " AND EXISTS (SELECT 1 FROM lease) RETURNING session_id), "
-    "marked AS (" + _TOTALS_COLUMNS + "SELECT session_id, COUNT(*), 0, 0, 0, 0, 0, FALSE, ?, ?::timestamptz "
+    "marked AS (" + _TOTALS_COLUMNS + "SELECT session_id, COUNT(*), NULL::bigint, NULL::bigint, NULL::bigint, "
+    "NULL::bigint, NULL::numeric, FALSE, FALSE, ?, ?::timestamptz "
     "FROM interrupted GROUP BY session_id" + _TOTALS_MERGE + " RETURNING 1) "
     + _RECORD_COLUMNS + "SELECT " + _RECORD_VALUES + " FROM lease{condition}"
 )
@@ -135,8 +146,9 @@ def _stamp(dialect: Dialect, at: float | None) -> Any:
 
 
 def call_json(call: ModelCallUsage) -> dict[str, Any]:
-    """One model call as stored in ``TurnRecord.calls``: its usage fields, ``cost`` a decimal string
-    (US dollars) or None when the price is unknown."""
+    """One model call as stored in ``TurnRecord.calls``: its usage fields (a count nobody reported is None),
+    ``cost`` a decimal string (US dollars) or None when unknown, with where its price came from
+    (``price_source``) and the model name it matched (``priced_as``)."""
     data: dict[str, Any] = {name: getattr(call, name) for name in _CALL_FIELDS}
     data["cost"] = None if call.cost is None else str(call.cost)
     return data
@@ -225,13 +237,14 @@ def lease_closing_turn(dialect: Dialect, session_id: str, report: TurnReport,
 
 
 def _counts(report: TurnReport | None, interrupted: int = 0) -> tuple[Any, ...]:
-    """The totals a closed ``report`` adds; None: only ``last_error``, or ``interrupted`` turns, each
-    counted as a turn whose spend is unknown (its process died before it could say)."""
+    """The totals a closed ``report`` adds (turns, the four token counts, cost, cost known, tokens known; an
+    unknown figure is None and adds nothing); None: only ``last_error``, or ``interrupted`` turns, each
+    counted as a turn whose tokens and spend are unknown (its process died before it could say)."""
     if report is None:
-        return (interrupted, 0, 0, 0, 0, Decimal(0), not interrupted)
-    cost = report.cost
-    return (1, report.input_tokens, report.output_tokens, report.cached_tokens,
-            report.input_tokens + report.output_tokens, cost or Decimal(0), cost is not None)
+        return (interrupted, None, None, None, None, None, not interrupted, not interrupted)
+    cost, total = report.cost, report.total_tokens
+    return (1, report.input_tokens, report.output_tokens, report.cached_tokens, total, cost, cost is not None,
+            total is not None)
 
 
 def _add_totals(cursor: Any, dialect: Dialect, session_id: str, report: TurnReport | None, last_error: str,

@@ -146,7 +146,7 @@ class Tally:
 def _cell_of(row: dict[str, Any]) -> Cell:
     duration = row["duration_ms"]
     return Cell(1, {} if duration is None else {str(bucket_of(duration)): 1}, row["cost"] or Decimal(0),
-                1 if row["cost"] is None else 0, row["input_tokens"], row["output_tokens"])
+                1 if row["cost"] is None else 0, row["input_tokens"] or 0, row["output_tokens"] or 0)
 
 
 def _lock() -> None:

@@ -19,7 +19,7 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Literal
+from typing import Literal, TypeVar
 
 from chatflow_agent.exceptions import SessionBusyError, SessionDeletedError
 from chatflow_agent.types import AgentResponse, ModelCallUsage, TurnUsage
@@ -92,28 +92,30 @@ class TurnReport:
         return TurnUsage(calls=list(self.calls))
 
     @property
-    def input_tokens(self) -> int:
-        """Prompt tokens over the calls that reported them (0 when none did)."""
-        return sum(c.input_tokens or 0 for c in self.calls)
+    def input_tokens(self) -> int | None:
+        """Prompt tokens over the calls; None when a call did not report them (never 0 for unknown).
+        A turn without model calls used 0."""
+        return _known_sum([c.input_tokens for c in self.calls], 0)
 
     @property
-    def output_tokens(self) -> int:
-        return sum(c.output_tokens or 0 for c in self.calls)
+    def output_tokens(self) -> int | None:
+        return _known_sum([c.output_tokens for c in self.calls], 0)
 
     @property
-    def cached_tokens(self) -> int:
-        return sum(c.cached_tokens or 0 for c in self.calls)
+    def cached_tokens(self) -> int | None:
+        return _known_sum([c.cached_tokens for c in self.calls], 0)
+
+    @property
+    def total_tokens(self) -> int | None:
+        """Input plus output tokens; None when either is unknown."""
+        tokens_in, tokens_out = self.input_tokens, self.output_tokens
+        return None if tokens_in is None or tokens_out is None else tokens_in + tokens_out
 
     @property
     def cost(self) -> Decimal | None:
         """US dollars over the calls; None when any call's price is unknown (never 0 for unknown).
         A turn without model calls costs 0."""
-        total = Decimal(0)
-        for call in self.calls:
-            if call.cost is None:
-                return None
-            total += call.cost
-        return total
+        return _known_sum([c.cost for c in self.calls], Decimal(0))
 
     def add_agent(self, name: str) -> None:
         """Append ``name`` to the agent trail unless it is already the last one."""
@@ -144,3 +146,16 @@ class TurnReport:
             self.user_text = ""
         stopped = isinstance(err, asyncio.CancelledError | SessionBusyError | SessionDeletedError)
         self.end("cancelled" if stopped else "failed", err)
+
+
+_N = TypeVar("_N", int, Decimal)
+
+
+def _known_sum(values: list[_N | None], zero: _N) -> _N | None:
+    """The sum of ``values`` (``zero`` for none), or None when any of them is None."""
+    total = zero
+    for value in values:
+        if value is None:
+            return None
+        total += value
+    return total

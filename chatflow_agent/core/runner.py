@@ -361,18 +361,25 @@ class Runner:
             at = next((i for i, m in enumerate(history) if m.role != Role.SYSTEM), len(history))
             history.insert(at, Message(role=Role.SYSTEM, content=turn.instructions))
         stream = _streaming_method(engine)
-        if stream is None:
-            result = await engine.generate_turn_async(agent=agent, history=history)
-        else:
-            async def on_delta(text: str) -> None:
-                if turn.wants("text_delta"):
-                    await turn.emit(TextDelta(session_id=turn.session.session_id, turn_id=turn.turn_id,
-                                              text=text, agent_name=agent.name))
+        try:
+            if stream is None:
+                result = await engine.generate_turn_async(agent=agent, history=history)
+            else:
+                async def on_delta(text: str) -> None:
+                    if turn.wants("text_delta"):
+                        await turn.emit(TextDelta(session_id=turn.session.session_id, turn_id=turn.turn_id,
+                                                  text=text, agent_name=agent.name))
 
-            result = await stream(agent, history, on_delta)
+                result = await stream(agent, history, on_delta)
+        except BaseException:
+            # The call did not return (an error, a cancellation, a timeout): what it used is unknown.
+            turn.calls.append(_unreported_call(engine, agent))
+            raise
         usage = getattr(result, "usage", None)
-        if isinstance(usage, ModelCallUsage):  # priced now: the cost is the one at the time of the turn
-            turn.calls.append(self.prices.priced(usage).model_copy(update={"agent_name": agent.name}))
+        if not isinstance(usage, ModelCallUsage):  # an engine that reports no usage: the call's is unknown
+            usage = _unreported_call(engine, agent)
+        # Priced now: the cost is the one at the time of the turn.
+        turn.calls.append(self.prices.priced(usage, agent.model).model_copy(update={"agent_name": agent.name}))
         return result
 
     async def _run_tools(self, turn: _Turn, agent: Agent, calls: list[ToolCall]) -> list[ToolResult]:
@@ -467,6 +474,13 @@ def _outcome(skipped: bool, result: ToolResult, handoffs_before: int, handoffs_a
     if result.is_error:
         return "error"
     return "handoff" if handoffs_after > handoffs_before else "ok"
+
+
+def _unreported_call(engine: BaseEngine, agent: Agent) -> ModelCallUsage:
+    """A model call whose usage nobody reported: its token counts and cost are unknown (None)."""
+    provider = getattr(engine, "provider", None)
+    return ModelCallUsage(provider=provider if isinstance(provider, str) else None, model=agent.model,
+                          agent_name=agent.name)
 
 
 def _streaming_method(engine: Any) -> Any:

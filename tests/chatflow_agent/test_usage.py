@@ -6,6 +6,7 @@ figure: the library's prices move). The provider is a real HTTP server on 127.0.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import os
 from collections.abc import Iterator
@@ -234,8 +235,11 @@ async def test_a_failed_turn_reports_the_calls_it_made(server: FakeProvider) -> 
 
     failed = events[-1]
     assert isinstance(failed, TurnFailed)
-    assert [(c.input_tokens, c.output_tokens) for c in failed.usage.calls] == [(100, 20)]
-    assert failed.usage.cost == library_cost("gpt-4o-mini", "openai", input_tokens=100, output_tokens=20)
+    # The call that failed is recorded too: what it used nobody reported, so the turn's total is unknown.
+    assert [(c.input_tokens, c.output_tokens) for c in failed.usage.calls] == [(100, 20), (None, None)]
+    assert failed.usage.calls[0].cost == library_cost("gpt-4o-mini", "openai", input_tokens=100, output_tokens=20)
+    assert failed.usage.calls[1].model == "gpt-4o-mini" and failed.usage.calls[1].cost is None
+    assert failed.usage.cost is None and failed.usage.input_tokens is None
 
 
 @pytest.mark.asyncio
@@ -247,8 +251,10 @@ async def test_the_scripted_engine_reports_what_its_script_says() -> None:
     usage = (await runner.run_async("s1", "hi")).usage
 
     assert usage is not None
-    assert [c.input_tokens for c in usage.calls] == [10]  # the "done" step reported nothing
+    assert [c.input_tokens for c in usage.calls] == [10, None]  # the "done" step reported nothing: unknown
     assert usage.calls[0].cost == library_cost("gpt-4o-mini", "openai", input_tokens=10, output_tokens=5)
+    assert usage.calls[1].cost is None and usage.calls[1].agent_name == "A"
+    assert usage.input_tokens is None and usage.cost is None  # never a partial sum passed off as the whole
 
 
 @pytest.mark.asyncio
@@ -278,3 +284,78 @@ async def test_an_override_can_price_the_demo_estimates() -> None:
     usage = (await runner.run_async("s1", "hello")).usage
 
     assert usage is not None and usage.cost is not None and usage.cost > 0
+
+
+# ---- the two model names of a call ------------------------------------------------------------
+@pytest.mark.asyncio
+async def test_an_override_keyed_by_the_configured_model_prices_calls_the_provider_names_otherwise(
+        server: FakeProvider) -> None:
+    dated = [{**c, "model": "house-model-2026-01-01"} for c in answer("hi", prompt=1000, output=500)]
+    server.reply_stream(dated)
+    book = PriceBook({"house-model": {"input": "1", "output": "2"}})
+    runner = Runner(order_agent(server, model="house-model"), prices=book)
+
+    usage = (await runner.run_async("s1", "hello")).usage
+
+    assert usage is not None
+    [call] = usage.calls
+    assert call.model == "house-model-2026-01-01"  # the name the provider answered with
+    assert (call.cost, call.price_source, call.priced_as) == (Decimal("0.002"), "override", "house-model")
+
+
+def test_the_answered_name_is_looked_up_before_the_configured_one_and_each_says_what_matched() -> None:
+    book = PriceBook({"gpt-4o-mini": {"input": "1", "output": "1"},
+                      "gpt-4o-mini-2024-07-18": {"input": "2", "output": "2"}})
+    dated = call_usage(model="gpt-4o-mini-2024-07-18", input_tokens=1_000_000, output_tokens=0)
+
+    assert book.price(dated, "gpt-4o-mini") == (Decimal(2), "override", "gpt-4o-mini-2024-07-18")
+    library = PriceBook().priced(call_usage(model="no-such-model-anywhere"), "gpt-4o-mini")
+    assert library.cost == library_cost("gpt-4o-mini", "openai", input_tokens=1000, output_tokens=200)
+    assert (library.price_source, library.priced_as) == ("genai-prices", "gpt-4o-mini")
+    unpriced = PriceBook().priced(call_usage(model="no-such-model-anywhere"), "nor-this-one")
+    assert (unpriced.cost, unpriced.price_source, unpriced.priced_as) == (None, None, None)
+    unknown_counts = book.priced(call_usage(input_tokens=None), "gpt-4o-mini")
+    assert (unknown_counts.cost, unknown_counts.price_source) == (None, None)
+
+
+# ---- unreported usage -------------------------------------------------------------------------
+@pytest.mark.asyncio
+async def test_a_provider_that_reports_no_usage_leaves_the_turns_tokens_and_cost_unknown(
+        server: FakeProvider) -> None:
+    from chatflow_agent.core.reports import TurnReport
+
+    server.reply_stream(answer("hi")[:1])  # a server that ignores stream_options: no usage chunk
+    runner = Runner(order_agent(server), prices=PriceBook())
+    report = TurnReport()  # what a store's backend records the turn from
+
+    usage = (await runner.run_async("s1", "hello", report=report)).usage
+
+    assert usage is not None and len(usage.calls) == 1
+    assert (usage.input_tokens, usage.output_tokens, usage.cost) == (None, None, None)
+    assert (report.input_tokens, report.output_tokens, report.total_tokens, report.cost) == (None, None, None, None)
+
+
+@pytest.mark.asyncio
+async def test_a_call_cancelled_in_flight_is_reported_as_a_call_of_unknown_usage() -> None:
+    from chatflow_agent.core.reports import TurnReport
+
+    answering = asyncio.Event()
+
+    async def hang(agent: Agent, history: list[Any]) -> str:
+        answering.set()
+        await asyncio.Event().wait()  # never answers
+        return "never"
+
+    engine = ScriptedEngine(EngineTurnResult(tool_calls=[ToolCall(id="c1", name="nothing")],
+                                             usage=call_usage(input_tokens=10, output_tokens=5)), hang)
+    runner = Runner(Agent(name="A", instructions="", model="gpt-4o-mini", engine=engine), prices=PriceBook())
+    report = TurnReport()
+    task = asyncio.ensure_future(runner.run_async("s1", "hi", report=report))
+    await answering.wait()  # the second model call is in flight
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+    assert [c.input_tokens for c in report.calls] == [10, None]
+    assert (report.input_tokens, report.total_tokens, report.cost) == (None, None, None)
+    assert TurnReport().cost == 0 and TurnReport().total_tokens == 0  # no model call: nothing was used

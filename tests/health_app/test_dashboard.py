@@ -156,11 +156,12 @@ def test_the_charts_and_their_tables_show_the_known_traffic(store):
 
     day = timezone.now().astimezone(UTC).strftime("%b %d")
     assert [v for _, label, v in parsed.marks["cost"] if label == day] == [28 + 12 + 12 + 12.0]
-    assert [day, "$64.00", "0"] in body_rows(parsed, "cost")  # the failed turn's call raised: no usage
+    # The failed turn's call raised: what it used was never reported, so its cost is unknown (not $0).
+    assert [day, "$64.00", "1"] in body_rows(parsed, "cost")
     first_hour = timezone.now().astimezone(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(hours=23)
     touched = 1 if first_hour.date() == timezone.now().astimezone(UTC).date() else 2  # one during the 23:00 hour
     assert len(body_rows(parsed, "cost")) == touched  # the UTC days the last 24 hourly buckets touch
-    assert "used a model without a known price" not in html
+    assert "1 turn without a known cost (a model without a known price, or usage its provider never reported)" in html
 
     assert parsed.marks["handoffs"] == [("", "Support → Billing", 1.0)]
     assert body_rows(parsed, "handoffs") == [["Support", "Billing", "1"]]
@@ -249,7 +250,8 @@ def test_turns_of_an_unpriced_model_are_counted_apart_never_as_zero_cost(store):
     html = dashboard()
     day = timezone.now().astimezone(UTC).strftime("%b %d")
     assert [day, "unknown", "1"] in body_rows(figures(html), "cost")
-    assert "1 turn used a model without a known price: not counted here" in html
+    assert "1 turn without a known cost (a model without a known price, or usage its provider never reported): " \
+        "not counted here" in html
     assert '<dd id="fact-cost">unknown <span class="muted">(1 turn without a known price)</span></dd>' in html
     assert "Known cost</dt><dd id=\"fact-cost\">$" not in html
 

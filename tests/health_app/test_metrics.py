@@ -77,7 +77,8 @@ def test_the_counters_after_known_traffic(client):
     m = samples(client.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {TOKEN}").content)
     assert m[("chatflow_turns_total", (("status", "completed"),))] == 2
     assert m[("chatflow_turns_total", (("status", "failed"),))] == 1
-    assert m[("chatflow_turns_total", (("status", "running"),))] == 1
+    assert m[("chatflow_turns_running", ())] == 1  # a gauge: running is not an end
+    assert ("chatflow_turns_total", (("status", "running"),)) not in m
     assert m[("chatflow_turns_total", (("status", "cancelled"),))] == 0
     assert m[("chatflow_turn_duration_seconds_count", ())] == 3
     assert m[("chatflow_turn_duration_seconds_sum", ())] == pytest.approx(15.4)
@@ -117,3 +118,31 @@ def test_webhook_responses_are_counted_by_channel_and_status(client):
         return after.get(key, 0) - before.get(key, 0)
 
     assert (grew("202"), grew("200"), grew("403"), grew("405")) == (1, 1, 1, 1)
+
+
+def test_no_counter_goes_down_as_turns_end_and_are_rolled_back(client):
+    from turns_app.console import mark_rolled_back
+
+    now = timezone.now()
+
+    def counters() -> dict[tuple, float]:
+        m = samples(client.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {TOKEN}").content)
+        return {k: v for k, v in m.items() if k[0].endswith("_total") and not k[0].startswith("chatflow_webhook")}
+
+    running = TurnRecord.objects.create(session_id="m", owner="h:1:a:", status="running", started_at=now)
+    TurnRecord.objects.create(session_id="m", owner="h:1:b:", status="completed", started_at=now, finished_at=now,
+                              first_message_id=7, input_tokens=5, output_tokens=1, cost=Decimal("0.1"))
+    before = counters()
+    gauge = samples(client.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {TOKEN}").content)
+    assert gauge[("chatflow_turns_running", ())] == 1
+
+    TurnRecord.objects.filter(pk=running.pk).update(status="completed", finished_at=now, input_tokens=2,
+                                                    output_tokens=1, cost=Decimal("0.2"), first_message_id=9)
+    assert mark_rolled_back("m", [7, 9]) == 2
+    after = counters()
+
+    assert all(after.get(key, 0) >= value for key, value in before.items()), (before, after)
+    assert after[("chatflow_turns_total", (("status", "completed"),))] == 2  # how they ended
+    assert after[("chatflow_turns_rolled_back_total", ())] == 2
+    m = samples(client.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {TOKEN}").content)
+    assert m[("chatflow_turns_running", ())] == 0

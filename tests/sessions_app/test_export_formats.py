@@ -249,8 +249,9 @@ def without_code_spans(line: str) -> str:
 
 
 def md_unescape(text: str) -> str:
-    """What a CommonMark renderer shows for escaped text: backslash escapes and the three entities undone."""
-    text = re.sub(r"\\([!-/:-@\[-`{-~])", r"\1", text)
+    """What a CommonMark renderer shows for escaped text: backslash escapes, hard line breaks (a backslash at
+    a line's end) and the three entities undone."""
+    text = re.sub(r"\\([!-/:-@\[-`{-~]|\n)", r"\1", text)
     return text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
 
 
@@ -568,3 +569,61 @@ def test_a_redacted_export_says_so_and_is_refused_as_a_backup(bearer, tmp_path):
     with pytest.raises(CommandError, match="redacted export"):
         call_command("chatflow_import_transcript", str(path), stdout=io.StringIO(), stderr=io.StringIO())
     assert not ChatSession.objects.exists()
+
+
+# ---- each message's agent: the page's rule -------------------------------------------------------
+def page_labels(olga, session_id: str) -> dict[int, str]:
+    """What the session page says wrote each message row: its author line, a handoff chip's caller."""
+    page = personas.client_for(olga).get(f"/sessions/{session_id}/").content.decode()
+    labels = {int(rid): who for rid, who in re.findall(
+        r'data-message-id="(\d+)">\s*<div class="who"><span class="author">([^<]+)</span>', page)}
+    labels.update({int(rid): who for rid, who in re.findall(
+        r'<div class="handoff chip"[^>]*data-message-id="(\d+)">⇄ Handoff <strong>([^<]+)</strong>', page)})
+    return labels
+
+
+def test_each_exported_message_names_the_agent_that_wrote_it_as_the_page_does(bearer, olga):
+    store("st", [user("my wifi drops"),
+                 model("Let me pass you on.", [call("h1", "transfer_to_tech", reason="wifi")]),
+                 results(handoff_result("h1", "Support", "Tech", "wifi")),
+                 model("Restart the router.")], agent="Tech")
+    rows = list(ChatMessage.objects.filter(session_id="st").order_by("id").values_list("id", flat=True))
+
+    lines = [json.loads(x) for x in text_of(get(bearer, "st", "jsonl")[1]).splitlines()]
+    csv_rows = list(csv.DictReader(io.StringIO(text_of(get(bearer, "st", "csv")[1])[1:])))
+    labels = page_labels(olga, "st")
+
+    expected = ["Support", "Support", "Support", "Tech"]  # the customer's message goes to the turn's first agent
+    assert [x["agent"] for x in lines] == [r["agent"] for r in csv_rows] == expected
+    assert labels[rows[1]] == "Support" and labels[rows[3]] == "Tech"  # the call's chip, the answer's author
+    for row_id, line in zip(rows, lines, strict=True):
+        if row_id in labels and line["role"] != "user":  # (the page names the customer as a message's author)
+            assert labels[row_id] == line["agent"]
+
+
+def test_a_handoff_stored_by_0_3_4_names_its_caller_in_the_page_and_every_export(bearer, olga):
+    legacy = result("h1", "transfer_to_billing", {"status": "HANDOFF_SUCCESS", "transferred_to": "Billing",
+                                                  "reason": "refund"})  # 0.3.4 wrote no transferred_from
+    store("old", [user("refund please"), model(None, [call("h1", "transfer_to_billing")]), results(legacy),
+                  model("Refunded.")], agent="Billing")
+
+    page = personas.client_for(olga).get("/sessions/old/").content.decode()
+    doc = json.loads(get(bearer, "old", "json")[1])
+    md = text_of(get(bearer, "old", "md")[1])
+
+    assert "⇄ Handoff <strong>Support</strong> → <strong>Billing</strong>" in page
+    assert "Handoff <strong>?</strong>" not in page
+    assert doc["turns"][0]["handoffs"][0]["from"] == "Support"
+    assert "**Handoff** Support → Billing" in md
+
+
+def test_line_breaks_in_a_message_survive_the_rendered_markdown(bearer):
+    store("lines", [user("first line\nsecond line\n\nnew paragraph\n===\nend"), model("one\ntwo")])
+
+    md = text_of(get(bearer, "lines", "md")[1])
+
+    quote = re.search(r"\*\*User\*\* · [^\n]*\n\n((?:>[^\n]*\n)+)", md).group(1)
+    assert quote == "> first line\\\n> second line\n>\n> new paragraph\\\n> \\===\\\n> end\n"  # hard breaks
+    assert "one\\\ntwo\n" in md
+    assert md_unescape("\n".join(line[2:] for line in quote.rstrip("\n").split("\n"))) == (
+        "first line\nsecond line\n\nnew paragraph\n===\nend")

@@ -129,8 +129,9 @@ def test_the_list_shows_tokens_cost_and_last_error_and_sorts_on_them_page_by_pag
 
     row = re.search(r'<tr id="row-[^"]*"[^>]*>\s*<td class="sid"><a href="/sessions/big/".*?</tr>', page, re.S).group(0)
     assert "587" in text(row) and usd(first.cost + second.cost) in row
-    for sort, expected in (("-tokens", ["big", "small", "none"]), ("tokens", ["none", "small", "big"]),
-                           ("-cost", ["big", "small", "none"])):
+    # A session without a recorded turn has no known total: it comes last either way, never sorted as 0.
+    for sort, expected in (("-tokens", ["big", "small", "none"]), ("tokens", ["small", "big", "none"]),
+                           ("-cost", ["big", "small", "none"]), ("cost", ["small", "big", "none"])):
         seen, after = [], ""
         while True:
             window = listing.fetch_window(listing.parse_query({"sort": sort, "after": after}), per_page=1)
@@ -240,3 +241,24 @@ def test_a_slow_turns_messages_show_when_they_were_written_as_the_export_has_the
                                                           datetime.fromisoformat(written["model"])]
     stored = ChatMessage.objects.get(session_id="s1", role="user").created_at
     assert (stored - datetime.fromisoformat(written["user"])).total_seconds() > 1  # not the commit's time
+
+
+def test_an_override_for_the_configured_model_prices_the_turn_and_the_page_says_which_name_matched(server,
+                                                                                                   operator):
+    _user, client = operator
+    server.reply_stream([{**c, "model": "house-model-2026-01-01"} for c in answer("Hi.", prompt=1000, output=500)])
+    runner = Runner(order_agent(server, model="house-model"), session_store=runtime.site_store(),
+                    prices=PriceBook({"house-model": {"input": "1", "output": "2"}}))
+    asyncio.run(runner.run_async("s1", "hi"))
+
+    record = TurnRecord.objects.get(session_id="s1")
+    page = client.get("/sessions/s1/").content.decode()
+    block = client.get("/api/v1/sessions/s1/transcript", {"format": "json"}).json()["turns"][0]["usage"]
+
+    assert record.cost == Decimal("0.002")
+    [call] = block["model_calls"]
+    assert (call["model"], call["price_source"], call["priced_as"]) == ("house-model-2026-01-01", "override",
+                                                                         "house-model")
+    stats = re.search(r'<span class="turn-stats">(.*?)</span>\s*</summary>', page, re.S).group(1)
+    assert "$0.002" in stats and "override price for house-model" in text(stats)
+    assert 'title="house-model-2026-01-01: $0.002 from an override for house-model"' in stats

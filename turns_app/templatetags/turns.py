@@ -2,7 +2,13 @@
 
 ``{{ ms|duration }}`` — milliseconds as ``850 ms`` / ``2.4 s`` / ``3 min 5 s`` (em dash when None).
 ``{{ cost|usd }}`` — US dollars as ``$0.000123`` (six significant digits at most), ``unknown`` for None.
-``{{ n|tokens }}`` — a token count with thousands separators.
+``{{ n|tokens }}`` — a token count with thousands separators (em dash when None).
+``{{ n|tokens_spent:known }}`` — a sum of tokens: ``1,234 tokens``, ``at least 1,234 tokens`` (``known``
+false: some turn's counts were unknown) or ``tokens unknown`` (None: none was known).
+``{{ cost|cost_spent:known }}`` — a sum of costs: ``$0.0123``, ``at least $0.0123`` (``known`` false) or
+``price unknown`` (None, or nothing but unknown and free turns: "at least $0" says nothing).
+``{{ calls|price_detail }}`` — how a turn's model calls were priced, one line a call (a title's text).
+``{{ calls|override_names }}`` — the model names a turn's calls were priced under by an override.
 ``{% session_totals session_id as totals %}`` — the session's ``SessionTotals`` (None before any turn).
 ``{% rollback_usage plan as discarded %}`` — the ``turns_app.console.Usage`` of the turns a
 ``sessions_app.actions.RollbackPlan`` removes.
@@ -52,6 +58,45 @@ def usd(value: object) -> str:
 @register.filter
 def tokens(value: object) -> str:
     return f"{value:,}" if isinstance(value, int) else "—"
+
+
+@register.filter
+def tokens_spent(total: object, known: object = True) -> str:
+    if not isinstance(total, int):
+        return "tokens unknown"
+    return f"{'' if known else 'at least '}{total:,} tokens"
+
+
+@register.filter
+def cost_spent(cost: object, known: object = True) -> str:
+    if cost is None or cost == "" or (not known and Decimal(str(cost)) == 0):
+        return "price unknown"
+    return f"{'' if known else 'at least '}{usd(cost)}"
+
+
+def _call_price(call: dict) -> str:
+    model = call.get("model") or "model"
+    if call.get("cost") is None:
+        counts = call.get("input_tokens") is not None and call.get("output_tokens") is not None
+        return f"{model}: {'no known price' if counts else 'token counts not reported'}"
+    source = "an override" if call.get("price_source") == "override" else call.get("price_source") or "a price"
+    named = call.get("priced_as")
+    under = f" for {named}" if named and named != model else ""
+    return f"{model}: {usd(call['cost'])} from {source}{under}"
+
+
+@register.filter
+def price_detail(calls: object) -> str:
+    return "\n".join(_call_price(c) for c in calls if isinstance(c, dict)) if isinstance(calls, list) else ""
+
+
+@register.filter
+def override_names(calls: object) -> str:
+    if not isinstance(calls, list):
+        return ""
+    names = dict.fromkeys(c.get("priced_as") for c in calls
+                          if isinstance(c, dict) and c.get("price_source") == "override" and c.get("priced_as"))
+    return ", ".join(str(n) for n in names)
 
 
 @register.simple_tag
