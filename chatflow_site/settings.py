@@ -158,6 +158,7 @@ INSTALLED_APPS = [
     "django_htmx",
     "template_partials",
     "ninja",  # its templates and vendored Swagger UI assets: the API docs page works offline
+    "csp",
     "sessions_app",
     "agents_app",
     "api_app",
@@ -169,6 +170,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "csp.middleware.CSPMiddleware",
     "servestatic.middleware.ServeStaticMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -254,6 +256,24 @@ if _bool("SECURE_PROXY_SSL_HEADER", default=False):
     # Only behind a proxy that sets X-Forwarded-Proto itself (and strips it from clients).
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 X_FRAME_OPTIONS = "DENY"
+
+# Content-Security-Policy on every response (django-csp; with DEBUG on too, except Django's own debug
+# pages for 404 and 500): scripts, styles and sockets only from this site, no inline script or style, no
+# event-handler attributes, no eval. htmx is configured for it in templates/base.html (its htmx-config).
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'"],
+        "img-src": ["'self'", "data:"],
+        "connect-src": ["'self'"],  # the console's websockets: same host (CSP Level 3 'self' covers ws/wss)
+        "font-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'none'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    },
+}
 
 LOGGING = {
     "version": 1,
