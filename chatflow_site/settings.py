@@ -12,6 +12,7 @@ import os
 import re
 import tempfile
 import warnings
+from datetime import timedelta
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -159,6 +160,7 @@ INSTALLED_APPS = [
     "template_partials",
     "ninja",  # its templates and vendored Swagger UI assets: the API docs page works offline
     "csp",
+    "axes",  # login throttling (AXES_* below); its lockouts are in the admin, where deleting one lifts it
     "sessions_app",
     "agents_app",
     "api_app",
@@ -181,6 +183,7 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "chatflow_site.errors.SiteNotFoundPage",  # the site's 404 page with DEBUG on too
+    "axes.middleware.AxesMiddleware",  # last: turns a refused (locked-out) login into the lockout page
 ]
 
 ROOT_URLCONF = "chatflow_site.urls"
@@ -223,6 +226,20 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",  # first: refuses a locked-out login before a password is checked
+    "django.contrib.auth.backends.ModelBackend",
+]
+# Login throttling (django-axes, sessions_app.lockouts): failed logins counted per account and per address
+# (the connection's address: behind a proxy, the proxy's); at the limit both are locked for the cool-off.
+# Attempts during a lockout do not extend it; a successful login clears the account's count.
+AXES_FAILURE_LIMIT = 5
+AXES_COOLOFF_TIME = timedelta(minutes=15)
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_RESET_ON_SUCCESS = True
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
+AXES_LOCKOUT_CALLABLE = "sessions_app.lockouts.locked_out"
+AXES_HTTP_RESPONSE_CODE = 429
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "login"
