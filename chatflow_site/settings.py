@@ -231,7 +231,8 @@ AUTHENTICATION_BACKENDS = [
     "django.contrib.auth.backends.ModelBackend",
 ]
 # Login throttling (django-axes, sessions_app.lockouts): failed logins counted per account and per address
-# (the connection's address: behind a proxy, the proxy's); at the limit both are locked for the cool-off.
+# (the connection's, or the one the proxy added to X-Forwarded-For when SECURE_PROXY_SSL_HEADER says a proxy
+# is there); at the limit both are locked for the cool-off.
 # Attempts during a lockout do not extend it; a successful login clears the account's count.
 AXES_FAILURE_LIMIT = 5
 AXES_COOLOFF_TIME = timedelta(minutes=15)
@@ -239,6 +240,7 @@ AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
 AXES_RESET_ON_SUCCESS = True
 AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
 AXES_LOCKOUT_CALLABLE = "sessions_app.lockouts.locked_out"
+AXES_CLIENT_IP_CALLABLE = "sessions_app.lockouts.client_address"
 AXES_HTTP_RESPONSE_CODE = 429
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "/"

@@ -5,6 +5,10 @@ Failed logins are counted per account and per address (``AXES_*`` in the setting
 account — from any address — and that address — for any account — cannot log in until the cool-off has
 passed or an administrator deletes the lockout's "access attempt" in the Django admin. Attempts during a
 lockout neither count nor extend it.
+
+The address is the connection's, or — behind the TLS proxy that ``SECURE_PROXY_SSL_HEADER`` says is there —
+the one that proxy appended to ``X-Forwarded-For`` (:func:`client_address`): otherwise every login would
+come from the proxy's address, and a few wrong passwords from anyone would lock everyone out.
 """
 
 from __future__ import annotations
@@ -19,10 +23,20 @@ from django.shortcuts import render
 
 from sessions_app.actions import audit
 
-__all__ = ["LOCKOUT", "audit_lockout", "locked_out"]
+__all__ = ["LOCKOUT", "audit_lockout", "client_address", "locked_out"]
 
 #: The audit log's action for a lockout (the log's actor is "system": nobody logged in).
 LOCKOUT = "login_lockout"
+
+
+def client_address(request: HttpRequest) -> str:
+    """``AXES_CLIENT_IP_CALLABLE``: the address a login came from. Behind the site's proxy, the last
+    ``X-Forwarded-For`` entry — the one the proxy itself added; the entries before it are the client's to
+    write and are never believed."""
+    behind_proxy = getattr(settings, "SECURE_PROXY_SSL_HEADER", None)
+    forwarded = request.META.get("HTTP_X_FORWARDED_FOR", "") if behind_proxy else ""
+    last = forwarded.rsplit(",", 1)[-1].strip()
+    return last or request.META.get("REMOTE_ADDR", "")
 
 
 def cool_off_minutes() -> int:

@@ -19,8 +19,8 @@ LOGIN = "/accounts/login/"
 LIMIT = settings.AXES_FAILURE_LIMIT
 
 
-def attempt(username: str, password: str, address: str = "203.0.113.7") -> tuple[int, Client]:
-    client = Client(REMOTE_ADDR=address)
+def attempt(username: str, password: str, address: str = "203.0.113.7", **headers: str) -> tuple[int, Client]:
+    client = Client(REMOTE_ADDR=address, **headers)
     answer = client.post(LOGIN, {"username": username, "password": password})
     return answer.status_code, client
 
@@ -92,3 +92,17 @@ def test_an_administrator_lifts_a_lockout_in_the_admin():
     assert answer.status_code == 302 and not AccessAttempt.objects.exists()
     status, client = attempt("olga.operator", personas.PASSWORD)
     assert status == 302 and logged_in(client)
+
+
+def test_behind_the_proxy_the_address_is_the_one_the_proxy_added(settings):
+    settings.SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    personas.operator()
+    proxy = "10.0.0.2"
+    for n in range(LIMIT):  # one client guessing, whatever it writes into the header itself
+        attempt(f"guess-{n}", "wrong", proxy, HTTP_X_FORWARDED_FOR=f"192.0.2.{n}, 203.0.113.7")
+    status, client = attempt("olga.operator", personas.PASSWORD, proxy, HTTP_X_FORWARDED_FOR="198.51.100.9")
+    assert status == 302 and logged_in(client)  # another client through the same proxy logs in
+    status, client = attempt("olga.operator", personas.PASSWORD, proxy, HTTP_X_FORWARDED_FOR="203.0.113.7")
+    assert status == 429 and not logged_in(client)
+    (entry,) = lockouts()
+    assert entry.after["ip_address"] == "203.0.113.7"
