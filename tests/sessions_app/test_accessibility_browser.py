@@ -268,3 +268,34 @@ def test_the_dashboard_is_reached_and_read_with_the_keyboard(browser, site, logi
         assert sum(totals) == sum(drawn) > 0  # the table holds what the picture draws
     finally:
         context.close()
+
+
+#: Counts the health page's refreshes that static/js/health.js held back (a listener on window runs after
+#: the page's own listeners on document, so it sees their verdict).
+COUNT_HELD_REFRESHES = """window.__held = 0;
+window.addEventListener("htmx:beforeRequest", function (e) {
+  if (e.detail.elt.id === "health" && e.defaultPrevented) window.__held++;
+});"""
+
+
+def test_the_health_page_holds_its_refresh_while_rows_are_selected(browser, site, login_state):
+    """Under the policy the refresh's pause is a script of the site's (it was an evaluated trigger filter)."""
+    context = browser.new_context(viewport={"width": 1366, "height": 900}, storage_state=str(login_state))
+    context.set_default_timeout(20_000)
+    try:
+        page = context.new_page()
+        errors = watch_the_policy(page)
+        page.add_init_script(COUNT_HELD_REFRESHES)
+        page.goto(f"{site}/health/")
+        box = page.locator("#health tr.failed-delivery input[type=checkbox]").first
+        box.check()
+        # (A function, not an expression: Playwright evaluates an expression's text in the page, which the
+        # policy forbids.)
+        page.wait_for_function("() => window.__held >= 1")  # the next refresh came and was held back
+        assert box.is_checked()  # (a refresh would have replaced the table, selection and all)
+        box.uncheck()
+        with page.expect_request(lambda r: r.url.endswith("/health/") and r.headers.get("hx-request") == "true"):
+            pass  # refreshing again
+        assert policy_problems(page, errors) == []
+    finally:
+        context.close()
