@@ -15,6 +15,10 @@ that fails leaves no session. Session ids the store cannot hold as typed and cus
 comes (a turn ahead may have created the session). A turn the takeover gate held (the session waits for
 an operator, or one owns it) ends *held for the operator*, not *answered*. Every turn handed to the Runner is
 written to the audit log (``live_chat_turn``) when it ends, completed or failed.
+
+The socket plays turns only while its login and permission last (:class:`sessions_app.sockets.SocketWatch`):
+checked for each message the page sends and again when a queued message's turn is about to start; once
+gone, the socket closes with 4401 / 4403 and queued messages are not played.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from sessions_app import fragments
 from sessions_app.access import may
 from sessions_app.actions import audit
 from sessions_app.models import ChatSession, OperatorAction
+from sessions_app.sockets import SocketWatch
 
 logger = logging.getLogger("agents_app.chat")
 
@@ -82,13 +87,20 @@ class ChatConsumer(AsyncWebsocketConsumer):
         self.count = 0
         self.order = asyncio.Lock()  # hands turns to the Runner in the order they were sent
         self.tasks: set[asyncio.Task[None]] = set()
+        self.watch = SocketWatch(self, CHAT_PERMISSION)
         await self.accept()
+        self.watch.start()
 
     async def disconnect(self, code: int) -> None:
-        # Turns already handed to the Runner finish (and commit) without this page; queued ones too.
-        return
+        # Turns already handed to the Runner finish (and commit) without this page; queued ones too, while
+        # the login that sent them holds.
+        watch = getattr(self, "watch", None)
+        if watch is not None:
+            await watch.stop()
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        if not await self.watch.holds():
+            return
         try:
             data = json.loads(text_data or "")
             if not isinstance(data, dict):
@@ -158,6 +170,8 @@ class ChatConsumer(AsyncWebsocketConsumer):
         record: dict[str, Any] = {}  # what the audit entry says: filled from the turn's run events
         try:
             async with self.order:
+                if not await self.watch.holds():  # logged out (or lost the permission) while it queued
+                    return
                 if await self._refused(n, session_id, metadata):
                     return
                 # The session (if new) is created with the turn's commit, with this agent and metadata.

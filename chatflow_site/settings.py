@@ -12,6 +12,7 @@ import os
 import re
 import tempfile
 import warnings
+from datetime import timedelta
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -158,6 +159,8 @@ INSTALLED_APPS = [
     "django_htmx",
     "template_partials",
     "ninja",  # its templates and vendored Swagger UI assets: the API docs page works offline
+    "csp",
+    "axes",  # login throttling (AXES_* below); its lockouts are in the admin, where deleting one lifts it
     "sessions_app",
     "agents_app",
     "api_app",
@@ -169,6 +172,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "csp.middleware.CSPMiddleware",
     "servestatic.middleware.ServeStaticMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -180,6 +184,7 @@ MIDDLEWARE = [
     "django_htmx.middleware.HtmxMiddleware",
     "chatflow_site.errors.SiteNotFoundPage",  # the site's 404 page with DEBUG on too
     "chatflow_site.errors.DatabaseUnavailable",  # the database does not answer: 503 with the reason, not a 500
+    "axes.middleware.AxesMiddleware",  # last: turns a refused (locked-out) login into the lockout page
 ]
 
 ROOT_URLCONF = "chatflow_site.urls"
@@ -222,6 +227,22 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",  # first: refuses a locked-out login before a password is checked
+    "django.contrib.auth.backends.ModelBackend",
+]
+# Login throttling (django-axes, sessions_app.lockouts): failed logins counted per account and per address
+# (the connection's, or the one the proxy added to X-Forwarded-For when SECURE_PROXY_SSL_HEADER says a proxy
+# is there); at the limit both are locked for the cool-off.
+# Attempts during a lockout do not extend it; a successful login clears the account's count.
+AXES_FAILURE_LIMIT = 5
+AXES_COOLOFF_TIME = timedelta(minutes=15)
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_RESET_ON_SUCCESS = True
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
+AXES_LOCKOUT_CALLABLE = "sessions_app.lockouts.locked_out"
+AXES_CLIENT_IP_CALLABLE = "sessions_app.lockouts.client_address"
+AXES_HTTP_RESPONSE_CODE = 429
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "login"
@@ -255,6 +276,24 @@ if _bool("SECURE_PROXY_SSL_HEADER", default=False):
     # Only behind a proxy that sets X-Forwarded-Proto itself (and strips it from clients).
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 X_FRAME_OPTIONS = "DENY"
+
+# Content-Security-Policy on every response (django-csp; with DEBUG on too, except Django's own debug
+# pages for 404 and 500): scripts, styles and sockets only from this site, no inline script or style, no
+# event-handler attributes, no eval. htmx is configured for it in templates/base.html (its htmx-config).
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'"],
+        "img-src": ["'self'", "data:"],
+        "connect-src": ["'self'"],  # the console's websockets: same host (CSP Level 3 'self' covers ws/wss)
+        "font-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'none'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    },
+}
 
 LOGGING = {
     "version": 1,

@@ -19,6 +19,12 @@ class SessionsAppConfig(AppConfig):
         from sessions_app.live import on_operator_action
 
         post_save.connect(on_operator_action, sender="sessions_app.OperatorAction", dispatch_uid="sessions_app.live")
+        # A login lockout (django-axes) is written to the audit log.
+        from axes.signals import user_locked_out
+
+        from sessions_app.lockouts import audit_lockout
+
+        user_locked_out.connect(audit_lockout, dispatch_uid="sessions_app.lockouts")
         self._register_holdings()
 
     @staticmethod

@@ -3,7 +3,9 @@
 Thin by design: ``connect()`` checks access (anonymous → close 4401, no view permission → 4403,
 unknown session → 4404) and accepts last; group messages are turned into htmx out-of-band fragments
 by :mod:`sessions_app.fragments` (the console's own partials); the ORM only through
-``database_sync_to_async``.
+``database_sync_to_async``. While open, each socket watches its login, its permission and the channel
+layer (:class:`sessions_app.sockets.SocketWatch`): it closes with 4401 / 4403 once the login or the
+permission is gone, and with 1013 when the layer failed under it.
 
 Reconnects without gaps or doubles: after connecting, the detail page sends
 ``{"type": "resume", "after": <last message id it has>, "order": "newest"|"oldest", "tail": bool,
@@ -26,6 +28,7 @@ from sessions_app import fragments
 from sessions_app.access import VIEW, may
 from sessions_app.live import LIST_GROUP, group_for_session, join, leave
 from sessions_app.models import ChatSession
+from sessions_app.sockets import SocketWatch
 
 logger = logging.getLogger("sessions_app.live")
 
@@ -34,6 +37,7 @@ PENDING_LIMIT = 2000
 
 class _ConsoleConsumer(AsyncWebsocketConsumer):
     group = ""
+    watch: SocketWatch | None = None
 
     async def _allowed(self) -> bool:
         user = self.scope.get("user")
@@ -45,9 +49,37 @@ class _ConsoleConsumer(AsyncWebsocketConsumer):
             return False
         return True
 
+    async def _join_and_accept(self, group: str) -> None:
+        """Join ``group``, accept, and watch the login and the layer from now on."""
+        self.watch = SocketWatch(self, VIEW, group)
+        self.group = group
+        await join(self.channel_layer, self.group, self.channel_name)
+        await self.accept()
+        self.watch.start()
+
     async def disconnect(self, code: int) -> None:
+        if self.watch is not None:
+            await self.watch.stop()
         if self.group:
             await leave(self.channel_layer, self.group, self.channel_name)
+
+    async def live_probe(self, message: dict[str, Any]) -> None:
+        """The watch's own message through the layer (:class:`SocketWatch`): the layer still delivers."""
+        if self.watch is not None:
+            self.watch.probe_arrived()
+
+    async def dispatch(self, message: dict[str, Any]) -> None:
+        if message["type"].startswith("live.") and not self.serving():
+            return  # closed by its watch: group messages still queued are not rendered
+        await super().dispatch(message)
+
+    def serving(self) -> bool:
+        """False once the watch closed the socket: nothing more is sent."""
+        return self.watch is None or self.watch.serving
+
+    async def _send(self, html: str) -> None:
+        if html and self.serving():
+            await self.send(text_data=html)
 
 
 class SessionListConsumer(_ConsoleConsumer):
@@ -58,12 +90,11 @@ class SessionListConsumer(_ConsoleConsumer):
             return
         query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
         self.top = query.get("mode") == ["top"]
-        self.group = LIST_GROUP
-        await join(self.channel_layer, self.group, self.channel_name)
-        await self.accept()
+        await self._join_and_accept(LIST_GROUP)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
-        return  # the list page sends nothing the server needs
+        if self.watch is not None:
+            await self.watch.holds()  # the list page sends nothing the server needs: only checked
 
     async def live_event(self, message: dict[str, Any]) -> None:
         event = message["event"]
@@ -86,10 +117,6 @@ class SessionListConsumer(_ConsoleConsumer):
     async def live_reply(self, message: dict[str, Any]) -> None:
         return  # a reply's delivery changes no list column
 
-    async def _send(self, html: str) -> None:
-        if html:
-            await self.send(text_data=html)
-
 
 class SessionConsumer(_ConsoleConsumer):
     """``ws/sessions/<session id>/``: a session's running turn, its new turns and operator actions on it."""
@@ -104,11 +131,11 @@ class SessionConsumer(_ConsoleConsumer):
         cookies = self.scope.get("cookies") or {}
         self.view = fragments.DetailView(self.scope["user"], session_id, csrf_token=cookies.get("csrftoken", ""))
         self.pending: list[dict[str, Any]] | None = []  # None once resumed
-        self.group = group_for_session(session_id)
-        await join(self.channel_layer, self.group, self.channel_name)
-        await self.accept()
+        await self._join_and_accept(group_for_session(session_id))
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        if self.watch is None or not await self.watch.holds():
+            return
         try:
             data = json.loads(text_data or "")
             if data.get("type") != "resume":
@@ -173,7 +200,3 @@ class SessionConsumer(_ConsoleConsumer):
         if len(self.pending) < PENDING_LIMIT:
             self.pending.append(message)
         return True
-
-    async def _send(self, html: str) -> None:
-        if html:
-            await self.send(text_data=html)

@@ -188,17 +188,21 @@ class LayerOutage:
 
     :meth:`failed` on the first unreachable send logs one warning (the error, not a traceback) and
     counts the messages dropped after it; :meth:`sent` after an outage logs its end (duration in
-    seconds, messages dropped) at INFO. Thread-safe: sends run on several event loops and threads.
+    seconds, messages dropped) at INFO. :attr:`failures` counts every failure this process saw: an open
+    websocket that saw it change may have missed a message (:mod:`sessions_app.sockets`). Thread-safe: sends
+    run on several event loops and threads.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._since: float | None = None
         self._dropped = 0
+        self.failures = 0
 
     def failed(self, err: BaseException) -> None:
         with self._lock:
             self._dropped += 1
+            self.failures += 1
             if self._since is not None:
                 return
             self._since = time.monotonic()

@@ -34,7 +34,9 @@
   document.addEventListener("htmx:wsOpen", function () { status("Connected."); document.body.dataset.live = "open"; });
   document.addEventListener("htmx:wsClose", function (e) {
     var code = e.detail && e.detail.event ? e.detail.event.code : 0;
-    status(code === 1013 ? "Disconnected: the server cannot reach its channel layer (Redis), so the chat cannot " +
+    status(code === 4401 ? "Disconnected: you are logged out. Reload the page to log in again." :
+           code === 4403 ? "Disconnected: your account no longer has permission to play turns here." :
+           code === 1013 ? "Disconnected: the server cannot reach its channel layer (Redis), so the chat cannot " +
                            "run. Retrying…" : "Disconnected: reconnecting…");
     document.body.dataset.live = "closed";
   });

@@ -29,9 +29,29 @@
     document.body.dataset.live = "open";
     if (evt.target && evt.target.dataset.live === "session") resume();
   });
+  // Closed for good (no reconnect): the login the page was opened with is gone, or its permission.
+  var STOPPED = {
+    4401: "Live updates stopped: you are logged out. Reload the page to log in again.",
+    4403: "Live updates stopped: your account no longer has permission to see them."
+  };
+
+  function stopped(where, text) {
+    if (document.getElementById("live-status")) { status(text); return; }
+    var note = document.getElementById("live-stopped"); // the list has no status line: a note above it
+    if (!note && where && where.parentNode) {
+      note = document.createElement("p");
+      note.id = "live-stopped";
+      note.className = "note error";
+      note.setAttribute("role", "status");
+      where.parentNode.insertBefore(note, where);
+    }
+    if (note) note.textContent = text;
+  }
+
   document.addEventListener("htmx:wsClose", function (e) {
     document.body.dataset.live = "closed";
     var code = e.detail && e.detail.event ? e.detail.event.code : 0;
+    if (STOPPED[code]) { stopped(e.target, STOPPED[code]); return; }
     status(code === 1013 ? "Live updates unavailable: the server cannot reach its channel layer (Redis). Retrying…"
                          : "Live updates: reconnecting…");
   });

@@ -3,6 +3,11 @@ against daphne), in the light and the dark colour scheme: no serious or critical
 also saves a screenshot to ``test-artifacts/screens/<screen>-<scheme>.png`` for review, and axe's
 findings (violations of every impact, and what it could not decide) beside it as ``.axe.json``.
 
+The site sends its Content-Security-Policy (DEBUG on as here too), so every screen is also checked to work
+under it: a violation the browser reports (``securitypolicyviolation``) or an uncaught error on the page
+fails the screen. axe is injected through the browser's own channel (an init script), which the policy does
+not govern, never as an inline script the page would have to allow.
+
 axe-core is vendored (``tests/vendor/axe-core/``: ``axe.min.js`` of the npm package, with its MPL-2.0
 licence). A new screen is one more :data:`SCREENS` entry: its path and, if it needs one, what to do
 before the check (open a dialog, wait for the websocket).
@@ -162,10 +167,33 @@ def login_state(browser, site, tmp_path_factory) -> Path:
     return state
 
 
+#: Records what the page's Content-Security-Policy blocked (run before the page's own scripts).
+RECORD_VIOLATIONS = """
+window.__cspViolations = [];
+document.addEventListener("securitypolicyviolation", function (e) {
+  window.__cspViolations.push(e.violatedDirective + " blocked " + (e.blockedURI || "inline") + " at " +
+                              e.sourceFile + ":" + e.lineNumber + " " + (e.sample || ""));
+});
+"""
+
+
+def watch_the_policy(page) -> list[str]:
+    """From now on, ``page``'s uncaught errors are listed in the returned list, and axe is on every document."""
+    errors: list[str] = []
+    page.on("pageerror", lambda err: errors.append(f"uncaught: {err}"))
+    page.add_init_script(RECORD_VIOLATIONS)
+    page.add_init_script(path=str(AXE))
+    return errors
+
+
+def policy_problems(page, errors: list[str]) -> list[str]:
+    """The uncaught errors and the policy's violations on the page so far."""
+    return [*errors, *page.evaluate("window.__cspViolations || []")]
+
+
 def axe_results(page) -> dict:
     """axe-core's results on the page as it is now (every rule axe runs by default): ``violations`` and
     ``incomplete`` (what axe could not decide, e.g. text over a gradient), each a list of rule dicts."""
-    page.add_script_tag(path=str(AXE))
     return page.evaluate("""async () => {
         const r = await axe.run(document, {resultTypes: ['violations', 'incomplete']});
         return {violations: r.violations, incomplete: r.incomplete};
@@ -187,9 +215,11 @@ def test_the_screen_has_no_serious_accessibility_violation(browser, site, login_
     context.set_default_timeout(15_000)
     try:
         page = context.new_page()
+        errors = watch_the_policy(page)
         page.emulate_media(color_scheme=scheme)
         answer = page.goto(f"{site}{screen.path}")
         assert answer is not None and answer.status == 200, (screen.path, answer and answer.status)
+        assert "script-src 'self'" in answer.headers.get("content-security-policy", "")
         if screen.prepare:
             screen.prepare(page)
         page.wait_for_load_state("networkidle")
@@ -198,10 +228,12 @@ def test_the_screen_has_no_serious_accessibility_violation(browser, site, login_
             page.evaluate("window.scrollTo(0, 0)")  # sticky bars then sit where they belong in the picture
         page.screenshot(path=str(SCREENS_DIR / f"{screen.name}-{scheme}.png"), full_page=screen.full_page)
         results = axe_results(page)
+        problems = policy_problems(page, errors)
     finally:
         context.close()
     (SCREENS_DIR / f"{screen.name}-{scheme}.axe.json").write_text(json.dumps(
         {kind: json.loads(describe(results[kind])) for kind in ("violations", "incomplete")}, indent=1))
+    assert problems == [], f"{screen.name} ({scheme}) under the Content-Security-Policy"
     violations = results["violations"]
     blocking = [v for v in violations if v["impact"] in BLOCKING]
     assert not blocking, f"{screen.name} ({scheme}): {describe(blocking)}\nothers: {describe(violations)}"
@@ -236,5 +268,36 @@ def test_the_dashboard_is_reached_and_read_with_the_keyboard(browser, site, logi
         drawn = page.locator("#chart-turns svg rect[data-value]").evaluate_all(
             "rects => rects.map(r => Number(r.dataset.value))")
         assert sum(totals) == sum(drawn) > 0  # the table holds what the picture draws
+    finally:
+        context.close()
+
+
+#: Counts the health page's refreshes that static/js/health.js held back (a listener on window runs after
+#: the page's own listeners on document, so it sees their verdict).
+COUNT_HELD_REFRESHES = """window.__held = 0;
+window.addEventListener("htmx:beforeRequest", function (e) {
+  if (e.detail.elt.id === "health" && e.defaultPrevented) window.__held++;
+});"""
+
+
+def test_the_health_page_holds_its_refresh_while_rows_are_selected(browser, site, login_state):
+    """Under the policy the refresh's pause is a script of the site's (it was an evaluated trigger filter)."""
+    context = browser.new_context(viewport={"width": 1366, "height": 900}, storage_state=str(login_state))
+    context.set_default_timeout(20_000)
+    try:
+        page = context.new_page()
+        errors = watch_the_policy(page)
+        page.add_init_script(COUNT_HELD_REFRESHES)
+        page.goto(f"{site}/health/")
+        box = page.locator("#health tr.failed-delivery input[type=checkbox]").first
+        box.check()
+        # (A function, not an expression: Playwright evaluates an expression's text in the page, which the
+        # policy forbids.)
+        page.wait_for_function("() => window.__held >= 1")  # the next refresh came and was held back
+        assert box.is_checked()  # (a refresh would have replaced the table, selection and all)
+        box.uncheck()
+        with page.expect_request(lambda r: r.url.endswith("/health/") and r.headers.get("hx-request") == "true"):
+            pass  # refreshing again
+        assert policy_problems(page, errors) == []
     finally:
         context.close()

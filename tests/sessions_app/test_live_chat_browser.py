@@ -137,7 +137,7 @@ def test_a_reader_who_scrolled_up_gets_a_pill_not_a_jump(browser, site):
     box.press("Enter")
     expect(page.locator("#chat-5-state")).to_have_text("running")
     page.mouse.wheel(0, -5000)  # the reader goes back up to read an older turn while the model thinks
-    page.wait_for_function("window.scrollY === 0")
+    page.wait_for_function("() => window.scrollY === 0")
     expect(page.locator("#chat-5-state")).to_have_text("answered", timeout=15_000)
     pill = page.locator("#chat-new-messages")
     expect(pill).to_be_visible()

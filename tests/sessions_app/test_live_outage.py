@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import re
 import shutil
+import signal
 import uuid
 
 import pytest
@@ -97,3 +98,33 @@ async def test_a_websocket_while_the_layer_is_unreachable_closes_try_again_later
     problems = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(problems) == 1 and problems[0].name == "sessions_app.live" and problems[0].exc_info is None
     assert problems[0].getMessage().startswith("Channel layer unreachable (ConnectionError: ")
+
+
+
+async def test_open_websockets_close_try_again_later_when_the_layer_stops_answering(
+        layer_on_a_port_of_its_own, monkeypatch):
+    """A server that stops answering (frozen, or the network to it gone) fails no call at once: every page
+    listening through it is closed with 1013 all the same, within the sockets' watch, not left deaf."""
+    from sessions_app import sockets
+    from sessions_app.live import CLOSE_LAYER_UNREACHABLE, outage
+    from tests.sessions_app import personas
+    from tests.sessions_app.live_support import connected, cookie_for
+
+    monkeypatch.setattr(sockets, "WATCH_SECONDS", 0.5)
+    port = layer_on_a_port_of_its_own
+    outage.sent()
+    cookie = await db(cookie_for, await db(personas.operator))
+    layer = get_channel_layer()
+    try:
+        with redis_server(port) as server:
+            async with connected("/ws/sessions/", cookie) as one, connected("/ws/sessions/?mode=top", cookie) as two:
+                assert (await one.connect())[0] and (await two.connect())[0]
+                server.send_signal(signal.SIGSTOP)
+                try:
+                    for page in (one, two):  # (the layer's own read timeout is 30 s)
+                        closed = await page.receive_output(timeout=15)
+                        assert closed == {"type": "websocket.close", "code": CLOSE_LAYER_UNREACHABLE}
+                finally:
+                    server.send_signal(signal.SIGCONT)
+    finally:
+        await layer.close_pools()

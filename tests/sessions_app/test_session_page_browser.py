@@ -64,7 +64,7 @@ def test_the_conversation_opens_at_its_end_and_long_text_stays_bounded(browser, 
     page.goto(f"{site}/sessions/long-20/")
     expect(page.locator("#turns details.turn")).to_have_count(20)
     expect(page.locator("#turns details.turn").last).to_contain_text("answer 20")  # newest at the bottom
-    page.wait_for_function("scrollY > 0")
+    page.wait_for_function("() => scrollY > 0")
     assert in_viewport(page, "#turn-20 .msg.model")
     assert page.locator("#turn-20 .msg.model .author").text_content() == "Support"  # labelled with its agent
     assert page.locator("#turn-20 .msg.model time").get_attribute("datetime")
@@ -98,7 +98,7 @@ def test_the_conversation_opens_at_its_end_and_long_text_stays_bounded(browser, 
 def test_on_a_phone_the_page_opens_at_the_newest_message_not_the_inspector_below_it(browser, site):
     page = new_page(browser, site, width=390, height=480)  # shorter than the inspector stacked below
     page.goto(f"{site}/sessions/long-20/")
-    page.wait_for_function("scrollY > 0")
+    page.wait_for_function("() => scrollY > 0")
     assert in_viewport(page, "#turn-20 .msg.model")
 
 

@@ -93,10 +93,10 @@ def test_an_operator_takes_over_replies_and_hands_back_to_the_agent(site, graph)
             page.evaluate("htmx.config.defaultSettleDelay = 400")
             box.fill("Draft line one.")
             page.evaluate(REREAD_PANEL)
-            page.wait_for_function("!document.getElementById('session-panel').dataset.old")  # the new one is in
+            page.wait_for_function("() => !document.getElementById('session-panel').dataset.old")  # the new one is in
             page.keyboard.type(" More.")
             page.evaluate("window.__rereads")  # both are in
-            page.wait_for_function("!document.querySelector('.htmx-settling')")  # the swaps have settled
+            page.wait_for_function("() => !document.querySelector('.htmx-settling')")  # the swaps have settled
             expect(box).to_have_value("Draft line one. More.")
             page.evaluate("htmx.config.defaultSettleDelay = 20")
             box.fill("Hello Ana, I am Olga.")
@@ -169,7 +169,7 @@ def take_over_on(page: Any) -> None:
     with page.expect_response(lambda r: "/actions/takeover/" in r.url) as taken:
         page.get_by_role("button", name="Take over", exact=True).click()
     assert taken.value.status == 200, (taken.value.status, taken.value.text())
-    page.wait_for_function("!document.getElementById('session-panel').dataset.old")  # re-read after it
+    page.wait_for_function("() => !document.getElementById('session-panel').dataset.old")  # re-read after it
 
 
 @pytest.mark.parametrize(("site", "move_before"), [("memory", True), ("redis", True), ("memory", False)],
@@ -209,7 +209,7 @@ def test_the_composer_keeps_what_is_typed_while_the_workspace_is_re_rendered(sit
         page.evaluate(MARK)
         graph.hold.set()
         page.keyboard.type(" is found")
-        page.wait_for_function("!document.getElementById('session-panel').dataset.old")  # re-read
+        page.wait_for_function("() => !document.getElementById('session-panel').dataset.old")  # re-read
         expect(page.locator("article.msg.operator [data-delivery]").last).to_have_text("sent")
         page.keyboard.type(", at the depot.")
         assert sent_texts(graph)[-1] == ">Hello Ana. I am Olga."

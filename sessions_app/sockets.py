@@ -1,0 +1,139 @@
+"""What an open console websocket keeps checking: its login and the channel layer under it.
+
+A websocket is authenticated once, when it connects; a page may stay open for days. So every consumer of
+the site (the session list, a session, the live chat) watches its connection while it is open
+(:class:`SocketWatch`):
+
+* **its login** — the Django session it connected with must still log in the same user, active, with the
+  consumer's permission: re-read on every frame the page sends and every :data:`WATCH_SECONDS` while it only
+  receives. Once that login is gone (logged out, session expired or flushed, password changed, account
+  deactivated or deleted) the socket closes with :data:`CLOSE_LOGGED_OUT` (4401); once the permission is gone
+  (removed from Operators, no longer staff) with :data:`CLOSE_FORBIDDEN` (4403). The page says which and does
+  not reconnect.
+* **the channel layer** (Redis; the in-memory layer cannot fail) — a consumer that listens to a group sends
+  itself a probe message through the layer every :data:`WATCH_SECONDS` (and joins its group again: a Redis
+  server that restarted empty has forgotten it). When a probe cannot be sent within :data:`WATCH_SECONDS`,
+  or the previous one has not come back, or any other use of the layer in this process found it unreachable
+  since the socket connected (:attr:`LayerOutage.failures`), the socket closes with
+  :data:`~sessions_app.live.CLOSE_LAYER_UNREACHABLE` (1013, "try again later"): the page says so and
+  reconnects, and a session page's reconnect replays what it missed. Without it a socket whose layer went
+  away heard nothing and was told nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from importlib import import_module
+from typing import Any
+
+from channels.db import database_sync_to_async
+from channels.layers import InMemoryChannelLayer
+from django.conf import settings
+from django.contrib import auth
+
+from sessions_app.access import may
+from sessions_app.live import CLOSE_LAYER_UNREACHABLE, UNREACHABLE, outage
+
+__all__ = ["CLOSE_FORBIDDEN", "CLOSE_LOGGED_OUT", "WATCH_SECONDS", "SocketWatch", "login_refusal"]
+
+#: Close code of a socket whose login is gone (as at connect: not logged in).
+CLOSE_LOGGED_OUT = 4401
+#: Close code of a socket whose user lost the permission it needs (as at connect).
+CLOSE_FORBIDDEN = 4403
+#: Seconds between two checks of an open socket while the page sends nothing.
+WATCH_SECONDS = 5.0
+
+PROBE = {"type": "live.probe"}
+
+
+class _Visit:
+    """What ``django.contrib.auth.get_user`` reads of a request: its session."""
+
+    def __init__(self, session: Any) -> None:
+        self.session = session
+
+
+def login_refusal(session_key: str | None, user_id: Any, perm: str) -> int:
+    """0 while the Django session ``session_key`` still logs in user ``user_id`` (active, the password it
+    logged in with) and that user may ``perm``; else the close code: :data:`CLOSE_LOGGED_OUT` or
+    :data:`CLOSE_FORBIDDEN`. Reads the session and the user afresh (no cached permission)."""
+    if not session_key:
+        return CLOSE_LOGGED_OUT
+    session = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
+    user = auth.get_user(_Visit(session))  # type: ignore[arg-type]
+    if not user.is_authenticated or user.pk != user_id:
+        return CLOSE_LOGGED_OUT
+    return 0 if may(user, perm) else CLOSE_FORBIDDEN
+
+
+class SocketWatch:
+    """One consumer's watch (see the module's docstring). ``start()`` after ``accept()``, ``holds()`` before
+    serving a frame the page sent, ``stop()`` in ``disconnect()``; ``serving`` is False once it closed."""
+
+    def __init__(self, consumer: Any, perm: str, group: str = "") -> None:
+        self.consumer, self.perm, self.group = consumer, perm, group
+        session = consumer.scope.get("session")
+        self.session_key = getattr(session, "session_key", None) if session is not None else None
+        self.user_id = consumer.scope["user"].pk
+        self.serving = True
+        self._outages = outage.failures
+        self._probe_out = False
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.ensure_future(self._watch())
+
+    async def stop(self) -> None:
+        """Stop watching (the page went away); :meth:`holds` still answers for work it left queued."""
+        task, self._task = self._task, None
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    async def holds(self) -> bool:
+        """Whether the login still holds; closes the socket (4401/4403) when it does not."""
+        if not self.serving:
+            return False
+        code = await database_sync_to_async(login_refusal)(self.session_key, self.user_id, self.perm)
+        if code:
+            await self._close(code)
+        return not code
+
+    def probe_arrived(self) -> None:
+        """The consumer's ``live_probe`` handler: the layer delivered the last probe."""
+        self._probe_out = False
+
+    async def _watch(self) -> None:
+        while self.serving:
+            await asyncio.sleep(WATCH_SECONDS)
+            if not await self.holds() or not await self._layer_holds():
+                return
+
+    async def _layer_holds(self) -> bool:
+        layer = self.consumer.channel_layer
+        if not self.group or isinstance(layer, InMemoryChannelLayer):
+            return True
+        if self._probe_out:  # the layer took the last probe and never delivered it: the socket is deaf
+            outage.failed(TimeoutError(f"a probe sent through the channel layer {WATCH_SECONDS:g} s ago "
+                                       "never came back"))
+        elif outage.failures == self._outages:
+            try:
+                async with asyncio.timeout(WATCH_SECONDS):
+                    await layer.group_add(self.group, self.consumer.channel_name)
+                    await layer.send(self.consumer.channel_name, PROBE)
+            except (*UNREACHABLE, TimeoutError) as err:
+                outage.failed(err)
+            else:
+                self._probe_out = True
+        if outage.failures == self._outages:
+            return True
+        await self._close(CLOSE_LAYER_UNREACHABLE)
+        return False
+
+    async def _close(self, code: int) -> None:
+        if self.serving:
+            self.serving = False
+            with contextlib.suppress(Exception):  # the client may be gone already
+                await self.consumer.close(code=code)
