@@ -60,6 +60,7 @@ from sessions_app.store import check_connection
 from takeover_app import service as takeover
 from takeover_app.gate import HELD_SESSION_SQL, answered_gate
 from webhooks_app import replies, settle, taskqueue
+from webhooks_app.arrival import arrival_metadata
 from webhooks_app.channels import placeholder
 from webhooks_app.costs import Costs
 from webhooks_app.models import SENDING_PROVIDERS, InboundDelivery
@@ -86,12 +87,14 @@ _FIXED_REPLIES = {Kind.RESET: RESET_REPLY}
 
 
 def _turn_metadata(delivery: InboundDelivery) -> dict[str, Any]:
-    """What the delivery's turn writes into its session with its commit: the delivery's metadata and its
-    marker (so a delivery claimed again after a crash is played iff its turn did not commit). Not its
-    ``channel``: a session keeps the channel it was created on (a message arriving through another
-    channel must not, say, turn a WhatsApp customer's session into one the live chat may write to)."""
+    """What the delivery's turn writes into its session with its commit: the delivery's metadata, its
+    marker (so a delivery claimed again after a crash is played iff its turn did not commit) and, from a
+    provider that sends, its marker as the session's arrival (``webhooks_app.arrival``: where an operator's
+    reply goes). Not its ``channel``: a session keeps the channel it was created on (a message arriving
+    through another channel must not, say, turn a WhatsApp customer's session into one the live chat may
+    write to)."""
     fresh = {k: v for k, v in delivery.metadata.items() if k != "channel"}
-    return {**fresh, taskqueue.MARKER_KEY: delivery.marker}
+    return {**fresh, taskqueue.MARKER_KEY: delivery.marker, **arrival_metadata(delivery)}
 
 
 #: How a delivery's reply went, for ``taskqueue.complete``: (reply status, reply error).
