@@ -180,7 +180,7 @@ def takeover_from_db(view: DetailView) -> str:
     """:func:`takeover_from_ctx` for ``view``'s session read now (its unread count after held customer
     messages, its mode); ``""`` when the session is gone."""
     from agents_app import registry
-    from sessions_app import takeover_page
+    from takeover_app import page as takeover_page
 
     session = ChatSession.objects.filter(pk=view.session_id).first()
     if session is None:
@@ -194,7 +194,7 @@ def takeover_from_db(view: DetailView) -> str:
 
 def _with_takeover(view: DetailView, ctx: dict[str, Any], items: list[Item]) -> None:
     """Operator replies attached to their messages and the ``takeover`` context (Resend for the owner)."""
-    from sessions_app import takeover_page
+    from takeover_app import page as takeover_page
 
     session = ChatSession.objects.filter(pk=view.session_id).first()
     if session is None:
@@ -292,8 +292,8 @@ def nav_waiting_from_db() -> str:
 def reply_from_db(view: DetailView, reply_id: int) -> str:
     """One operator reply's message re-rendered where the page shows it (its delivery status changed:
     sending → sent / failed); ``""`` when the reply or its message is not stored."""
-    from sessions_app import takeover_page
     from sessions_app.views import _session
+    from takeover_app import page as takeover_page
     from takeover_app.models import OperatorReply
 
     reply = OperatorReply.objects.filter(pk=reply_id, session_id=view.session_id).first()

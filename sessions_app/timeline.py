@@ -78,7 +78,7 @@ class Item:
     written: datetime | None = None  # its message's own timestamp (None for an unreadable row)
     agent: str | None = None  # the agent active when it was written (see label_items; None for SYSTEM)
     author: str | None = None  # a MODEL message an operator wrote (takeover): their username
-    reply: Any = None  # its delivery (takeover_app's OperatorReply), attached by sessions_app.takeover_page
+    reply: Any = None  # its delivery (takeover_app's OperatorReply), attached by takeover_app.page
 
     @property
     def long(self) -> bool:

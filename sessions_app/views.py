@@ -23,11 +23,13 @@ from django_htmx.http import HttpResponseClientRedirect, reselect, reswap, retar
 
 from agents_app import registry
 from chatflow_agent.jsonsafe import clean_text
-from sessions_app import actions, export, listing, takeover_page
+from sessions_app import actions, export, listing
 from sessions_app.access import DELETE, EXPORT, FORCE_HANDOFF, ROLLBACK, console_required, may
 from sessions_app.fragments import pager_ctx
 from sessions_app.models import ChatMessage, ChatSession, OperatorAction, SessionLease
 from sessions_app.timeline import build_page, label_items, pretty_json
+from takeover_app import page as takeover_page
+from takeover_app.access import TAKE_OVER
 from takeover_app.models import SessionMode
 from turns_app.models import TurnRecord
 
@@ -407,7 +409,7 @@ def session_delete(request: HttpRequest, session_id: str) -> HttpResponse:
 
 
 @require_GET
-@console_required(takeover_page.TAKE_OVER)
+@console_required(TAKE_OVER)
 @_or_gone
 def session_handback_confirm(request: HttpRequest, session_id: str) -> HttpResponse:
     """The hand-back dialog (agent select, private note); its form posts to takeover_app's hand-back."""

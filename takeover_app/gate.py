@@ -10,6 +10,10 @@ Installed on the site's Runner (``agents_app.runtime.add_runner_hook``) by the a
 - a hand-back note not yet given to a model: it becomes the turn's one-turn instructions;
 - an agent calling the built-in ``request_human`` tool (``Runner.on_human_request``): ``waiting``.
 
+A message with a fixed answer and no model call (one the bot cannot read: an image, a voice message) is
+played with :func:`answered_gate` as its turn's gate: held by the same rule while an operator has the
+session, otherwise answered with its fixed text (no phrase, note or failure count applies: no model sees it).
+
 What a turn changes in the mode row is written by :func:`on_commit` inside the turn's own commit
 transaction (``sessions_app.store.session_committing``), so it is stored if and only if the turn is:
 a held message is counted unread exactly once, a note is used up only by a turn that committed.
@@ -28,11 +32,11 @@ from django.conf import settings
 from django.db.models import F
 from django.utils import timezone
 
-from chatflow_agent.core.gate import TurnDecision
+from chatflow_agent.core.gate import TurnDecision, TurnGate
 from sessions_app.store import driver_cursor
 from takeover_app.models import SessionMode
 
-__all__ = ["HELD_SESSION_SQL", "asks_for_human", "install", "on_commit", "turn_gate"]
+__all__ = ["HELD_SESSION_SQL", "answered_gate", "asks_for_human", "install", "on_commit", "turn_gate"]
 
 Mode, Trigger = SessionMode.Mode, SessionMode.Trigger
 
@@ -88,10 +92,18 @@ def _mode_row(session_id: str) -> _ModeRow | None:
     return None if row is None else _ModeRow(*row)
 
 
+def _held(session_id: str, row: _ModeRow | None) -> bool:
+    """True when the session waits for or is owned by an operator: its customer's message is held (stored, no
+    model call, no answer) and counted unread when the turn commits (:func:`on_commit`)."""
+    if row is None or row.mode not in (Mode.WAITING, Mode.HUMAN):
+        return False
+    _pending[session_id] = _Pending(held=True)
+    return True
+
+
 def _decide(session_id: str, text: str) -> TurnDecision | None:
     row = _mode_row(session_id)
-    if row is not None and row.mode in (Mode.WAITING, Mode.HUMAN):
-        _pending[session_id] = _Pending(held=True)
+    if _held(session_id, row):
         return TurnDecision(hold=True)
     pending = _Pending(reset_failures=row is not None and row.failed_turns > 0)
     phrase = asks_for_human(text)
@@ -115,6 +127,26 @@ async def turn_gate(session: Any, text: str) -> TurnDecision | None:
     from agents_app import runtime
 
     return await runtime.site_store().run_blocking(session.session_id, _decide, session.session_id, text)
+
+
+def _decide_answered(session_id: str, answer: str) -> TurnDecision:
+    if _held(session_id, _mode_row(session_id)):
+        return TurnDecision(hold=True)
+    _pending.pop(session_id, None)  # a failed turn's entry: this commit applies nothing
+    return TurnDecision(hold=True, reply=answer)
+
+
+def answered_gate(answer: str) -> TurnGate:
+    """A turn gate (``Runner.run_async(..., turn_gate=...)``) for a message whose answer is ``answer`` and that
+    reaches no model: held like any message while the session waits for or is owned by an operator (stored,
+    counted unread, no answer), otherwise stored with ``answer`` as its reply."""
+    async def gate(session: Any, text: str) -> TurnDecision:
+        from agents_app import runtime
+
+        sid = session.session_id
+        return await runtime.site_store().run_blocking(sid, _decide_answered, sid, answer)
+
+    return gate
 
 
 def on_human_request(session: Any, reason: str) -> None:

@@ -20,7 +20,9 @@ its own database connection). Per delivery:
 
 A message the bot cannot read (an image, a voice message, a location…) calls no model: its turn stores
 its placeholder line (``[image]``) and the fixed answer (:data:`UNSUPPORTED_REPLY`) with the marker, so
-the conversation and the transcript show what the customer sent and what they were told.
+the conversation and the transcript show what the customer sent and what they were told. It is a turn of
+the site's Runner with the takeover gate's ``answered_gate``: while an operator has the session it is
+held like any message (the placeholder stored and counted unread, nothing sent).
 
 Engine failure: the turn is rolled back, one fallback reply is sent, and the delivery is marked failed
 (the claim on its id is released in the same transaction); the console can retry it. After
@@ -53,12 +55,12 @@ from django.db import DatabaseError, connections
 from agents_app import runtime
 from chatflow_agent.core.reports import TurnReport
 from chatflow_agent.exceptions import SessionBusyError, SessionDeletedError
-from chatflow_agent.types import Message, Role
 from health_app import heartbeat, tracing
 from sessions_app.store import check_connection
 from takeover_app import service as takeover
-from takeover_app.gate import HELD_SESSION_SQL
+from takeover_app.gate import HELD_SESSION_SQL, answered_gate
 from webhooks_app import replies, settle, taskqueue
+from webhooks_app.arrival import arrival_metadata
 from webhooks_app.channels import placeholder
 from webhooks_app.costs import Costs
 from webhooks_app.models import SENDING_PROVIDERS, InboundDelivery
@@ -80,17 +82,19 @@ NO_MODEL_CALL = (f"c.kind IN ('{InboundDelivery.Kind.UNSUPPORTED.value}', '{Inbo
 
 Kind = InboundDelivery.Kind
 Reply = InboundDelivery.Reply
-#: The answers of the deliveries whose turn calls no model: the turn stores them itself.
-_FIXED_REPLIES = {Kind.RESET: RESET_REPLY, Kind.UNSUPPORTED: UNSUPPORTED_REPLY}
+#: The answers of the deliveries whose turn stores no answer of its own (a reset clears the history).
+_FIXED_REPLIES = {Kind.RESET: RESET_REPLY}
 
 
 def _turn_metadata(delivery: InboundDelivery) -> dict[str, Any]:
-    """What the delivery's turn writes into its session with its commit: the delivery's metadata and its
-    marker (so a delivery claimed again after a crash is played iff its turn did not commit). Not its
-    ``channel``: a session keeps the channel it was created on (a message arriving through another
-    channel must not, say, turn a WhatsApp customer's session into one the live chat may write to)."""
+    """What the delivery's turn writes into its session with its commit: the delivery's metadata, its
+    marker (so a delivery claimed again after a crash is played iff its turn did not commit) and, from a
+    provider that sends, its marker as the session's arrival (``webhooks_app.arrival``: where an operator's
+    reply goes). Not its ``channel``: a session keeps the channel it was created on (a message arriving
+    through another channel must not, say, turn a WhatsApp customer's session into one the live chat may
+    write to)."""
     fresh = {k: v for k, v in delivery.metadata.items() if k != "channel"}
-    return {**fresh, taskqueue.MARKER_KEY: delivery.marker}
+    return {**fresh, taskqueue.MARKER_KEY: delivery.marker, **arrival_metadata(delivery)}
 
 
 #: How a delivery's reply went, for ``taskqueue.complete``: (reply status, reply error).
@@ -434,16 +438,13 @@ class Worker:
                 s.clear_history()  # inside the turn: committed with the marker, under the session lock
                 s.metadata.update(_turn_metadata(delivery))
             return RESET_REPLY
+        text, gate = delivery.text, None
         if delivery.kind == Kind.UNSUPPORTED:
-            # No model call: the message's placeholder and the fixed answer, committed with the marker, so
-            # the conversation shows what the customer sent and what they were told.
-            async with runner.session_store.turn(delivery.session_id, runner.starting_agent, delivery.metadata) as s:
-                await s.aadd_message(Message(role=Role.USER, content=delivery.text or placeholder("")))
-                await s.aadd_message(Message(role=Role.MODEL, content=UNSUPPORTED_REPLY))
-                s.metadata.update(_turn_metadata(delivery))
-            return UNSUPPORTED_REPLY
-        response = await runner.run_async(delivery.session_id, delivery.text, delivery.metadata,
-                                          turn_metadata=_turn_metadata(delivery), report=report)
+            # No model call: the placeholder and the fixed answer, or the placeholder alone, held for the
+            # operator who has the session (the gate's rule for any message).
+            text, gate = delivery.text or placeholder(""), answered_gate(UNSUPPORTED_REPLY)
+        response = await runner.run_async(delivery.session_id, text, delivery.metadata,
+                                          turn_metadata=_turn_metadata(delivery), report=report, turn_gate=gate)
         return taskqueue.answer_of(response)
 
     async def _heartbeat(self, delivery: InboundDelivery, db: Any, playing: asyncio.Future[Any]) -> None:

@@ -1,7 +1,8 @@
 """The turn gate: what a host application may decide before a turn reaches the model.
 
 A Runner built with ``turn_gate=`` calls it at the start of every turn, inside the session's turn
-lock, with the session (its history as before the turn) and the user message. The gate returns
+lock, with the session (its history as before the turn) and the user message; a run given a gate of its
+own (``Runner.run_async(..., turn_gate=...)``) calls that one instead. The gate returns
 ``None`` (play the turn as usual) or a :class:`TurnDecision`:
 
 - ``hold=True``: the user message is stored and no model is called (an operator answers the session

@@ -69,8 +69,9 @@ class _Turn:
     session: SessionContext  # set once the store has handed the session out
 
     def __init__(self, runner: Runner, session_id: str, emit: _Emit, streamed: bool,
-                 report: TurnReport | None = None) -> None:
+                 report: TurnReport | None = None, gate: TurnGate | None = None) -> None:
         self.runner = runner
+        self.gate = gate if gate is not None else runner.turn_gate  # this turn's, else the Runner's
         self.session_id = session_id
         self.report = report if report is not None else TurnReport()
         self.emit = emit
@@ -125,9 +126,10 @@ class Runner:
     ``PriceBook.from_env()``, genai-prices with the ``CHATFLOW_MODEL_PRICES`` overrides); the
     turn's usage is ``AgentResponse.usage`` and ``usage`` of ``TurnCompleted`` / ``TurnFailed``.
 
-    ``turn_gate`` is consulted at the start of every turn, ``on_human_request`` called when an agent
-    calls the built-in ``request_human`` tool, whose turn then ends with ``human_request_reply``
-    (see ``chatflow_agent.core.gate``). All three are attributes and may be set after construction.
+    ``turn_gate`` is consulted at the start of every turn (unless the run passes a gate of its own),
+    ``on_human_request`` called when an agent calls the built-in ``request_human`` tool, whose turn then
+    ends with ``human_request_reply`` (see ``chatflow_agent.core.gate``). All three are attributes and may
+    be set after construction.
     """
 
     def __init__(
@@ -212,17 +214,20 @@ class Runner:
     async def run_async(self, session_id: str, user_message: str, metadata: dict[str, Any] | None = None,
                         *, starting_agent: Agent | None = None,
                         turn_metadata: dict[str, Any] | None = None,
-                        report: TurnReport | None = None) -> AgentResponse:
+                        report: TurnReport | None = None,
+                        turn_gate: TurnGate | None = None) -> AgentResponse:
         """Play one turn and return the answer. Raises what the engine or store raised (the turn
         is then rolled back), ``SessionDeletedError`` if the session is deleted meanwhile.
-        ``starting_agent``, ``metadata``, ``turn_metadata`` and ``report``: as for :meth:`run_streamed`."""
+        ``starting_agent``, ``metadata``, ``turn_metadata``, ``report`` and ``turn_gate``: as for
+        :meth:`run_streamed`."""
         return await self._execute(session_id, user_message, metadata, self._publish, streamed=False,
-                                   starting_agent=starting_agent, turn_metadata=turn_metadata, report=report)
+                                   starting_agent=starting_agent, turn_metadata=turn_metadata, report=report,
+                                   turn_gate=turn_gate)
 
     async def run_streamed(
         self, session_id: str, user_message: str, metadata: dict[str, Any] | None = None,
         *, starting_agent: Agent | None = None, turn_metadata: dict[str, Any] | None = None,
-        report: TurnReport | None = None,
+        report: TurnReport | None = None, turn_gate: TurnGate | None = None,
     ) -> AsyncIterator[RunEvent]:
         """Play one turn, yielding its run events as they happen (ending with ``TurnCompleted``
         or ``TurnFailed``; the error is then re-raised). Subscribers get the events too. If the
@@ -239,7 +244,11 @@ class Runner:
         ``report`` (a ``chatflow_agent.core.reports.TurnReport``; default: a new one): the turn's
         record, filled as it runs (agent trail, model and tool calls, times, final status) and
         handed to the store, whose backend may keep it (the site's turn records). A caller sets
-        ``source``, ``queue_wait_ms`` or ``trace_id`` on it beforehand and may read it afterwards."""
+        ``source``, ``queue_wait_ms`` or ``trace_id`` on it beforehand and may read it afterwards.
+
+        ``turn_gate`` (see ``chatflow_agent.core.gate``): this turn's gate, consulted instead of the
+        Runner's own ``turn_gate`` (for a turn its caller decides differently, say a message with a fixed
+        answer that must reach no model)."""
         queue: asyncio.Queue[RunEvent | None] = asyncio.Queue()
 
         async def emit(event: RunEvent) -> None:
@@ -248,7 +257,7 @@ class Runner:
 
         task = asyncio.ensure_future(self._execute(session_id, user_message, metadata, emit, streamed=True,
                                                    starting_agent=starting_agent, turn_metadata=turn_metadata,
-                                                   report=report))
+                                                   report=report, turn_gate=turn_gate))
         self._background.add(task)
         task.add_done_callback(self._background.discard)
         task.add_done_callback(lambda _t: queue.put_nowait(None))
@@ -269,8 +278,8 @@ class Runner:
     async def _execute(self, session_id: str, user_message: str, metadata: dict[str, Any] | None, emit: _Emit,
                        *, streamed: bool, starting_agent: Agent | None = None,
                        turn_metadata: dict[str, Any] | None = None,
-                       report: TurnReport | None = None) -> AgentResponse:
-        turn = _Turn(self, session_id, emit, streamed, report)
+                       report: TurnReport | None = None, turn_gate: TurnGate | None = None) -> AgentResponse:
+        turn = _Turn(self, session_id, emit, streamed, report, turn_gate)
         turn.report.user_text = user_message
         started = time.perf_counter()
         try:
@@ -314,7 +323,7 @@ class Runner:
         if turn.wants("turn_started"):
             await turn.emit(TurnStarted(session_id=session.session_id, turn_id=turn.turn_id,
                                         agent_name=session.active_agent.name, user_message=user_message))
-        decision = await self._consult_gate(session, user_message)
+        decision = await self._consult_gate(turn.gate, session, user_message)
         await turn.append(Message(role=Role.USER, content=user_message))
         if decision is not None:
             turn.instructions = decision.instructions or None
@@ -345,8 +354,8 @@ class Runner:
                              tool_calls_executed=turn.tools_executed, handoff=turn.last_handoff, usage=turn.usage,
                              held=held, human_requested=turn.human_requested)
 
-    async def _consult_gate(self, session: SessionContext, user_message: str) -> TurnDecision | None:
-        gate = self.turn_gate
+    @staticmethod
+    async def _consult_gate(gate: TurnGate | None, session: SessionContext, user_message: str) -> TurnDecision | None:
         if gate is None:
             return None
         decision = gate(session, user_message)

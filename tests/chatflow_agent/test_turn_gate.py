@@ -72,6 +72,18 @@ async def test_a_gate_returning_none_plays_the_turn() -> None:
 
 
 @pytest.mark.asyncio
+async def test_a_gate_given_with_the_run_decides_that_turn_instead_of_the_runners() -> None:
+    engine = ScriptedEngine("hi there")
+    runner = Runner(make_agent(engine), turn_gate=lambda session, text: TurnDecision(hold=True))
+    own = await runner.run_async("s1", "[image]", turn_gate=lambda session, text: TurnDecision(
+        hold=True, reply="I can only read text."))
+    assert (own.content, own.held, engine.calls) == ("I can only read text.", True, [])
+    later = await runner.run_async("s1", "hello")  # the next turn has the Runner's gate again
+    assert (later.content, later.held, engine.calls) == ("", True, [])
+    assert roles(runner.session_store, "s1") == ["user", "model", "user"]
+
+
+@pytest.mark.asyncio
 async def test_instructions_reach_every_model_call_of_the_turn_and_are_never_stored(tmp_path: Path) -> None:
     def lookup(order_id: str) -> str:
         return f"order {order_id} shipped"

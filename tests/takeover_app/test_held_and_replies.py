@@ -23,7 +23,7 @@ from tests.sessions_app import personas
 from tests.takeover_app.conftest import drain, texts, wa_message
 from tests.webhooks_app import payloads as p
 from tests.webhooks_app import servers
-from tests.webhooks_app.test_endpoints import post_tg
+from tests.webhooks_app.test_endpoints import post_tg, post_wa
 from webhooks_app import replies
 from webhooks_app.models import InboundDelivery
 
@@ -77,6 +77,37 @@ def test_a_telegram_message_while_waiting_is_held_too(client, env):
     assert user_texts(sid) == ["hi", "anyone there?"]
     assert env.tg.requests == [] and env.engine_calls() == ["hi"]
     assert InboundDelivery.objects.order_by("-id").first().reply_status == "held"
+
+
+def test_an_image_to_a_session_an_operator_owns_is_held_like_a_text(client, env, owned):
+    from agents_app import runtime
+
+    events: list = []
+    runtime.site_runner().subscribe(events.append)
+    image = {"from": SID, "id": "wamid.img", "type": "image",
+             "image": {"id": "media1", "mime_type": "image/jpeg", "caption": "the box"}}
+    assert post_wa(client, p.whatsapp(image)).status_code == 200
+    drain()
+    assert texts(SID)[2:] == [("user", "[image] the box")]  # no bot answer after it
+    assert env.wa.requests == [] and env.engine_calls() == ["hello"]
+    mode = SessionMode.objects.get(pk=SID)
+    assert (mode.mode, mode.unread) == ("human", 1)
+    delivery = InboundDelivery.objects.get(provider_message_id="wamid.img")
+    assert (delivery.status, delivery.reply_status) == ("done", "held")
+    done = [e for e in events if e.type == "turn_completed"]  # what the open pages are told
+    assert [(e.session_id, e.response.held, e.response.content) for e in done] == [(SID, True, "")]
+
+
+def test_a_voice_message_while_waiting_is_held_and_counted(client, env):
+    post_tg(client, p.telegram(1, "hi"))
+    drain()
+    sid = ChatMessage.objects.values_list("session_id", flat=True).first()
+    service.request_human(sid, "test", SessionMode.Trigger.OPERATOR)
+    env.tg.requests.clear()
+    post_tg(client, p.telegram(2, None, voice={"file_id": "v1", "duration": 3}))
+    drain()
+    assert user_texts(sid) == ["hi", "[voice message]"] and texts(sid)[-1] == ("user", "[voice message]")
+    assert env.tg.requests == [] and SessionMode.objects.get(pk=sid).unread == 1
 
 
 def test_an_operator_reply_reaches_whatsapp_once_split_as_a_bot_reply_and_is_stored_with_its_author(env, owned):

@@ -94,3 +94,18 @@ def test_a_whatsapp_session_sends_to_whom_its_customer_wrote_from(client, env):
     assert "Reply to the customer on whatsapp" in page and SENT_OUT in page
     assert (reply.provider, reply.shown_status) == ("whatsapp", "sent")
     assert [(b["to"], b["text"]["body"]) for b in env.wa.bodies()] == [("15550100", "Olga here.")]
+
+
+def test_a_generic_message_on_a_whatsapp_session_leaves_the_replies_on_whatsapp(client, env):
+    wa_message(client, "wamid.first", "hello")
+    drain()
+    # A signed generic message on the same session (a CRM writing into the conversation) arrives after it.
+    assert post_generic(client, p.generic("15550100", "crm-1", "note from the CRM")).status_code == 202
+    drain()
+    assert texts("15550100")[-2] == ("user", "note from the CRM")
+    env.wa.requests.clear()
+    page, answer, reply = reply_as_owner("15550100", "Olga here.")
+    assert "Reply to the customer on whatsapp" in page and SENT_OUT in page and TRANSCRIPT_ONLY not in answer
+    assert (reply.provider, reply.shown_status) == ("whatsapp", "sent")
+    assert [(b["to"], b["text"]["body"]) for b in env.wa.bodies()] == [("15550100", "Olga here.")]
+

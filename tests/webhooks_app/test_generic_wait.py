@@ -95,6 +95,7 @@ def test_a_message_through_another_channel_keeps_the_sessions_channel(client, ap
     from sessions_app.models import ChatSession
     from tests.webhooks_app.test_endpoints import post_wa
     from tests.webhooks_app.test_worker import drain
+    from webhooks_app.arrival import arrival_of
 
     post_wa(client, p.whatsapp(p.wa_text("wamid.K", "hello")))
     drain()
@@ -105,6 +106,8 @@ def test_a_message_through_another_channel_keeps_the_sessions_channel(client, ap
     session.refresh_from_db()
     assert session.metadata["channel"] == "whatsapp"
     assert texts(session.pk)[-2:] == [("user", "hi from the CRM"), ("model", "echo: hi from the CRM")]
+    arrived = arrival_of(session.pk, session.metadata)  # an operator's reply still goes to WhatsApp
+    assert arrived is not None and (arrived.provider, arrived.address["wa_id"]) == ("whatsapp", session.pk)
 
 
 def test_a_wait_request_plays_nothing_itself_it_waits_for_a_worker(client, apis, monkeypatch):  # noqa: F811

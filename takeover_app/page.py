@@ -1,5 +1,8 @@
 """What the session page shows of a human takeover: the session's mode, who owns it, what the viewing
-user may do, and each operator-written message's delivery.
+user may do, where a reply goes, and each operator-written message's delivery.
+
+Here, above ``webhooks_app``, because where a reply goes is the session's arrival (``webhooks_app.arrival``);
+the console's session page and its live fragments call it.
 
 Read only: the rules (who may take over, reply, hand back; the 24-hour window) are
 ``takeover_app.service``'s, which the page's forms post to. This module only decides which forms a
