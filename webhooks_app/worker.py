@@ -55,7 +55,7 @@ from chatflow_agent.core.reports import TurnReport
 from chatflow_agent.exceptions import SessionBusyError, SessionDeletedError
 from chatflow_agent.types import Message, Role
 from health_app import heartbeat, tracing
-from sessions_app.store import check_connection
+from sessions_app.store import reopen_if_dropped
 from takeover_app import service as takeover
 from takeover_app.gate import HELD_SESSION_SQL
 from webhooks_app import replies, settle, taskqueue
@@ -110,8 +110,8 @@ def _complete_then_claim(delivery: InboundDelivery, owner: str, completion: _Com
 
 
 def _checked_call(fn: Any, *args: Any) -> Any:
-    """``fn(*args)`` on a slot's thread, its connection checked first if the server may have dropped it."""
-    check_connection()
+    """``fn(*args)`` on a slot's thread, its connection opened again first if the server dropped it."""
+    reopen_if_dropped()
     return fn(*args)
 
 
