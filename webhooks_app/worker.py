@@ -123,12 +123,15 @@ class Worker:
     """``Worker(slots=CHATFLOW_WORKER_SLOTS, poll=0.5, visibility=CHATFLOW_LEASE_SECONDS, costs=None)``;
     ``await run()``.
 
+    ``slots``: deliveries played at once, at least 1 (``ValueError`` otherwise); None takes the setting.
     ``costs``: an installed ``webhooks_app.costs.Costs`` to time the stages of every delivery in.
     """
 
     def __init__(self, slots: int | None = None, poll: float = 0.5, visibility: float | None = None,
                  costs: Costs | None = None) -> None:
-        self.slots = slots or settings.CHATFLOW_WORKER_SLOTS
+        self.slots = settings.CHATFLOW_WORKER_SLOTS if slots is None else slots
+        if isinstance(self.slots, bool) or not isinstance(self.slots, int) or self.slots < 1:
+            raise ValueError(f"A worker needs at least one slot (a whole number), not {self.slots!r}")
         self.costs = costs
         self.poll = poll
         self.visibility = float(visibility or settings.CHATFLOW_LEASE_SECONDS)

@@ -485,3 +485,15 @@ def test_a_slot_that_claims_past_a_session_it_freed_wakes_an_idle_slot_for_it(cl
     assert [(r.session_id, r.content) for r in rows if r.role == "user"] == [
         ("15550100", "[slow 4] a1"), ("15550100", "a2"), ("15550111", "[slow 3] x")]
     assert InboundDelivery.objects.get(pk=x.pk).lease_owner != "worker:dead"
+
+
+@pytest.mark.parametrize("slots", [0, -1, 1.5, True])
+def test_a_worker_refuses_fewer_than_one_slot(slots):
+    with pytest.raises(ValueError, match="at least one slot"):
+        Worker(slots=slots)
+
+
+def test_a_worker_without_slots_takes_the_setting(settings):
+    settings.CHATFLOW_WORKER_SLOTS = 3
+    assert Worker().slots == 3
+    assert Worker(slots=1).slots == 1
