@@ -17,8 +17,8 @@ from django.conf import settings
 from django.db import DatabaseError, connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
-from chatflow_site.errors import RETRY_AFTER_SECONDS
 from sessions_app.store import reopen_if_dropped
+from sessions_app.unavailable import RETRY_AFTER_SECONDS
 
 __all__ = ["readyz", "CHECK_SECONDS"]
 

@@ -168,6 +168,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "chatflow_site.errors.DatabaseUnavailable",  # the database does not answer: 503 with the reason, not a 500
     "django.middleware.security.SecurityMiddleware",
     "servestatic.middleware.ServeStaticMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -179,7 +180,6 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "chatflow_site.errors.SiteNotFoundPage",  # the site's 404 page with DEBUG on too
-    "chatflow_site.errors.DatabaseUnavailable",  # the database does not answer: 503 with the reason, not a 500
 ]
 
 ROOT_URLCONF = "chatflow_site.urls"
