@@ -48,7 +48,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from django.conf import settings
-from django.db import DatabaseError, connections
+from django.db import DatabaseError, InterfaceError, OperationalError, connections
 
 from agents_app import runtime
 from chatflow_agent.core.reports import TurnReport
@@ -325,7 +325,7 @@ class Worker:
             # Claimed again after its worker died while sending the reply: it may have gone out; never twice.
             return Reply.SENDING, "The worker stopped while sending the reply; it is not sent again."
         try:
-            answer, settled = await self._play(delivery, db, replies_out)
+            answer, settled = await self._play_reconnecting(delivery, db, replies_out)
         except CancelledByOperator as err:  # rolled back; the customer gets nothing, the console a Retry
             logger.info("Delivery %s: %s", delivery.pk, err)
             with self._stage("finish"):
@@ -356,6 +356,22 @@ class Worker:
                 if not await db(taskqueue.finish, delivery, self.owner, text, reply):
                     return None
         return await self._send(delivery, text, slot) if reply == Reply.SENDING else None
+
+    async def _play_reconnecting(self, delivery: InboundDelivery, db: Any,
+                                 replies_out: bool) -> tuple[str | None, bool]:
+        """:meth:`_play`, and once more when its turn failed on a database connection (the server dropped it
+        just before a statement: ``sessions_app.store.reopen_if_dropped`` checks only after an idle gap or an
+        error) and did not commit: the connections are checked by then, and the customer gets the answer
+        instead of the fallback. A database that does not answer fails the check of the commit here, and the
+        delivery is played again after its lease runs out."""
+        try:
+            return await self._play(delivery, db, replies_out)
+        except (OperationalError, InterfaceError) as err:
+            if await db(taskqueue.turn_committed, delivery):
+                raise  # its commit went through: the answer is read back from the session
+            logger.warning("Delivery %s: its turn failed on a dropped database connection (%s: %s); playing it "
+                           "again", delivery.pk, type(err).__name__, str(err).strip().split("\n")[0])
+            return await self._play(delivery, db, replies_out)
 
     async def _play(self, delivery: InboundDelivery, db: Any, replies_out: bool) -> tuple[str | None, bool]:
         """(the answer to send, None when the turn was held for an operator; True when the turn's commit

@@ -6,12 +6,13 @@ import asyncio
 from datetime import timedelta
 
 import pytest
-from django.db import connection
+from django.db import OperationalError, connection
 from django.utils import timezone
 
 from agents_app import runtime
 from chatflow_agent.types import Role
 from sessions_app.models import ChatMessage, ChatSession, OperatorAction, ProcessedMessage
+from sessions_app.store import session_committing
 from tests.sessions_app import personas
 from tests.webhooks_app import payloads as p
 from tests.webhooks_app.fakes import FakeProviderAPI
@@ -497,3 +498,29 @@ def test_a_worker_without_slots_takes_the_setting(settings):
     settings.CHATFLOW_WORKER_SLOTS = 3
     assert Worker().slots == 3
     assert Worker(slots=1).slots == 1
+
+
+def test_a_turn_whose_commit_met_a_dropped_connection_is_played_again_without_a_fallback(client, apis, tmp_path,
+                                                                                         monkeypatch):
+    wa, _ = apis
+    log = tmp_path / "engine.log"
+    monkeypatch.setenv("CHATFLOW_TEST_ENGINE_LOG", str(log))
+    dropped: list[str] = []
+
+    def drop_once(sender, session_id, **kwargs):
+        if not dropped:  # what a connection the server dropped a moment ago raises at its next statement
+            dropped.append(session_id)
+            raise OperationalError("server closed the connection unexpectedly")
+
+    session_committing.connect(drop_once)
+    try:
+        post_wa(client, p.whatsapp(p.wa_text("wamid.DROP", "are you there?")))
+        assert drain() == 1
+    finally:
+        session_committing.disconnect(drop_once)
+    assert dropped == ["15550100"]
+    assert [b["text"]["body"] for b in wa.bodies()] == ["echo: are you there?"]
+    assert texts("15550100") == [("user", "are you there?"), ("model", "echo: are you there?")]
+    assert len(log.read_text(encoding="utf-8").splitlines()) == 2  # played again once
+    d = InboundDelivery.objects.get()
+    assert (d.status, d.reply_status) == ("done", "sent")
