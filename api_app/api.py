@@ -19,7 +19,6 @@ is also in the list (``q=<id>``).
 
 from __future__ import annotations
 
-import logging
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -47,8 +46,6 @@ from sessions_app.access import EXPORT, may
 from sessions_app.models import ChatSession, OperatorAction
 from takeover_app.access import TAKE_OVER
 from turns_app.console import session_usage, totals_for, totals_of
-
-logger = logging.getLogger("api_app")
 
 
 class AnyPathConverter:

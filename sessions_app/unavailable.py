@@ -10,7 +10,7 @@ from django.db import InterfaceError, OperationalError
 
 __all__ = ["DATABASE_AWAY", "RETRY_AFTER_SECONDS", "log_refused", "unreachable"]
 
-logger = logging.getLogger("chatflow_site.errors")
+logger = logging.getLogger(__name__)
 
 #: The reason a 503 gives while the database does not answer.
 DATABASE_AWAY = "The database is not answering right now, so nothing was read or changed. Try again in a moment."
