@@ -19,7 +19,6 @@ is also in the list (``q=<id>``).
 
 from __future__ import annotations
 
-import logging
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -42,17 +41,11 @@ from pydantic import Field
 
 from api_app.models import ApiToken
 from chatflow_agent.jsonsafe import clean_text, json_safe
-from sessions_app import actions, export, listing
+from sessions_app import actions, export, listing, unavailable
 from sessions_app.access import EXPORT, may
 from sessions_app.models import ChatSession, OperatorAction
 from takeover_app.access import TAKE_OVER
 from turns_app.console import session_usage, totals_for, totals_of
-
-logger = logging.getLogger("api_app")
-
-#: What a call gets while the database does not answer, and the seconds its ``Retry-After`` suggests.
-DATABASE_AWAY = "The database is not answering right now, so nothing was read or changed. Try again in a moment."
-RETRY_AFTER_SECONDS = 10
 
 
 class AnyPathConverter:
@@ -211,9 +204,10 @@ def _unauthorized(request: HttpRequest, exc: Exception) -> HttpResponse:
 @api.exception_handler(InterfaceError)
 def _database_away(request: HttpRequest, exc: Exception) -> HttpResponse:
     """The database does not answer (refused, dropped, restarting): 503 with the reason, not a 500."""
-    logger.warning("%s %s: 503, the database does not answer (%s)", request.method, request.path, type(exc).__name__)
-    response = api.create_response(request, {"error": "database_unavailable", "detail": DATABASE_AWAY}, status=503)
-    response["Retry-After"] = str(RETRY_AFTER_SECONDS)
+    unavailable.log_refused(request.method, request.path, exc)
+    response = api.create_response(request, {"error": "database_unavailable", "detail": unavailable.DATABASE_AWAY},
+                                   status=503)
+    response["Retry-After"] = str(unavailable.RETRY_AFTER_SECONDS)
     return response
 
 

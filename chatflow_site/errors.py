@@ -11,8 +11,8 @@ alone (the ``refusal`` partial), to be swapped into the page that asked.
 
 While the database does not answer (a connection refused or dropped, a server restarting), a page, the API
 and ``/metrics`` answer 503 with the reason and ``Retry-After`` (:class:`DatabaseUnavailable` for what a view
-raises, ``server_error`` as ``handler500`` for what a middleware raises), never a 500 and a traceback per
-request; the 503 page reads nothing from the database (no user, no messages).
+raises and for what a middleware raises, with DEBUG on or off), never a 500 and a traceback per request; the
+503 page reads nothing from the database (no user, no messages).
 """
 
 from __future__ import annotations
@@ -26,12 +26,14 @@ from django.conf import settings
 from django.contrib.auth.models import AnonymousUser
 from django.contrib.auth.views import LogoutView
 from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent
-from django.db import InterfaceError, OperationalError
+from django.core.signals import got_request_exception
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-__all__ = ["DATABASE_AWAY", "FAVICON", "DatabaseUnavailable", "RequestTooLarge", "SiteLogoutView", "SiteNotFoundPage",
+from sessions_app.unavailable import DATABASE_AWAY, RETRY_AFTER_SECONDS, log_refused, unreachable
+
+__all__ = ["FAVICON", "DatabaseUnavailable", "RequestTooLarge", "SiteLogoutView", "SiteNotFoundPage",
            "csrf_failure", "database_away", "favicon", "forbidden", "not_found", "server_error"]
 
 logger = logging.getLogger("chatflow_site.errors")
@@ -116,47 +118,52 @@ class SiteNotFoundPage:
         return None
 
 
-#: What a request gets while the database does not answer, and the seconds its ``Retry-After`` suggests.
-DATABASE_AWAY = "The database is not answering right now, so nothing was read or changed. Try again in a moment."
-RETRY_AFTER_SECONDS = 10
-
-
 def database_away(request: HttpRequest) -> HttpResponse:
-    """503 with :data:`DATABASE_AWAY`: the site's page (without the user or messages, which would need the
-    database), or JSON to a client that does not ask for HTML."""
+    """503 with ``sessions_app.unavailable.DATABASE_AWAY``: the site's page (without the user or messages, which
+    would need the database), or JSON to a client that does not ask for HTML."""
     request.user = AnonymousUser()  # what the page would otherwise load from the session tables
     response = _page(request, "503.html", 503, DATABASE_AWAY, error="database_unavailable", extra={"messages": ()})
     response["Retry-After"] = str(RETRY_AFTER_SECONDS)
     return response
 
 
-def _unreachable(exception: BaseException | None) -> bool:
-    """True for the errors of a database that does not answer (refused, dropped, restarting)."""
-    return isinstance(exception, (OperationalError, InterfaceError))
+def _note_unreachable(sender: object, request: HttpRequest | None = None, **kwargs: object) -> None:
+    """``got_request_exception``, sent while the exception is handled: remember on the request that what
+    failed (a view or a middleware) was the database not answering."""
+    exception = sys.exc_info()[1]
+    if request is not None and unreachable(exception):
+        request.database_unreachable = exception  # type: ignore[attr-defined]
 
 
 class DatabaseUnavailable:
-    """Middleware: a view that raised because the database does not answer gets :func:`database_away`,
-    logged in one line per request instead of a traceback."""
+    """Middleware, first in ``MIDDLEWARE``: a request that failed because the database does not answer, in a view
+    or in a middleware (reading the session or the user), gets :func:`database_away`, logged in one line, with
+    DEBUG on or off (Django turns a middleware's exception into its debug page or ``handler500`` before an outer
+    middleware sees it; ``got_request_exception`` tells this one what it was)."""
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
+        got_request_exception.connect(_note_unreachable, dispatch_uid="chatflow-database-unreachable")
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        return self.get_response(request)
+        response = self.get_response(request)
+        exception = getattr(request, "database_unreachable", None)
+        if exception is None:
+            return response
+        log_refused(request.method or "", request.path, exception)
+        return database_away(request)
 
     def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
-        if not _unreachable(exception):
+        if not unreachable(exception):
             return None
-        logger.warning("%s %s: 503, the database does not answer (%s: %s)", request.method, request.path,
-                       type(exception).__name__, str(exception).strip().split("\n")[0])
+        log_refused(request.method or "", request.path, exception)
         return database_away(request)
 
 
 def server_error(request: HttpRequest) -> HttpResponse:
     """``handler500``: Django's plain 500, or :func:`database_away` when what failed (a middleware reading
     the session or the user) was the database not answering."""
-    if _unreachable(sys.exc_info()[1]):
+    if unreachable(sys.exc_info()[1]):
         return database_away(request)
     from django.views.defaults import server_error as plain
 

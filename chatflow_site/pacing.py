@@ -2,8 +2,8 @@
 
 An ASGI ``send`` says nothing about the client: daphne writes each body message to its Twisted transport at
 once, whatever the transport still holds. A streamed response (the bulk export) to a client that reads slowly,
-or pauses, was therefore produced whole into the server's memory: forty clients that read a kilobyte of
-``/api/v1/export.jsonl`` and paused held the export forty times (``bench/export_readers.py``).
+or pauses, was therefore produced whole into the server's memory, once per paused client (measured in
+docs/performance.md, "Slow export readers").
 
 :class:`PacedResponses` wraps the HTTP application. Under daphne (its ``send`` is bound to the request, a
 ``twisted.web.http.Request``) it registers a streaming producer on the request for the response's lifetime
@@ -11,11 +11,14 @@ or pauses, was therefore produced whole into the server's memory: forty clients 
 once the client has read it down; after each body message the response waits while it is paused. So a slow
 reader holds one chunk and the transport's buffer, and the stream goes on as the client reads. A client that
 goes away stops the producer and ends the wait (Django then cancels the response). Under another server the
-application is called as it is: uvicorn's ``send`` waits for its transport's buffer itself.
+application is called as it is: uvicorn's ``send`` waits for its transport's buffer itself. A ``send`` that
+comes from daphne but is not bound to a request this module recognises (a daphne release that binds it
+differently) is logged once as a warning: responses then go unpaced.
 
 After a response whose client made it wait, the C allocator is asked to return its free memory to the system
-(glibc's ``malloc_trim``; elsewhere nothing): what slow readers held is freed when they go, but stayed in the
-process's resident memory without it.
+(glibc's ``malloc_trim``; elsewhere nothing), on a worker thread: it walks the allocator's heaps, which takes
+longer the more memory the process holds, and the event loop must not wait for it. What slow readers held is
+freed when they go, but stayed in the process's resident memory without it.
 """
 
 from __future__ import annotations
@@ -24,9 +27,13 @@ import asyncio
 import ctypes
 import ctypes.util
 import functools
+import logging
+import threading
 from typing import Any
 
 __all__ = ["PacedResponses"]
+
+logger = logging.getLogger("chatflow_site.pacing")
 
 
 def _allocator_trim() -> Any:
@@ -40,6 +47,15 @@ def _allocator_trim() -> Any:
 
 
 _trim = _allocator_trim()
+_trimming = threading.Lock()  # held while a trim runs: one at a time, a trim asked for meanwhile is skipped
+
+
+def _trim_now() -> None:
+    if _trim is not None and _trimming.acquire(blocking=False):
+        try:
+            _trim(0)
+        finally:
+            _trimming.release()
 
 
 class _Reader:
@@ -87,15 +103,29 @@ def _twisted_request(send: Any) -> Any:
     return request if isinstance(request, Request) else None
 
 
+def _from_daphne(send: Any) -> bool:
+    """True when ``send`` is daphne's (its function or bound method is defined in the daphne package)."""
+    func = getattr(send, "func", send)
+    return (getattr(func, "__module__", None) or "").split(".")[0] == "daphne"
+
+
 class PacedResponses:
-    """ASGI middleware for ``http`` scopes: see the module docstring."""
+    """ASGI middleware for ``http`` scopes: see the module docstring. ``waiting``: how many responses are
+    waiting for their client to read now."""
 
     def __init__(self, app: Any) -> None:
         self.app = app
+        self.waiting = 0
+        self._warned = False
+        self._trims: set[asyncio.Future[None]] = set()
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         request = _twisted_request(send) if scope["type"] == "http" else None
         if request is None:
+            if scope["type"] == "http" and not self._warned and _from_daphne(send):
+                self._warned = True
+                logger.warning("Serving under daphne, but its send is not bound to a request as expected: "
+                               "streamed responses are not paced to their clients (slow readers hold them in memory)")
             await self.app(scope, receive, send)
             return
         reader = _Reader(request)
@@ -108,12 +138,18 @@ class PacedResponses:
             elif kind == "http.response.body" and not more:
                 reader.unregister()
             await send(message)
-            if more:
-                await reader.ready.wait()
+            if more and not reader.ready.is_set():
+                self.waiting += 1
+                try:
+                    await reader.ready.wait()
+                finally:
+                    self.waiting -= 1
 
         try:
             await self.app(scope, receive, paced)
         finally:
             reader.unregister()
             if reader.waited and _trim is not None:
-                _trim(0)
+                trim = asyncio.get_running_loop().run_in_executor(None, _trim_now)  # off the event loop
+                self._trims.add(trim)
+                trim.add_done_callback(self._trims.discard)

@@ -17,7 +17,8 @@ from django.conf import settings
 from django.db import DatabaseError, connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
-from chatflow_site.errors import RETRY_AFTER_SECONDS
+from sessions_app.store import reopen_if_dropped
+from sessions_app.unavailable import RETRY_AFTER_SECONDS
 
 __all__ = ["readyz", "CHECK_SECONDS"]
 
@@ -27,12 +28,12 @@ CHECK_SECONDS = 3.0
 
 def _database() -> str:
     try:
-        connection.close_if_unusable_or_obsolete()  # a connection the server dropped is opened again
+        reopen_if_dropped()  # a connection the server dropped is opened again
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1")
             cursor.fetchone()
     except DatabaseError:
-        connection.close_if_unusable_or_obsolete()
+        reopen_if_dropped(failed=True)
         return "unreachable"
     return "ok"
 

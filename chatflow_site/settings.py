@@ -171,6 +171,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "chatflow_site.errors.DatabaseUnavailable",  # the database does not answer: 503 with the reason, not a 500
     "django.middleware.security.SecurityMiddleware",
     "csp.middleware.CSPMiddleware",
     "servestatic.middleware.ServeStaticMiddleware",
@@ -183,7 +184,6 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "chatflow_site.errors.SiteNotFoundPage",  # the site's 404 page with DEBUG on too
-    "chatflow_site.errors.DatabaseUnavailable",  # the database does not answer: 503 with the reason, not a 500
     "axes.middleware.AxesMiddleware",  # last: turns a refused (locked-out) login into the lockout page
 ]
 

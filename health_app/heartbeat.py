@@ -27,7 +27,7 @@ from django.utils import timezone
 
 from health_app import report
 from health_app.models import QueueSample, WorkerHeartbeat
-from sessions_app.store import check_connection
+from sessions_app.store import reopen_if_dropped
 from turns_app import rollups
 
 __all__ = ["start", "stop", "beat", "forget", "sample_queue"]
@@ -45,7 +45,7 @@ FOLD_BATCHES = 10
 
 def beat(owner: str, started_at: Any, processed: int, purge: bool = False) -> None:
     """Write ``owner``'s row (this process's host and pid) with ``last_beat`` now; blocking ORM."""
-    check_connection()  # opened again if the server dropped it meanwhile
+    reopen_if_dropped()  # opened again if the server dropped it meanwhile
     now = timezone.now()
     fields = {"last_beat": now, "processed": processed}
     if not WorkerHeartbeat.objects.filter(pk=owner).update(**fields):
@@ -116,12 +116,11 @@ async def _beating(worker: Any) -> None:
 
 
 def _close_if_broken() -> None:
-    """After a failed beat: close this thread's connection if the server dropped it (the next beat opens
-    another). Django does this between requests; a worker's threads serve none."""
+    """After a failed beat: close this thread's connections the server dropped (the next beat opens
+    others). Django does this between requests; a worker's threads serve none."""
     for conn in connections.all(initialized_only=True):
-        if not conn.in_atomic_block:
-            with contextlib.suppress(DatabaseError):
-                conn.close_if_unusable_or_obsolete()
+        with contextlib.suppress(DatabaseError):
+            reopen_if_dropped(conn.alias, failed=True)
 
 
 def _forget_and_close(owner: str) -> None:

@@ -65,8 +65,8 @@ from chatflow_agent.jsonsafe import json_object
 from chatflow_agent.types import Role
 from turns_app import records
 
-__all__ = ["DjangoBackend", "DjangoSessionStore", "check_connection", "driver_cursor", "recheck_connections",
-           "session_committing"]
+__all__ = ["IDLE_CHECK_SECONDS", "DjangoBackend", "DjangoSessionStore", "driver_cursor", "recheck_connections",
+           "reopen_if_dropped", "session_committing"]
 
 _T = TypeVar("_T")
 # The statements run on the driver's own cursor (``?`` for sqlite3, ``%s`` for psycopg).
@@ -99,33 +99,47 @@ def _open_cursor(conn: Any) -> Any:
     return raw.cursor() if opener is None else opener()
 
 
-# Bumped by ``recheck_connections``; a connection that last checked itself at an older value checks again.
-_recheck = 0
+#: A connection that ran no statement for this many seconds is checked before its next one.
+IDLE_CHECK_SECONDS = 1.0
+
+_generation = 0  # bumped by recheck_connections
+_seen: weakref.WeakKeyDictionary[Any, tuple[int, float]] = weakref.WeakKeyDictionary()  # wrapper → (generation, used)
+_seen_mutex = threading.Lock()
 
 
 def recheck_connections() -> None:
     """Thread-safe: the database server may have dropped this process's connections (a restart, an
-    administrator's ``pg_terminate_backend``). Every connection the store's and the queue's threads use is
-    checked once (Django's health check, ``CONN_HEALTH_CHECKS``: one ``SELECT 1``) before its next statement
-    and opened again when it is broken, so a dropped connection costs a failed check, not a failed turn."""
-    global _recheck
-    _recheck += 1
+    administrator's ``pg_terminate_backend``): every connection is checked before its next statement
+    (:func:`reopen_if_dropped`). Called on any connection-level error a store or a queue worker sees."""
+    global _generation
+    with _seen_mutex:
+        _generation += 1
 
 
-def check_connection(using: str = "default") -> None:
-    """This thread's connection ``using``, checked once after :func:`recheck_connections` (see there): for
-    threads that run ORM queries too (a worker's), before their next one."""
-    _checked(connections[using])
+def reopen_if_dropped(using: str = "default", *, failed: bool = False) -> None:
+    """Before a statement on this thread's connection ``using``: close it if the server dropped it, so the
+    statement runs on a new one (Django opens it) instead of failing on the dead one.
 
-
-def _checked(conn: Any) -> None:
-    """Check ``conn`` (this thread's) once after :func:`recheck_connections`; never inside a transaction."""
-    if conn.connection is None or conn.in_atomic_block or getattr(conn, "chatflow_rechecked", 0) == _recheck:
+    The check is Django's ``is_usable()`` (one ``SELECT 1`` on PostgreSQL; nothing on SQLite) and runs only
+    when the server may have dropped the connection: when it ran no statement for
+    :data:`IDLE_CHECK_SECONDS` (a turn's model call, a quiet queue), after :func:`recheck_connections`, or
+    with ``failed`` (a statement on it just failed). A connection that fails the check calls
+    :func:`recheck_connections` (the server dropped the others too, most likely). Never inside a
+    transaction: a connection dropped there fails its transaction, which rolls back whole. A connection
+    dropped between the check and the statement still fails that statement."""
+    conn = connections[using]
+    if conn.in_atomic_block:
         return
-    conn.chatflow_rechecked = _recheck
-    if conn.health_check_enabled:
-        conn.health_check_done = False
-        conn.close_if_health_check_failed()
+    now = time.monotonic()
+    with _seen_mutex:
+        generation, used = _seen.get(conn, (-1, now))
+        _seen[conn] = (_generation, now)
+        due = failed or generation != _generation or now - used >= IDLE_CHECK_SECONDS
+    if not due or conn.connection is None:
+        return
+    if not conn.is_usable():
+        conn.close()
+        recheck_connections()
 
 
 @contextmanager
@@ -139,8 +153,8 @@ def driver_cursor(using: str = "default") -> Iterator[tuple[Cursor, Dialect]]:
     evident) and the statements are prepared as the database's ``prepare_threshold`` option says.
 
     Not on a thread that runs an event loop (Django refuses queries there)."""
+    reopen_if_dropped(using)
     conn = connections[using]
-    _checked(conn)
     conn.ensure_connection()
     with conn.wrap_database_errors:
         cursor = _open_cursor(conn)
@@ -227,13 +241,13 @@ class DjangoBackend(SQLLeasesAndClaims):
         conn = connections[self.using]
         if id(conn) not in self._opened:
             self._track(conn)
+        reopen_if_dropped(self.using)  # e.g. a commit after a turn's model call, during which the server restarted
         try:
             return fn(*args)
         except DatabaseError as err:
-            if not conn.in_atomic_block:
-                conn.close_if_unusable_or_obsolete()  # a broken connection reconnects next time
             if isinstance(err, (OperationalError, InterfaceError)):  # the other threads' may be broken too
                 recheck_connections()
+            reopen_if_dropped(self.using, failed=True)  # a broken connection is opened again next time
             raise
 
     def _track(self, conn: Any) -> None:
@@ -264,14 +278,14 @@ class DjangoBackend(SQLLeasesAndClaims):
         return self._call(self._autocommit, fn)
 
     def _autocommit(self, fn: Callable[[Cursor], _T]) -> _T:
+        reopen_if_dropped(self.using)
         conn = connections[self.using]
-        _checked(conn)
         conn.ensure_connection()
         return self._on_driver(conn, fn)
 
     def _transaction(self, fn: Callable[[Cursor], _T]) -> _T:
         """``fn(cursor)`` in one transaction (a savepoint inside an operator's transaction)."""
-        _checked(connections[self.using])
+        reopen_if_dropped(self.using)
         with transaction.atomic(using=self.using):
             return self._on_driver(connections[self.using], fn)
 

@@ -50,13 +50,13 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from django.conf import settings
-from django.db import DatabaseError, connections
+from django.db import DatabaseError, InterfaceError, OperationalError, connections
 
 from agents_app import runtime
 from chatflow_agent.core.reports import TurnReport
 from chatflow_agent.exceptions import SessionBusyError, SessionDeletedError
 from health_app import heartbeat, tracing
-from sessions_app.store import check_connection
+from sessions_app.store import reopen_if_dropped
 from takeover_app import service as takeover
 from takeover_app.gate import HELD_SESSION_SQL, answered_gate
 from webhooks_app import replies, settle, taskqueue
@@ -114,8 +114,8 @@ def _complete_then_claim(delivery: InboundDelivery, owner: str, completion: _Com
 
 
 def _checked_call(fn: Any, *args: Any) -> Any:
-    """``fn(*args)`` on a slot's thread, its connection checked first if the server may have dropped it."""
-    check_connection()
+    """``fn(*args)`` on a slot's thread, its connection opened again first if the server dropped it."""
+    reopen_if_dropped()
     return fn(*args)
 
 
@@ -127,12 +127,15 @@ class Worker:
     """``Worker(slots=CHATFLOW_WORKER_SLOTS, poll=0.5, visibility=CHATFLOW_LEASE_SECONDS, costs=None)``;
     ``await run()``.
 
+    ``slots``: deliveries played at once, at least 1 (``ValueError`` otherwise); None takes the setting.
     ``costs``: an installed ``webhooks_app.costs.Costs`` to time the stages of every delivery in.
     """
 
     def __init__(self, slots: int | None = None, poll: float = 0.5, visibility: float | None = None,
                  costs: Costs | None = None) -> None:
-        self.slots = slots or settings.CHATFLOW_WORKER_SLOTS
+        self.slots = settings.CHATFLOW_WORKER_SLOTS if slots is None else slots
+        if isinstance(self.slots, bool) or not isinstance(self.slots, int) or self.slots < 1:
+            raise ValueError(f"A worker needs at least one slot (a whole number), not {self.slots!r}")
         self.costs = costs
         self.poll = poll
         self.visibility = float(visibility or settings.CHATFLOW_LEASE_SECONDS)
@@ -326,7 +329,7 @@ class Worker:
             # Claimed again after its worker died while sending the reply: it may have gone out; never twice.
             return Reply.SENDING, "The worker stopped while sending the reply; it is not sent again."
         try:
-            answer, settled = await self._play(delivery, db, replies_out)
+            answer, settled = await self._play_reconnecting(delivery, db, replies_out)
         except CancelledByOperator as err:  # rolled back; the customer gets nothing, the console a Retry
             logger.info("Delivery %s: %s", delivery.pk, err)
             with self._stage("finish"):
@@ -357,6 +360,22 @@ class Worker:
                 if not await db(taskqueue.finish, delivery, self.owner, text, reply):
                     return None
         return await self._send(delivery, text, slot) if reply == Reply.SENDING else None
+
+    async def _play_reconnecting(self, delivery: InboundDelivery, db: Any,
+                                 replies_out: bool) -> tuple[str | None, bool]:
+        """:meth:`_play`, and once more when its turn failed on a database connection (the server dropped it
+        just before a statement: ``sessions_app.store.reopen_if_dropped`` checks only after an idle gap or an
+        error) and did not commit: the connections are checked by then, and the customer gets the answer
+        instead of the fallback. A database that does not answer fails the check of the commit here, and the
+        delivery is played again after its lease runs out."""
+        try:
+            return await self._play(delivery, db, replies_out)
+        except (OperationalError, InterfaceError) as err:
+            if await db(taskqueue.turn_committed, delivery):
+                raise  # its commit went through: the answer is read back from the session
+            logger.warning("Delivery %s: its turn failed on a dropped database connection (%s: %s); playing it "
+                           "again", delivery.pk, type(err).__name__, str(err).strip().split("\n")[0])
+            return await self._play(delivery, db, replies_out)
 
     async def _play(self, delivery: InboundDelivery, db: Any, replies_out: bool) -> tuple[str | None, bool]:
         """(the answer to send, None when the turn was held for an operator; True when the turn's commit

@@ -105,11 +105,15 @@ class SessionTablesAway:
         raise OperationalError("connection refused")
 
 
-def test_a_middleware_that_finds_the_database_away_gets_the_503_page_too(settings):
+@pytest.mark.parametrize("debug", [False, True])
+def test_a_middleware_that_finds_the_database_away_gets_the_503_page_too(settings, debug, caplog):
     from django.test import Client
 
-    settings.DEBUG = False
+    settings.DEBUG = debug  # with DEBUG on, Django would answer with its debug page
     settings.MIDDLEWARE = [*settings.MIDDLEWARE, f"{__name__}.SessionTablesAway"]
     response = Client(raise_request_exception=False).get("/sessions/", HTTP_ACCEPT="text/html")
     assert response.status_code == 503
     assert "The database is not answering" in response.content.decode()
+    assert response["Retry-After"].isdigit()
+    assert any("503, the database does not answer (OperationalError: connection refused)" in r.getMessage()
+               for r in caplog.records)

@@ -6,11 +6,20 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
+import logging
+import socket
+import subprocess
+import sys
 
+import pytest
 from twisted.internet.testing import StringTransport
 from twisted.web.http import HTTPChannel, Request
 
 from chatflow_site.pacing import PacedResponses
+from tests.chatflow_site import _paced_app
+from tests.processes import REPO, free_port, site_env, stop, wait_for_http
+from tests.webhooks_app.servers import wait_until
 
 CHUNKS = 10
 
@@ -98,3 +107,59 @@ def test_another_server_gets_the_application_untouched():
 
     asyncio.run(PacedResponses(app)({"type": "http"}, None, send))
     assert seen == [send]
+
+
+def test_under_daphne_a_send_it_binds_differently_is_logged_once(caplog):
+    async def app(scope, receive, send) -> None:
+        pass
+
+    async def send(message: dict) -> None:
+        pass
+
+    send.__module__ = "daphne.server"  # daphne's, bound some other way than to its request
+    paced = PacedResponses(app)
+    with caplog.at_level(logging.WARNING, logger="chatflow_site.pacing"):
+        for _ in range(3):
+            asyncio.run(paced({"type": "http"}, None, send))
+    assert [r.getMessage() for r in caplog.records].count(
+        "Serving under daphne, but its send is not bound to a request as expected: streamed responses are not "
+        "paced to their clients (slow readers hold them in memory)") == 1
+
+
+@pytest.fixture
+def daphne_server(tmp_path):
+    port = free_port()
+    with (tmp_path / "daphne.log").open("ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+             "tests.chatflow_site._paced_app:application"],
+            cwd=REPO, env=site_env(), stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_for_http(f"{base}/state", timeout=30, proc=proc)
+        yield port, base
+    finally:
+        stop(proc)
+
+
+@pytest.mark.slow
+def test_a_real_daphne_stops_producing_a_stream_its_client_does_not_read(daphne_server):
+    port, base = daphne_server
+
+    def state() -> dict:
+        return json.loads(wait_for_http(f"{base}/state", timeout=10))
+
+    client = socket.socket()
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    client.connect(("127.0.0.1", port))
+    try:
+        client.sendall(b"GET /stream HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        client.recv(1024)  # and then nothing more
+        # Either the stream is paced (a response waits for its client) or it runs to its end into memory.
+        wait_until(lambda: state()["waiting"] or state()["finished"], 60, "the stream to wait or to finish")
+        now = state()
+        assert now["waiting"] == 1 and not now["finished"], now
+        assert now["produced"] < _paced_app.CHUNKS
+    finally:
+        client.close()
+    wait_until(lambda: not state()["waiting"], 30, "the wait to end when the client goes away")

@@ -6,12 +6,13 @@ import asyncio
 from datetime import timedelta
 
 import pytest
-from django.db import connection
+from django.db import OperationalError, connection
 from django.utils import timezone
 
 from agents_app import runtime
 from chatflow_agent.types import Role
 from sessions_app.models import ChatMessage, ChatSession, OperatorAction, ProcessedMessage
+from sessions_app.store import session_committing
 from tests.sessions_app import personas
 from tests.webhooks_app import payloads as p
 from tests.webhooks_app.fakes import FakeProviderAPI
@@ -485,3 +486,41 @@ def test_a_slot_that_claims_past_a_session_it_freed_wakes_an_idle_slot_for_it(cl
     assert [(r.session_id, r.content) for r in rows if r.role == "user"] == [
         ("15550100", "[slow 4] a1"), ("15550100", "a2"), ("15550111", "[slow 3] x")]
     assert InboundDelivery.objects.get(pk=x.pk).lease_owner != "worker:dead"
+
+
+@pytest.mark.parametrize("slots", [0, -1, 1.5, True])
+def test_a_worker_refuses_fewer_than_one_slot(slots):
+    with pytest.raises(ValueError, match="at least one slot"):
+        Worker(slots=slots)
+
+
+def test_a_worker_without_slots_takes_the_setting(settings):
+    settings.CHATFLOW_WORKER_SLOTS = 3
+    assert Worker().slots == 3
+    assert Worker(slots=1).slots == 1
+
+
+def test_a_turn_whose_commit_met_a_dropped_connection_is_played_again_without_a_fallback(client, apis, tmp_path,
+                                                                                         monkeypatch):
+    wa, _ = apis
+    log = tmp_path / "engine.log"
+    monkeypatch.setenv("CHATFLOW_TEST_ENGINE_LOG", str(log))
+    dropped: list[str] = []
+
+    def drop_once(sender, session_id, **kwargs):
+        if not dropped:  # what a connection the server dropped a moment ago raises at its next statement
+            dropped.append(session_id)
+            raise OperationalError("server closed the connection unexpectedly")
+
+    session_committing.connect(drop_once)
+    try:
+        post_wa(client, p.whatsapp(p.wa_text("wamid.DROP", "are you there?")))
+        assert drain() == 1
+    finally:
+        session_committing.disconnect(drop_once)
+    assert dropped == ["15550100"]
+    assert [b["text"]["body"] for b in wa.bodies()] == ["echo: are you there?"]
+    assert texts("15550100") == [("user", "are you there?"), ("model", "echo: are you there?")]
+    assert len(log.read_text(encoding="utf-8").splitlines()) == 2  # played again once
+    d = InboundDelivery.objects.get()
+    assert (d.status, d.reply_status) == ("done", "sent")

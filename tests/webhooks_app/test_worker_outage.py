@@ -3,10 +3,13 @@ restart does to a client: ``pg_terminate_backend``), and the worker reconnects a
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from django.db import connection
 
 from health_app.models import WorkerHeartbeat
+from sessions_app.store import IDLE_CHECK_SECONDS
 from tests.processes import stop
 from tests.webhooks_app import payloads as p
 from tests.webhooks_app import servers as s
@@ -64,3 +67,27 @@ def test_a_worker_whose_connections_the_server_dropped_reconnects_and_plays_the_
     assert text.count("the database is unreachable") == 1, text
     assert text.count("the database answers again") == 1, text
     assert "Traceback" not in text, text
+
+
+def test_a_turn_whose_connections_the_server_dropped_during_its_model_call_commits_once(client, worker, tmp_path):
+    proc, wa, log = worker
+    block = tmp_path / "block"
+    block.touch()
+    post_wa(client, p.whatsapp(p.wa_text("wamid.MID", "[block] during the restart")))
+    s.wait_until(lambda: "[block] during the restart" in "".join(s.engine_calls(tmp_path)), 30, "the model call")
+
+    assert drop_other_connections() > 0
+    # Not a timing assertion: the turn's store thread took the lease before the model call began, so after
+    # this its commit follows an idle gap, whatever the machine's speed.
+    time.sleep(IDLE_CHECK_SECONDS)
+    block.unlink()
+    wa.wait_for(1, timeout=30)
+
+    assert proc.poll() is None
+    assert [b["text"]["body"] for b in wa.bodies()] == ["echo: [block] during the restart"]
+    text = "[block] during the restart"
+    assert messages("15550100") == [("user", text), ("model", f"echo: {text}")]
+    assert len(s.engine_calls(tmp_path)) == 1  # played once: its commit ran on a connection opened again
+    s.wait_until(lambda: set(InboundDelivery.objects.values_list("status", "reply_status")) == {("done", "sent")},
+                 10, "the delivery done")
+    assert "Traceback" not in log.read_text(encoding="utf-8")
