@@ -21,8 +21,9 @@ from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
+from django.http import QueryDict
 
-from sessions_app import fragments
+from sessions_app import fragments, listing
 from sessions_app.access import VIEW, may
 from sessions_app.live import LIST_GROUP, group_for_session, join, leave
 from sessions_app.models import ChatSession
@@ -51,13 +52,18 @@ class _ConsoleConsumer(AsyncWebsocketConsumer):
 
 
 class SessionListConsumer(_ConsoleConsumer):
-    """``ws/sessions/[?mode=top]``: rows of sessions whose turns start/end or that operators changed."""
+    """``ws/sessions/[?mode=top][&filters=<the list's search and filters, URL-encoded>]``: rows of sessions
+    whose turns start/end or that operators changed. ``mode=top`` moves such a row to the top (the list's
+    first page, newest first); with ``filters`` only sessions that match them are shown, and a session that
+    stops matching leaves the list."""
 
     async def connect(self) -> None:
         if not await self._allowed():
             return
         query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
         self.top = query.get("mode") == ["top"]
+        filters = listing.parse_query(QueryDict((query.get("filters") or [""])[0]))
+        self.filters = filters if listing.filters_of(filters) else None
         self.group = LIST_GROUP
         await join(self.channel_layer, self.group, self.channel_name)
         await self.accept()
@@ -68,7 +74,9 @@ class SessionListConsumer(_ConsoleConsumer):
     async def live_event(self, message: dict[str, Any]) -> None:
         event = message["event"]
         running = event["kind"] == "turn_started"
-        for frame in await database_sync_to_async(fragments.list_row_from_db)(event["session_id"], self.top, running):
+        frames = await database_sync_to_async(fragments.list_row_from_db)(event["session_id"], self.top, running,
+                                                                            self.filters)
+        for frame in frames:
             await self._send(frame)
 
     async def live_action(self, message: dict[str, Any]) -> None:
@@ -76,7 +84,11 @@ class SessionListConsumer(_ConsoleConsumer):
         if action["kind"] == "delete":
             frames = [fragments.list_removed(action["session_id"])]
         else:
-            frames = await database_sync_to_async(fragments.list_row_from_db)(action["session_id"], False)
+            # In place: every session is on the whole list. A filtered list shows a session that has come to
+            # match its filters (a mode changed) at the top, as it could not have had its row.
+            top = self.top and self.filters is not None
+            frames = await database_sync_to_async(fragments.list_row_from_db)(action["session_id"], top, None,
+                                                                                self.filters)
         # The navigation's waiting badge rides in the row's frame (a mode may have changed).
         badge = await database_sync_to_async(fragments.nav_waiting_from_db)()
         frames = [*frames[:-1], frames[-1] + badge] if frames else [badge]

@@ -111,11 +111,20 @@ def session_list(request: HttpRequest) -> HttpResponse:
         "channels": channels,
         "modes": [(m, SessionMode.Mode(m).label) for m in listing.MODES],
         "headers": _headers(query),
-        # Live updates move a changed session to the top only where the newest sessions are shown.
-        "ws_url": live_url() + ("?mode=top" if query.sort == "-updated" and not query.after and not query.before
-                                and query.params() == {} else ""),
+        "ws_url": _list_live_url(query),
     }
     return _render(request, LIST, "session-table", ctx, status=400 if query.errors else 200)
+
+
+def _list_live_url(query: listing.ListQuery) -> str:
+    """The list's websocket: a changed session moves to the top only where the newest sessions are shown
+    (the first page, newest first); with a search or filters, only sessions that match them are shown."""
+    params = {}
+    if query.sort == "-updated" and not query.after and not query.before:
+        params["mode"] = "top"
+    if filters := listing.filters_of(query):
+        params["filters"] = urlencode(filters)
+    return live_url() + (f"?{urlencode(params)}" if params else "")
 
 
 # ---- detail ----------------------------------------------------------------------------------
