@@ -1,9 +1,9 @@
 """Websocket consumers of the console: the session list (``ws/sessions/``) and one session (``ws/sessions/<id>/``).
 
 Thin by design: ``connect()`` checks access (anonymous → close 4401, no view permission → 4403,
-unknown session → 4404) and accepts last; group messages are turned into htmx out-of-band fragments
-by :mod:`sessions_app.fragments` (the console's own partials); the ORM only through
-``database_sync_to_async``.
+unknown session → accepted and closed with 4404, a code the page sees) and accepts last; group messages are
+turned into htmx out-of-band fragments by :mod:`sessions_app.fragments` (the console's own partials); the
+ORM only through ``database_sync_to_async``.
 
 Reconnects without gaps or doubles: after connecting, the detail page sends
 ``{"type": "resume", "after": <last message id it has>, "order": "newest"|"oldest", "tail": bool,
@@ -111,6 +111,9 @@ class SessionConsumer(_ConsoleConsumer):
             return
         session_id = self.scope["url_route"]["kwargs"]["session_id"]
         if "\x00" in session_id or not await database_sync_to_async(ChatSession.objects.filter(pk=session_id).exists)():
+            # Accepted, then closed: a handshake refused before accept() reaches the page as 1006, which it
+            # retries for ever; 4404 tells it the session does not exist (static/js/live.js says so).
+            await self.accept()
             await self.close(code=4404)
             return
         cookies = self.scope.get("cookies") or {}

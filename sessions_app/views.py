@@ -17,6 +17,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.cache import patch_vary_headers
+from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect, reselect, reswap, retarget
 
@@ -268,11 +269,15 @@ def live_url(session_id: str | None = None) -> str:
 
 
 @require_GET
+@never_cache
 @console_required()
 @_or_gone
 def session_detail(request: HttpRequest, session_id: str) -> HttpResponse:
     """The session page; for htmx its history, or with ``panel=1`` the whole workspace (conversation and
-    inspector: what the page re-reads after a takeover action, ``static/js/takeover.js``)."""
+    inspector: what the page re-reads after a takeover action, ``static/js/takeover.js``).
+
+    Never cached (``Cache-Control: no-store``): the browser's Back loads it again, so a session deleted
+    meanwhile shows as gone, not as it was."""
     session = _session(session_id)
     try:
         newest_first, page = _history_position(request.GET)

@@ -32,8 +32,34 @@
   document.addEventListener("htmx:wsClose", function (e) {
     document.body.dataset.live = "closed";
     var code = e.detail && e.detail.event ? e.detail.event.code : 0;
+    if (code === 4404 && e.target && e.target.dataset && e.target.dataset.live === "session") {
+      gone(); // the session does not exist (any more): the server refused its socket, which is not retried
+      return;
+    }
     status(code === 1013 ? "Live updates unavailable: the server cannot reach its channel layer (Redis). Retrying…"
                          : "Live updates: reconnecting…");
+  });
+
+  // The page says the session was deleted, as the live "deleted" notice does; the workspace then disables
+  // every action (below).
+  function gone() {
+    var s = document.getElementById("live-status");
+    if (!s || s.dataset.gone) return;
+    s.className = "live-status card alert error";
+    s.setAttribute("role", "alert");
+    s.dataset.gone = "1";
+    s.textContent = "";
+    var strong = document.createElement("strong");
+    strong.textContent = "Deleted:";
+    s.appendChild(strong);
+    s.appendChild(document.createTextNode(" this session no longer exists. What this page shows is no longer " +
+                                          "stored; its actions are disabled."));
+  }
+
+  // A page restored from the browser's back/forward cache shows what it held when it was left (the session
+  // may have been deleted since): it is loaded again.
+  window.addEventListener("pageshow", function (e) {
+    if (e.persisted && document.getElementById("live-session")) location.reload();
   });
   document.addEventListener("htmx:wsAfterMessage", function () {
     seen = document.getElementById("live-cursor"); // the server sent it: it knows
@@ -225,6 +251,9 @@
         if (note) note.focus({preventScroll: true});
       }
     }
+  });
+  document.addEventListener("htmx:wsClose", function () {
+    if (gone()) disable(); // refused as deleted (above)
   });
   document.addEventListener("htmx:wsAfterMessage", function () {
     if (gone()) {

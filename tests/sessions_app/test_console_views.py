@@ -450,3 +450,14 @@ def test_older_turns_load_above_and_newer_ones_are_linked_below(op_client):
     assert "Newer turns" not in newest  # the newest page
     assert middle.index('id="older-turns"') < middle.index('id="turn-6"') < middle.index('id="turn-25"')
     assert middle.index('id="turn-25"') < middle.index("Newer turns")
+
+
+@pytest.mark.parametrize("extra", [{}, {"HTTP_HX_REQUEST": "true"}], ids=["page", "fragment"])
+def test_the_session_page_is_never_stored_so_back_loads_it_again(op_client, extra):
+    cv.store("s", [cv.user("hi"), cv.model("hello")])
+    shown = op_client.get("/sessions/s/", **extra)
+    op_client.post("/actions/delete/s/")
+    gone = op_client.get("/sessions/s/", **extra)
+
+    assert shown.status_code == 200 and "no-store" in shown["Cache-Control"]
+    assert gone.status_code == 404 and "no-store" in gone["Cache-Control"]

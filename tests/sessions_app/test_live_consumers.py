@@ -106,7 +106,9 @@ async def test_only_operators_may_play_turns_from_the_live_chat(people, story):
 async def test_it_refuses_an_unknown_session_and_a_foreign_origin(people, story):
     for path in ("/ws/sessions/nope/", "/ws/sessions/a\x00b/"):
         async with connected(path, people["viewer"]) as ws:
-            assert await ws.connect() == (False, 4404)
+            # accepted, then closed with 4404 (refused before accepting, a browser would see 1006 and retry)
+            assert await ws.connect() == (True, None)
+            assert await ws.receive_output() == {"type": "websocket.close", "code": 4404}
     from channels.testing import WebsocketCommunicator
 
     from chatflow_site.asgi import application
