@@ -78,6 +78,9 @@
   var KEY = "chatflow.inspector";
   var opener = null;
   var upgrading = false; // a full page's open dialog being made modal: its close is not the reader's
+  var opened = 0; // dialogs opened so far
+  var asked = new WeakMap(); // a request for the workspace → dialogs opened when it was sent
+  var carry = null; // the dialog of a workspace being replaced, to show again in the new one
 
   function $(id) { return document.getElementById(id); }
   function dialog() { return $("action-dialog"); }
@@ -102,6 +105,7 @@
     if (!d || !$("dialog") || !$("dialog").children.length) return;
     if (d.open && !d.matches(":modal")) { upgrading = true; d.close(); upgrading = false; }
     if (!d.open) d.showModal();
+    opened++;
     var cancel = d.querySelector("[data-dialog-close]");
     var first = focusables($("dialog"))[0];
     (cancel || first || d).focus();
@@ -219,7 +223,49 @@
   document.addEventListener("htmx:beforeRequest", function (e) {
     if (gone() && e.detail.elt.closest && e.detail.elt.closest("#session-panel")) { e.preventDefault(); return; }
     if (e.detail.elt.getAttribute("hx-target") === "#dialog") opener = e.detail.elt;
+    var target = e.detail.target, xhr = e.detail.xhr;
+    if (target && xhr && target.id === "session-panel") asked.set(xhr, opened);
+    if (target && xhr && target.id === "dialog") answerToTheDialog(e.detail.elt, xhr);
   });
+
+  // A dialog asked for from a link that a live update or a re-read of the workspace replaced before the
+  // answer came (an action's own live update often does: "Hand back…" right after a reply): htmx looks for
+  // the answer's target from the detached link, finds none ("Invalid re-target #dialog") and drops it.
+  // Such an answer goes to the page's dialog as it is now. htmx's events reach the detached link itself,
+  // not the document.
+  function answerToTheDialog(elt, xhr) {
+    function load(ev) {
+      if (ev.detail.xhr !== xhr) return;
+      elt.removeEventListener("htmx:beforeOnLoad", load);
+      if (document.contains(elt)) return; // htmx has it
+      ev.preventDefault();
+      var slot = $("dialog");
+      if (!slot || !/^(200|40[0349])$/.test(String(xhr.status))) return; // a dialog, a refusal, "gone"
+      htmx.swap(slot, xhr.responseText, {swapStyle: "innerHTML"});
+      openDialog();
+    }
+    elt.addEventListener("htmx:beforeOnLoad", load);
+    xhr.addEventListener("loadend", function () { elt.removeEventListener("htmx:beforeOnLoad", load); });
+  }
+
+  // A re-read of the workspace asked for before a dialog opened knows nothing of it: the dialog, with what
+  // is typed in it, is shown again in the workspace that replaces this one (an action's answer, which the
+  // dialog's own form asked for after it opened, closes it as before).
+  document.addEventListener("htmx:beforeSwap", function (e) {
+    var t = e.detail.target, d = dialog();
+    var before = asked.get(e.detail.xhr);
+    carry = t && t.id === "session-panel" && d && d.open && before !== undefined && before < opened
+      ? {from: $("dialog"), focus: d.contains(document.activeElement) ? document.activeElement : null} : null;
+  });
+  function carryOver() {
+    var c = carry, slot = $("dialog");
+    carry = null;
+    if (!c || !c.from || document.contains(c.from) || !slot || slot === c.from) return false;
+    while (c.from.firstChild) slot.appendChild(c.from.firstChild);
+    openDialog();
+    if (c.focus && slot.contains(c.focus)) c.focus.focus();
+    return true;
+  }
   document.addEventListener("htmx:beforeSwap", function (e) {
     // A session that is gone answers 404 with a message for the dialog: show it.
     if (e.detail.xhr.status === 404 && e.detail.xhr.getResponseHeader("HX-Retarget")) {
@@ -245,6 +291,7 @@
     var panel = $("session-panel");
     if (panel && !panel.dataset.ready) { // an action's answer replaced the workspace
       setup();
+      if (carryOver()) return;
       if (dialog() && !dialog().open) {
         toEnd();
         var note = panel.querySelector(".note");
