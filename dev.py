@@ -63,6 +63,23 @@ def run(cmd: list[str | Path], **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run([str(c) for c in cmd], cwd=ROOT, **kwargs)
 
 
+def step(cmd: list[str | Path]) -> int:
+    """Run a bootstrap command and return its exit status. It runs in a process group of its own: Ctrl+C
+    in the terminal (which signals its foreground group) reaches dev.py alone, which stops the command with
+    SIGTERM (no traceback from it) and leaves with one line (``main``)."""
+    proc = subprocess.Popen([str(c) for c in cmd], cwd=ROOT, process_group=0)
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        raise
+
+
 def as_root(cmd: list[str]) -> list[str]:
     if os.geteuid() == 0:
         return cmd
@@ -76,25 +93,25 @@ def ensure_venv() -> None:
     """.venv exists and has requirements.txt installed (re-installed whenever the file's hash changes)."""
     if not PYTHON.exists():
         say("creating .venv")
-        if run([sys.executable, "-m", "venv", VENV]).returncode != 0:
+        if step([sys.executable, "-m", "venv", VENV]) != 0:
             package = f"python3.{sys.version_info.minor}-venv"
             if shutil.which("apt-get"):
                 say(f"venv needs Debian's {package}; installing it")
                 shutil.rmtree(VENV, ignore_errors=True)
                 run(as_root(["apt-get", "install", "-y", package]))
-            if run([sys.executable, "-m", "venv", VENV]).returncode != 0:
+            if step([sys.executable, "-m", "venv", VENV]) != 0:
                 die(f"could not create .venv (on Debian/Ubuntu: apt-get install {package})")
     digest = hashlib.sha256(REQUIREMENTS.read_bytes()).hexdigest()
     if not STAMP.exists() or STAMP.read_text().strip() != digest:
         say("installing requirements.txt into .venv")
         pip = [PYTHON, "-m", "pip", "install", "--disable-pip-version-check", "--quiet"]
-        if run([*pip, "-r", REQUIREMENTS]).returncode != 0:
+        if step([*pip, "-r", REQUIREMENTS]) != 0:
             die("pip install -r requirements.txt failed")
         STAMP.write_text(digest + "\n")
 
 
-def manage(*args: str, env: dict[str, str] | None = None) -> None:
-    if run([PYTHON, "manage.py", *args], env=env).returncode != 0:
+def manage(*args: str) -> None:
+    if step([PYTHON, "manage.py", *args]) != 0:
         die(f"manage.py {' '.join(args)} failed")
 
 
@@ -319,7 +336,11 @@ def main() -> None:
     if args.command == "serve":
         if rest:
             parser.error(f"unrecognized arguments: {' '.join(rest)}")
-        serve(args.host, args.port)
+        try:
+            serve(args.host, args.port)
+        except KeyboardInterrupt:  # Ctrl+C before the server started: the bootstrap step was stopped
+            print("[dev] stopped (Ctrl+C) before the server started", file=sys.stderr, flush=True)
+            sys.exit(130)
     else:
         if args.compat_only and rest:
             parser.error(f"--compat-only takes no pytest arguments: {' '.join(rest)}")

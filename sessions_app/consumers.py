@@ -1,10 +1,10 @@
 """Websocket consumers of the console: the session list (``ws/sessions/``) and one session (``ws/sessions/<id>/``).
 
 Thin by design: ``connect()`` checks access (anonymous → close 4401, no view permission → 4403,
-unknown session → 4404) and accepts last; group messages are turned into htmx out-of-band fragments
-by :mod:`sessions_app.fragments` (the console's own partials); the ORM only through
-``database_sync_to_async``. While open, each socket watches its login, its permission and the channel
-layer (:class:`sessions_app.sockets.SocketWatch`): it closes with 4401 / 4403 once the login or the
+unknown session → accepted and closed with 4404, a code the page sees) and accepts last; group messages are
+turned into htmx out-of-band fragments by :mod:`sessions_app.fragments` (the console's own partials); the
+ORM only through ``database_sync_to_async``. While open, each socket watches its login, its permission and the
+channel layer (:class:`sessions_app.sockets.SocketWatch`): it closes with 4401 / 4403 once the login or the
 permission is gone, and with 1013 when the layer failed under it.
 
 Reconnects without gaps or doubles: after connecting, the detail page sends
@@ -23,8 +23,9 @@ from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
+from django.http import QueryDict
 
-from sessions_app import fragments
+from sessions_app import fragments, listing
 from sessions_app.access import VIEW, may
 from sessions_app.live import LIST_GROUP, group_for_session, join, leave
 from sessions_app.models import ChatSession
@@ -83,13 +84,18 @@ class _ConsoleConsumer(AsyncWebsocketConsumer):
 
 
 class SessionListConsumer(_ConsoleConsumer):
-    """``ws/sessions/[?mode=top]``: rows of sessions whose turns start/end or that operators changed."""
+    """``ws/sessions/[?mode=top][&filters=<the list's search and filters, URL-encoded>]``: rows of sessions
+    whose turns start/end or that operators changed. ``mode=top`` moves such a row to the top (the list's
+    first page, newest first); with ``filters`` only sessions that match them are shown, and a session that
+    stops matching leaves the list."""
 
     async def connect(self) -> None:
         if not await self._allowed():
             return
         query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
         self.top = query.get("mode") == ["top"]
+        filters = listing.parse_query(QueryDict((query.get("filters") or [""])[0]))
+        self.filters = filters if listing.filters_of(filters) else None
         await self._join_and_accept(LIST_GROUP)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
@@ -99,7 +105,9 @@ class SessionListConsumer(_ConsoleConsumer):
     async def live_event(self, message: dict[str, Any]) -> None:
         event = message["event"]
         running = event["kind"] == "turn_started"
-        for frame in await database_sync_to_async(fragments.list_row_from_db)(event["session_id"], self.top, running):
+        frames = await database_sync_to_async(fragments.list_row_from_db)(event["session_id"], self.top, running,
+                                                                            self.filters)
+        for frame in frames:
             await self._send(frame)
 
     async def live_action(self, message: dict[str, Any]) -> None:
@@ -107,7 +115,11 @@ class SessionListConsumer(_ConsoleConsumer):
         if action["kind"] == "delete":
             frames = [fragments.list_removed(action["session_id"])]
         else:
-            frames = await database_sync_to_async(fragments.list_row_from_db)(action["session_id"], False)
+            # In place: every session is on the whole list. A filtered list shows a session that has come to
+            # match its filters (a mode changed) at the top, as it could not have had its row.
+            top = self.top and self.filters is not None
+            frames = await database_sync_to_async(fragments.list_row_from_db)(action["session_id"], top, None,
+                                                                                self.filters)
         # The navigation's waiting badge rides in the row's frame (a mode may have changed).
         badge = await database_sync_to_async(fragments.nav_waiting_from_db)()
         frames = [*frames[:-1], frames[-1] + badge] if frames else [badge]
@@ -126,6 +138,9 @@ class SessionConsumer(_ConsoleConsumer):
             return
         session_id = self.scope["url_route"]["kwargs"]["session_id"]
         if "\x00" in session_id or not await database_sync_to_async(ChatSession.objects.filter(pk=session_id).exists)():
+            # Accepted, then closed: a handshake refused before accept() reaches the page as 1006, which it
+            # retries for ever; 4404 tells it the session does not exist (static/js/live.js says so).
+            await self.accept()
             await self.close(code=4404)
             return
         cookies = self.scope.get("cookies") or {}

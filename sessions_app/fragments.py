@@ -351,9 +351,11 @@ def deleted(action: dict[str, Any]) -> str:
 
 
 # ---- the session list -------------------------------------------------------------------------
-def list_row_from_db(session_id: str, top: bool, running: bool | None = None) -> list[str]:
+def list_row_from_db(session_id: str, top: bool, running: bool | None = None,
+                     query: listing.ListQuery | None = None) -> list[str]:
     """Frames that show the list row of ``session_id`` (same partial as the list view): moved to the top,
-    or replaced where it is.
+    or replaced where it is. For a list with a search or filters (``query``), a session that does not
+    match them (any more) leaves it: its row is deleted.
 
     ``running`` is what the event said (a turn started / ended), which the row's lease may not show
     any more (or yet) when the row is read. Moving takes two frames: HTML parsing drops a ``<tbody>``
@@ -361,9 +363,9 @@ def list_row_from_db(session_id: str, top: bool, running: bool | None = None) ->
     top comes with the emptied ``#no-sessions`` body ("No sessions match."), which every list page has,
     rows or not: an out-of-band swap without a target is an htmx error.
     """
-    row = listing.one(session_id)
+    row = listing.one(session_id, query)
     if row is None:
-        return []
+        return [list_removed(session_id)] if query is not None else []
     if running is not None:
         row.running = running
     html = render_to_string(f"{LIST}#session-row", {"row": row}).strip()

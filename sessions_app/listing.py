@@ -33,7 +33,8 @@ from takeover_app.models import SessionMode
 from turns_app.console import usage_columns, usage_sort_key
 
 __all__ = ["CHANNELS", "COUNT_LIMIT", "MODES", "ListQuery", "Page", "SORTS", "after_cursor", "bounded_count",
-           "customer_name", "decode_cursor", "encode_cursor", "fetch_page", "fetch_window", "filtered", "one",
+           "FILTERS", "customer_name", "decode_cursor", "encode_cursor", "fetch_page", "fetch_window", "filtered",
+           "filters_of", "one",
            "parse_query", "register_marker", "valid_day", "waiting_count"]
 
 #: ``sort`` parameter → (column, descending). Every sort ends with ``session_id`` (the keyset's tie-break).
@@ -297,9 +298,20 @@ def _annotated(qs):
     )
 
 
-def one(session_id: str) -> ChatSession | None:
-    """One session with the list's per-row numbers (counts, last message, running), or None."""
-    return _annotated(ChatSession.objects.filter(pk=session_id)).first()
+def one(session_id: str, query: ListQuery | None = None) -> ChatSession | None:
+    """One session with the list's per-row numbers (counts, last message, running), or None; with ``query``,
+    None also when the session does not match its search and filters."""
+    qs = filtered(query) if query is not None else ChatSession.objects.all()
+    return _annotated(qs.filter(pk=session_id)).first()
+
+
+#: The list's parameters that choose which sessions it shows (not their order or page).
+FILTERS = ("q", "agent", "channel", "mode", "updated_from", "updated_to")
+
+
+def filters_of(query: ListQuery) -> dict[str, str]:
+    """The search and filters of ``query`` that apply (refused values left out): empty for the whole list."""
+    return {k: v for k, v in query.params().items() if k in FILTERS}
 
 
 def after_cursor(qs, sort: str, cursor: tuple[datetime | str, str] | None, *, backwards: bool = False):

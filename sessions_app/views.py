@@ -18,6 +18,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.cache import patch_vary_headers
+from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect, reselect, reswap, retarget
 
@@ -115,11 +116,20 @@ def session_list(request: HttpRequest) -> HttpResponse:
         "channels": channels,
         "modes": [(m, SessionMode.Mode(m).label) for m in listing.MODES],
         "headers": _headers(query),
-        # Live updates move a changed session to the top only where the newest sessions are shown.
-        "ws_url": live_url() + ("?mode=top" if query.sort == "-updated" and not query.after and not query.before
-                                and query.params() == {} else ""),
+        "ws_url": _list_live_url(query),
     }
     return _render(request, LIST, "session-table", ctx, status=400 if query.errors else 200)
+
+
+def _list_live_url(query: listing.ListQuery) -> str:
+    """The list's websocket: a changed session moves to the top only where the newest sessions are shown
+    (the first page, newest first); with a search or filters, only sessions that match them are shown."""
+    params = {}
+    if query.sort == "-updated" and not query.after and not query.before:
+        params["mode"] = "top"
+    if filters := listing.filters_of(query):
+        params["filters"] = urlencode(filters)
+    return live_url() + (f"?{urlencode(params)}" if params else "")
 
 
 # ---- detail ----------------------------------------------------------------------------------
@@ -297,11 +307,15 @@ def live_url(session_id: str | None = None) -> str:
 
 
 @require_GET
+@never_cache
 @console_required()
 @_or_gone
 def session_detail(request: HttpRequest, session_id: str) -> HttpResponse:
     """The session page; for htmx its history, or with ``panel=1`` the whole workspace (conversation and
-    inspector: what the page re-reads after a takeover action, ``static/js/takeover.js``)."""
+    inspector: what the page re-reads after a takeover action, ``static/js/takeover.js``).
+
+    Never cached (``Cache-Control: no-store``): the browser's Back loads it again, so a session deleted
+    meanwhile shows as gone, not as it was."""
     session = _session(session_id)
     try:
         newest_first, page = _history_position(request.GET)

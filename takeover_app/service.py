@@ -226,9 +226,7 @@ def _hand_back(user: Any, session_id: str, agent_name: str | None, note: str) ->
             session.set_active_agent(agent)
         row.mode, row.since, row.updated_at = Mode.BOT, timezone.now(), timezone.now()
         row.owner, row.owner_username, row.trigger, row.reason = None, "", Trigger.HANDBACK, ""
-        row.pending_note = note
-        if note:
-            row.last_note = note
+        row.pending_note = row.last_note = note  # this hand-back's note: an earlier one is not shown for it
         row.unread, row.waiting_since, row.failed_turns = 0, None, 0
         row.save()
         audit(user, "hand_back", session_id, before, {**_state(row), "active_agent": agent.name, "note": note})

@@ -51,9 +51,35 @@
   document.addEventListener("htmx:wsClose", function (e) {
     document.body.dataset.live = "closed";
     var code = e.detail && e.detail.event ? e.detail.event.code : 0;
+    if (code === 4404 && e.target && e.target.dataset && e.target.dataset.live === "session") {
+      gone(); // the session does not exist (any more): the server refused its socket, which is not retried
+      return;
+    }
     if (STOPPED[code]) { stopped(e.target, STOPPED[code]); return; }
     status(code === 1013 ? "Live updates unavailable: the server cannot reach its channel layer (Redis). Retrying…"
                          : "Live updates: reconnecting…");
+  });
+
+  // The page says the session was deleted, as the live "deleted" notice does; the workspace then disables
+  // every action (below).
+  function gone() {
+    var s = document.getElementById("live-status");
+    if (!s || s.dataset.gone) return;
+    s.className = "live-status card alert error";
+    s.setAttribute("role", "alert");
+    s.dataset.gone = "1";
+    s.textContent = "";
+    var strong = document.createElement("strong");
+    strong.textContent = "Deleted:";
+    s.appendChild(strong);
+    s.appendChild(document.createTextNode(" this session no longer exists. What this page shows is no longer " +
+                                          "stored; its actions are disabled."));
+  }
+
+  // A page restored from the browser's back/forward cache shows what it held when it was left (the session
+  // may have been deleted since): it is loaded again.
+  window.addEventListener("pageshow", function (e) {
+    if (e.persisted && document.getElementById("live-session")) location.reload();
   });
   document.addEventListener("htmx:wsAfterMessage", function () {
     seen = document.getElementById("live-cursor"); // the server sent it: it knows
@@ -72,6 +98,9 @@
   var KEY = "chatflow.inspector";
   var opener = null;
   var upgrading = false; // a full page's open dialog being made modal: its close is not the reader's
+  var opened = 0; // dialogs opened so far
+  var asked = new WeakMap(); // a request for the workspace → dialogs opened when it was sent
+  var carry = null; // the dialog of a workspace being replaced, to show again in the new one
 
   function $(id) { return document.getElementById(id); }
   function dialog() { return $("action-dialog"); }
@@ -96,6 +125,7 @@
     if (!d || !$("dialog") || !$("dialog").children.length) return;
     if (d.open && !d.matches(":modal")) { upgrading = true; d.close(); upgrading = false; }
     if (!d.open) d.showModal();
+    opened++;
     var cancel = d.querySelector("[data-dialog-close]");
     var first = focusables($("dialog"))[0];
     (cancel || first || d).focus();
@@ -213,7 +243,49 @@
   document.addEventListener("htmx:beforeRequest", function (e) {
     if (gone() && e.detail.elt.closest && e.detail.elt.closest("#session-panel")) { e.preventDefault(); return; }
     if (e.detail.elt.getAttribute("hx-target") === "#dialog") opener = e.detail.elt;
+    var target = e.detail.target, xhr = e.detail.xhr;
+    if (target && xhr && target.id === "session-panel") asked.set(xhr, opened);
+    if (target && xhr && target.id === "dialog") answerToTheDialog(e.detail.elt, xhr);
   });
+
+  // A dialog asked for from a link that a live update or a re-read of the workspace replaced before the
+  // answer came (an action's own live update often does: "Hand back…" right after a reply): htmx looks for
+  // the answer's target from the detached link, finds none ("Invalid re-target #dialog") and drops it.
+  // Such an answer goes to the page's dialog as it is now. htmx's events reach the detached link itself,
+  // not the document.
+  function answerToTheDialog(elt, xhr) {
+    function load(ev) {
+      if (ev.detail.xhr !== xhr) return;
+      elt.removeEventListener("htmx:beforeOnLoad", load);
+      if (document.contains(elt)) return; // htmx has it
+      ev.preventDefault();
+      var slot = $("dialog");
+      if (!slot || !/^(200|40[0349])$/.test(String(xhr.status))) return; // a dialog, a refusal, "gone"
+      htmx.swap(slot, xhr.responseText, {swapStyle: "innerHTML"});
+      openDialog();
+    }
+    elt.addEventListener("htmx:beforeOnLoad", load);
+    xhr.addEventListener("loadend", function () { elt.removeEventListener("htmx:beforeOnLoad", load); });
+  }
+
+  // A re-read of the workspace asked for before a dialog opened knows nothing of it: the dialog, with what
+  // is typed in it, is shown again in the workspace that replaces this one (an action's answer, which the
+  // dialog's own form asked for after it opened, closes it as before).
+  document.addEventListener("htmx:beforeSwap", function (e) {
+    var t = e.detail.target, d = dialog();
+    var before = asked.get(e.detail.xhr);
+    carry = t && t.id === "session-panel" && d && d.open && before !== undefined && before < opened
+      ? {from: $("dialog"), focus: d.contains(document.activeElement) ? document.activeElement : null} : null;
+  });
+  function carryOver() {
+    var c = carry, slot = $("dialog");
+    carry = null;
+    if (!c || !c.from || document.contains(c.from) || !slot || slot === c.from) return false;
+    while (c.from.firstChild) slot.appendChild(c.from.firstChild);
+    openDialog();
+    if (c.focus && slot.contains(c.focus)) c.focus.focus();
+    return true;
+  }
   document.addEventListener("htmx:beforeSwap", function (e) {
     // A session that is gone answers 404 with a message for the dialog: show it.
     if (e.detail.xhr.status === 404 && e.detail.xhr.getResponseHeader("HX-Retarget")) {
@@ -239,12 +311,16 @@
     var panel = $("session-panel");
     if (panel && !panel.dataset.ready) { // an action's answer replaced the workspace
       setup();
+      if (carryOver()) return;
       if (dialog() && !dialog().open) {
         toEnd();
         var note = panel.querySelector(".note");
         if (note) note.focus({preventScroll: true});
       }
     }
+  });
+  document.addEventListener("htmx:wsClose", function () {
+    if (gone()) disable(); // refused as deleted (above)
   });
   document.addEventListener("htmx:wsAfterMessage", function () {
     if (gone()) {

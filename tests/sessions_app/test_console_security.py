@@ -4,6 +4,7 @@ view and action), CSRF on every POST, HTTP methods, and XSS payloads rendering a
 from __future__ import annotations
 
 import re
+from urllib.parse import parse_qs
 
 import pytest
 from django.urls import reverse
@@ -126,6 +127,65 @@ def test_the_login_page_logs_a_staff_user_in_and_returns_to_the_console(story):
     assert login.status_code == 200 and b'name="password"' in login.content
     assert response.status_code == 302 and response["Location"] == f"/sessions/{SID}/"
     assert client.get(response["Location"]).status_code == 200
+
+
+# ---- an expired login and an action --------------------------------------------------------------
+PAGE = f"/sessions/{SID}/?order=oldest&page=1"
+TAKEOVER_ACTIONS = [f"/actions/takeover/{SID}/", f"/actions/handback/{SID}/", f"/actions/reply/{SID}/"]
+
+
+def next_of(login_url: str) -> str:
+    """The ``next`` of a URL of the login page."""
+    path, query = login_url.split("?", 1)
+    assert path == "/accounts/login/"
+    return parse_qs(query)["next"][0]
+
+
+def log_in(client, next_url: str):
+    personas.operator()
+    return client.post("/accounts/login/", {"username": "olga.operator", "password": personas.PASSWORD,
+                                            "next": next_url}, follow=True)
+
+
+@pytest.mark.parametrize("path", [ACTIONS["handoff"][0], ACTIONS["delete"][0], *TAKEOVER_ACTIONS])
+def test_an_action_after_the_login_expired_logs_in_back_to_the_page_it_came_from(story, path):
+    client = personas.client_for(None)
+    before = unchanged()
+
+    response = client.post(path, {"agent": "Tech"}, HTTP_REFERER=f"http://testserver{PAGE}")
+
+    assert response.status_code == 302 and unchanged() == before
+    assert next_of(response["Location"]) == PAGE
+    landed = log_in(client, PAGE)
+    assert landed.status_code == 200 and landed.redirect_chain[-1][0] == PAGE
+    assert f"Session <code class=\"sid\">{SID}</code>" in landed.content.decode()
+
+
+@pytest.mark.parametrize("referer", ["", "http://evil.example/sessions/", f"http://testserver/actions/handoff/{SID}/"],
+                         ids=["none", "another-site", "the-action-itself"])
+def test_without_a_page_to_return_to_an_action_logs_in_to_its_sessions_page(story, referer):
+    client = personas.client_for(None)
+    extra = {"HTTP_REFERER": referer} if referer else {}
+
+    response = client.post(ACTIONS["handoff"][0], {"agent": "Tech"}, **extra)
+
+    assert next_of(response["Location"]) == f"/sessions/{SID}/"
+    assert log_in(client, f"/sessions/{SID}/").status_code == 200
+
+
+def test_an_htmx_action_after_the_login_expired_logs_in_back_to_the_page_it_was_sent_from(story):
+    response = personas.client_for(None).post(
+        ACTIONS["handoff"][0], {"agent": "Tech"}, HTTP_HX_REQUEST="true",
+        HTTP_HX_CURRENT_URL=f"http://testserver{PAGE}", HTTP_REFERER="http://testserver/sessions/")
+
+    assert response.status_code == 200 and next_of(response["HX-Redirect"]) == PAGE
+
+
+def test_an_htmx_fragment_after_the_login_expired_logs_in_back_to_the_whole_page(story):
+    response = personas.client_for(None).get(f"/actions/delete-confirm/{SID}/", HTTP_HX_REQUEST="true",
+                                             HTTP_HX_CURRENT_URL=f"http://testserver{PAGE}")
+
+    assert next_of(response["HX-Redirect"]) == PAGE
 
 
 @pytest.mark.parametrize("path", ["/sessions/", f"/sessions/{SID}/", "/audit/", "/agents/",

@@ -239,7 +239,7 @@ def test_the_history_is_grouped_by_turn_with_tool_calls_paired_and_problems_flag
     assert turn1.index("check_order_status") < turn1.index("&quot;status&quot;: &quot;shipped&quot;")
     assert turn1.index("&quot;shipped&quot;") < turn1.index("Order 42 has shipped.")
     turn2 = body[body.index('id="turn-2"'):body.index('id="turn-3"')]
-    assert "Handoff <strong>Support</strong> → <strong>Billing</strong> · refund" in turn2
+    assert "Handoff <strong>Support</strong> → <strong>Billing</strong> · <bdi>refund</bdi>" in turn2
     turn3 = body[body.index('id="turn-3"'):body.index('id="turn-4"')]
     assert '<span class="badge error">error</span>' in turn3 and "backend timeout" in turn3
     turn4 = body[body.index('id="turn-4"'):]
@@ -315,7 +315,8 @@ def test_force_handoffs_show_in_the_timeline_as_operator_events(op_client):
 
     body = op_client.get("/sessions/s/").content.decode()
 
-    assert "Force handoff" in body and "<strong>Support</strong> → <strong>Tech</strong> · device problem" in body
+    assert "Force handoff" in body
+    assert "<strong>Support</strong> → <strong>Tech</strong> · <bdi>device problem</bdi>" in body
     assert ChatMessage.objects.filter(session_id="s").count() == 15  # no chat message invented
 
 
@@ -460,3 +461,14 @@ def test_older_turns_load_above_and_newer_ones_are_linked_below(op_client):
     assert "Newer turns" not in newest  # the newest page
     assert middle.index('id="older-turns"') < middle.index('id="turn-6"') < middle.index('id="turn-25"')
     assert middle.index('id="turn-25"') < middle.index("Newer turns")
+
+
+@pytest.mark.parametrize("extra", [{}, {"HTTP_HX_REQUEST": "true"}], ids=["page", "fragment"])
+def test_the_session_page_is_never_stored_so_back_loads_it_again(op_client, extra):
+    cv.store("s", [cv.user("hi"), cv.model("hello")])
+    shown = op_client.get("/sessions/s/", **extra)
+    op_client.post("/actions/delete/s/")
+    gone = op_client.get("/sessions/s/", **extra)
+
+    assert shown.status_code == 200 and "no-store" in shown["Cache-Control"]
+    assert gone.status_code == 404 and "no-store" in gone["Cache-Control"]

@@ -106,7 +106,9 @@ async def test_only_operators_may_play_turns_from_the_live_chat(people, story):
 async def test_it_refuses_an_unknown_session_and_a_foreign_origin(people, story):
     for path in ("/ws/sessions/nope/", "/ws/sessions/a\x00b/"):
         async with connected(path, people["viewer"]) as ws:
-            assert await ws.connect() == (False, 4404)
+            # accepted, then closed with 4404 (refused before accepting, a browser would see 1006 and retry)
+            assert await ws.connect() == (True, None)
+            assert await ws.receive_output() == {"type": "websocket.close", "code": 4404}
     from channels.testing import WebsocketCommunicator
 
     from chatflow_site.asgi import application
@@ -246,11 +248,11 @@ def swap_into(page_ids: set[str], frame: str) -> None:
         page_ids |= inner | ({attrs["id"]} if swap in ("true", "outerHTML") and attrs.get("id") else set())
 
 
-async def list_page(user) -> str:
+async def list_page(user, query: str = "") -> str:
     def get() -> str:
         client = Client()
         client.force_login(user)
-        response = client.get("/sessions/")
+        response = client.get(f"/sessions/{query}")
         assert response.status_code == 200
         return response.content.decode()
 
@@ -288,6 +290,87 @@ async def test_a_live_list_update_only_swaps_elements_the_page_has(people, rows)
     assert f"row-{dom_id(moved)}" in page_ids
     # "No sessions match." goes with the first row at the top (its body stays, empty, for the next update).
     assert all(f.endswith('<tbody id="no-sessions" hx-swap-oob="innerHTML"></tbody>') for f in frames[1::2])
+
+
+def list_ws_url(page: str) -> str:
+    return re.search(r'ws-connect="([^"]+)"', page).group(1).replace("&amp;", "&")
+
+
+def row_moves(frames: list[str], session_id: str) -> list[str]:
+    """What the frames do to the row of ``session_id``: ``top`` (inserted at the top), ``delete``, ``replace``."""
+    row = f'id="row-{dom_id(session_id)}"'
+    out = []
+    for frame in frames:
+        if row not in frame:
+            continue
+        if frame.startswith('<tbody hx-swap-oob="afterbegin:#session-rows">'):
+            out.append("top")
+        elif 'hx-swap-oob="delete"' in frame:
+            out.append("delete")
+        else:
+            out.append("replace")
+    return out
+
+
+@pytest.mark.usefixtures("channel_layer")
+async def test_a_filtered_list_moves_a_matching_session_to_the_top_and_drops_one_that_does_not_match(people):
+    await db(cv.store, "+15550100", cv.support_story(), metadata={"channel": "whatsapp"})
+    await db(cv.store, "web:1", cv.support_story(), metadata={"channel": "web"})
+    page = await list_page(people["_users"]["viewer"], "?channel=WhatsApp")
+    ws_url = list_ws_url(page)
+    assert 'id="row-' + dom_id("web:1") not in page
+    runner = site_runner_with("Hello!", "Hi!")
+
+    async with connected(ws_url, people["viewer"]) as listing:
+        assert (await listing.connect())[0]
+        await runner.run_async("+15550100", "hi")
+        await runner.run_async("web:1", "hi")
+        await publisher.flush()
+        frames = await drain(listing)
+
+    # turn started, turn completed: each the old row deleted, then the row at the top
+    assert row_moves(frames, "+15550100") == ["delete", "top", "delete", "top"]
+    assert row_moves(frames, "web:1") == ["delete", "delete"]  # never shown on this list
+
+
+@pytest.mark.usefixtures("channel_layer")
+async def test_a_session_enters_a_mode_filtered_list_when_it_starts_waiting_and_leaves_it_when_taken_over(people):
+    from takeover_app import service
+
+    await db(cv.store, "+15550100", cv.support_story(), metadata={"channel": "whatsapp"})
+    page = await list_page(people["_users"]["viewer"], "?mode=waiting")
+    assert "No sessions match." in page
+
+    async with connected(list_ws_url(page), people["viewer"]) as listing:
+        assert (await listing.connect())[0]
+        await db(service.request_human, "+15550100", "The customer wrote 'human'.", "phrase")
+        waiting = await frames_until(listing, "waiting for a person")
+        await db(service.take_over, people["_users"]["operator"], "+15550100")
+        taken = await drain(listing)
+
+    assert row_moves(waiting, "+15550100") == ["delete", "top"]
+    assert "waiting for a person" in waiting[-1]
+    assert row_moves(taken, "+15550100") == ["delete"]
+
+
+@pytest.mark.parametrize(("query", "expected"), [
+    ("", "/ws/sessions/?mode=top"),
+    ("?channel=whatsapp&mode=waiting", "/ws/sessions/?mode=top&filters=channel%3Dwhatsapp%26mode%3Dwaiting"),
+    ("?sort=agent&q=refund", "/ws/sessions/?filters=q%3Drefund"),
+    ("?sort=agent", "/ws/sessions/"),
+    ("?mode=nonsense", "/ws/sessions/?mode=top"),  # a refused filter (400) is not applied
+])
+async def test_the_lists_socket_carries_its_search_and_filters(people, query, expected):
+    assert list_ws_url(await list_page_any(people["_users"]["viewer"], query)) == expected
+
+
+async def list_page_any(user, query: str) -> str:
+    def get() -> str:
+        client = Client()
+        client.force_login(user)
+        return client.get(f"/sessions/{query}").content.decode()
+
+    return await db(get)
 
 
 # ---- operator actions ------------------------------------------------------------------------

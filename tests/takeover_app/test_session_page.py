@@ -48,7 +48,7 @@ def test_a_waiting_session_shows_since_when_and_why():
     html = page(personas.client_for(personas.operator()), "+15550111")
     assert 'class="badge mode-waiting">Waiting for a person</span>' in html
     panel = re.search(r'<section class="card takeover".*?</section>', html, re.S).group(0)
-    assert "The customer asked for a person: asked for a human" in panel and "2026-01-10" in panel
+    assert "The customer asked for a person: <bdi>asked for a human</bdi>" in panel and "2026-01-10" in panel
     assert "Take over</button>" in panel
 
 
@@ -62,7 +62,7 @@ def test_the_owner_gets_the_composer_and_the_hand_back_link():
     # Its metadata says whatsapp, but no webhook delivered it: nothing can go out (the arrival decides).
     assert "on whatsapp" not in composer and "no webhook delivered this session's messages" in composer
     assert "Hand back to an agent…</a>" in html
-    assert "Private note for the agent</span> Refund approved, tell them politely" in html
+    assert "Refund approved" not in html  # a note of an earlier hand-back is not this takeover's
 
 
 def test_another_operator_sees_who_answers_and_no_composer():
@@ -155,3 +155,50 @@ def test_a_waiting_session_can_go_back_to_the_bot_without_a_takeover():
     page_states.waiting("+15550111")
     html = page(personas.client_for(personas.operator()), "+15550111")
     assert "Back to the bot…</a>" in html and 'action="/actions/takeover/+15550111/"' in html
+
+
+def test_the_private_note_is_shown_after_its_hand_back_only():
+    from takeover_app import service
+
+    olga = personas.operator()
+    client = personas.client_for(olga)
+    cv.store("web-3", [cv.user("hi"), cv.model("hello")], metadata={"channel": "web"})
+    service.take_over(olga, "web-3")
+    service.hand_back(olga, "web-3", note="Refund approved, tell them politely")
+    assert "Private note for the agent</span> Refund approved, tell them politely" in page(client, "web-3")
+
+    service.take_over(olga, "web-3")
+    assert "Refund approved" not in page(client, "web-3")  # a new takeover
+    service.hand_back(olga, "web-3")
+    assert "Refund approved" not in page(client, "web-3")  # a hand-back without a note
+
+
+def test_a_waiting_reason_ends_its_sentence_once():
+    page_states.waiting("+15550112", reason="The customer wrote 'real person'.")
+    html = page(personas.client_for(personas.operator()), "+15550112")
+    line = re.search(r'<p class="mode-line".*?</p>', html, re.S).group(0)
+    assert "The customer asked for a person: <bdi>The customer wrote &#x27;real person&#x27;.</bdi>" in line
+    assert ".." not in line and "the bot does not answer." in line
+
+
+def test_the_mode_fact_names_the_operator_once():
+    owner = personas.operator("operator")
+    page_states.human("+15550100", owner)
+    html = page(personas.client_for(owner), "+15550100")
+    assert "<dt>Mode</dt><dd>taken over by <bdi>operator</bdi></dd>" in html
+    assert "operator operator" not in html
+
+
+ARABIC = "العميل يريد التحدث مع موظف"
+
+
+def test_right_to_left_reasons_are_isolated_in_chips_and_the_mode_line():
+    page_states.waiting("+15550113", reason=ARABIC)
+    cv.store("web-4", [cv.user("hi"), cv.model(None, [cv.call("h1", "transfer_to_billing", reason=ARABIC)]),
+                       cv.results(cv.handoff_result("h1", "Support", "الفوترة", reason=ARABIC)), cv.model("ok")],
+             metadata={"channel": "web"})
+    operator = personas.client_for(personas.operator())
+    waiting = page(operator, "+15550113")
+    chip = re.search(r'<div class="handoff chip".*?</div>', page(operator, "web-4"), re.S).group(0)
+    assert f"<bdi>{ARABIC}</bdi>" in re.search(r'<p class="mode-line".*?</p>', waiting, re.S).group(0)
+    assert f" · <bdi>{ARABIC}</bdi>" in chip

@@ -244,3 +244,75 @@ def test_an_actions_answer_after_a_live_update_replaced_its_form_still_re_reads_
         expect(page.locator("#mode-badge")).to_contain_text("Operator: olga.operator since")
         expect(page.get_by_role("textbox", name="Reply to the customer on whatsapp")).to_be_visible()
         assert errors == []  # htmx was told to leave the detached form's answer alone, not left to throw
+
+
+# A live update replacing the takeover panel while "Hand back to an agent…" asks for its dialog (the reply's
+# own live update, right after a reply): done as the request leaves, so the answer always finds it replaced.
+REPLACE_PANEL_ON_DIALOG = """() => { let done = false;
+  document.addEventListener('htmx:beforeRequest', (e) => {
+    const panel = document.getElementById('takeover-panel');
+    if (done || !panel || !panel.contains(e.detail.elt) || e.detail.elt.getAttribute('hx-target') !== '#dialog') return;
+    done = true;
+    panel.replaceWith(panel.cloneNode(true));
+  }); }"""
+
+
+def test_hand_back_opens_its_dialog_when_a_live_update_replaced_its_link_meanwhile(site, graph):
+    """htmx looks for the dialog's answer's target from the link that was clicked; once a live update has
+    replaced that link it finds none ("Invalid re-target #dialog") and the click did nothing. The dialog
+    opens all the same, and hands the session back."""
+    from playwright.sync_api import expect
+
+    with waiting_session_page(site, graph, "wamid.D1") as page:
+        take_over_on(page)
+        errors: list[str] = []
+        page.on("pageerror", lambda err: errors.append(str(err)))
+        page.evaluate(REPLACE_PANEL_ON_DIALOG)
+        page.get_by_role("link", name="Hand back to an agent…").click()
+        dialog = page.locator("#handback-dialog")
+        expect(dialog).to_be_visible()
+        assert page.evaluate("document.getElementById('action-dialog').matches(':modal')")
+        page.fill("#hb-note", "Parcel found.")
+        dialog.get_by_role("button", name="Hand back").click()
+        expect(page.locator("#mode-badge")).to_have_text("Bot")
+        assert errors == []
+
+
+def test_a_dialog_opened_while_the_workspace_is_re_read_stays_open_with_what_was_typed(site, graph):
+    """A reply's answer makes the page re-read its workspace; "Hand back…" clicked before that re-read came
+    back opens its dialog, and the re-read's new workspace keeps it open, the note typed in it and all."""
+    from playwright.sync_api import expect
+
+    with waiting_session_page(site, graph, "wamid.D2") as page:
+        take_over_on(page)
+        held: list = []
+        holding = [True]
+
+        def hold(route) -> None:  # the re-reads of the workspace: held until they are let go
+            if holding[0]:
+                held.append(route)
+            else:
+                route.continue_()
+
+        page.route(lambda url: "panel=1" in url, hold)
+        page.evaluate("document.getElementById('session-panel').dataset.old = '1'")
+        box = page.get_by_role("textbox", name="Reply to the customer on whatsapp")
+        box.fill("Your parcel is found.")
+        box.press("Enter")
+        expect(page.locator("article.msg.operator").last).to_contain_text("Your parcel is found.")
+        assert held, "the re-read after the reply was not asked for"
+
+        page.get_by_role("link", name="Hand back to an agent…").click()
+        expect(page.locator("#handback-dialog")).to_be_visible()
+        page.fill("#hb-note", "Confirm the new delivery date.")
+        holding[0] = False
+        for route in held:
+            route.continue_()
+        page.wait_for_function("!document.getElementById('session-panel').dataset.old")  # the re-read is in
+
+        expect(page.locator("#handback-dialog")).to_be_visible()
+        expect(page.locator("#hb-note")).to_have_value("Confirm the new delivery date.")
+        assert page.evaluate("document.getElementById('action-dialog').matches(':modal')")
+        page.locator("#handback-dialog").get_by_role("button", name="Hand back").click()
+        expect(page.locator("#mode-badge")).to_have_text("Bot")
+        expect(page.locator("#takeover-panel .private-note")).to_contain_text("Confirm the new delivery date.")
