@@ -54,7 +54,7 @@ def test_back_to_a_session_deleted_from_its_page_shows_it_is_gone(site, page):
 
     page.go_back()
 
-    expect(page.locator("main")).to_contain_text("does not exist: it was deleted")
+    expect(page.locator("main")).to_contain_text("does not exist. It was deleted by")
     assert page.locator("#session-panel button:enabled").count() == 0
     assert RECONNECTING not in page.locator("main").inner_text()
 
