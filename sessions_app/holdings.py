@@ -6,7 +6,7 @@ are deleted) and, when some of them stay, why (``kept``). :func:`forget` runs ev
 console's delete (``sessions_app.actions.delete_session``) and an import that replaces a session
 (``sessions_app.restore``) call it, then the store deletes the session row and its messages. The registry is
 filled once at start-up, as Django's admin site is; nothing per turn or per session is kept in it. The system
-check ``sessions_app.E001`` (:func:`unregistered`) names every table of the project's apps with a ``session_id``
+check ``sessions_app.E001`` (:func:`unregistered`) names every table of the project's own apps with a ``session_id``
 column that nobody registered, so a new app's table cannot be forgotten.
 
 Lock order: a turn's commit writes its delivery and its mode row before the session row, and its turn record
@@ -16,17 +16,19 @@ row, the others after it: taking them the other way round could deadlock with a 
 
 from __future__ import annotations
 
+import site
+import sysconfig
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from django.apps import apps
+from django.apps import AppConfig, apps
 from django.conf import settings
 from django.db import models
 
-__all__ = ["REDACTED", "STORE_DELETES", "Holding", "check", "forget", "holdings", "redacted", "register",
-           "session_models", "unregistered"]
+__all__ = ["REDACTED", "STORE_DELETES", "Holding", "check", "forget", "holdings", "project_apps", "redacted",
+           "register", "session_models", "unregistered"]
 
 #: What the store's own delete removes (the session row and its messages), after every registered part.
 STORE_DELETES = ("sessions_app.ChatSession", "sessions_app.ChatMessage")
@@ -96,11 +98,29 @@ def _deleting(held: tuple[type[models.Model], ...]) -> Forget:
     return delete
 
 
-def _project_models() -> Iterator[type[models.Model]]:
-    base = Path(settings.BASE_DIR).resolve()
+def _library_dirs() -> list[Path]:
+    """Where the interpreter's and the environment's packages live (a virtualenv may sit inside the project)."""
+    names = ("purelib", "platlib", "stdlib", "platstdlib")
+    found = {sysconfig.get_path(name) for name in names} | set(site.getsitepackages())
+    return [Path(p).resolve() for p in found if p]
+
+
+def project_apps() -> list[AppConfig]:
+    """The project's own installed apps: those whose package lies under ``BASE_DIR`` and outside every
+    directory packages are installed in (Django's, Channels' and the other third-party apps are not the
+    project's, even when the virtualenv is inside ``BASE_DIR``)."""
+    base, libraries = Path(settings.BASE_DIR).resolve(), _library_dirs()
+    configs = []
     for config in apps.get_app_configs():
-        if Path(config.path).resolve().is_relative_to(base):
-            yield from config.get_models()
+        path = Path(config.path).resolve()
+        if path.is_relative_to(base) and not any(path.is_relative_to(lib) for lib in libraries):
+            configs.append(config)
+    return configs
+
+
+def _project_models() -> Iterator[type[models.Model]]:
+    for config in project_apps():
+        yield from config.get_models()
 
 
 def session_models() -> list[type[models.Model]]:

@@ -3,6 +3,10 @@ table nobody registered fails the system check."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
+import django
 from django.core import checks
 
 from sessions_app import holdings
@@ -15,6 +19,16 @@ def test_every_table_with_a_session_id_column_is_registered_or_deleted_by_the_st
             "webhooks_app.InboundDelivery", "turns_app.TurnRecord"} <= labels
     assert holdings.unregistered() == []
     assert [e for e in checks.run_checks() if e.id == "sessions_app.E001"] == []
+
+
+def test_the_projects_apps_are_its_own_even_with_the_virtualenv_inside_the_project(settings):
+    # The virtualenv often sits in the project's directory (.venv): BASE_DIR then holds Django's apps too.
+    settings.BASE_DIR = Path(os.path.commonpath([settings.BASE_DIR, Path(django.__file__).resolve()]))
+
+    labels = {config.label for config in holdings.project_apps()}
+
+    assert labels == {"sessions_app", "agents_app", "api_app", "webhooks_app", "turns_app", "takeover_app",
+                      "health_app"}
 
 
 def test_a_table_no_app_registered_fails_the_system_check(monkeypatch):

@@ -7,8 +7,6 @@ import json
 import threading
 
 import pytest
-from django.apps import apps
-from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import connections
 
@@ -40,8 +38,9 @@ def recording(env, settings):
 
 
 def taken_over_handed_back_and_taken_again(client) -> User:
-    """The session of the issue: answered by the bot, taken over, replied to, handed back with a private
-    note, taken over again, a held message, an operator's handoff."""
+    """A WhatsApp customer answered by the bot; an operator takes the session over, replies, hands it back to
+    Billing with a private note, forces a handoff with a reason and takes it over again; the customer's next
+    message is held for her."""
     wa_message(client, "wamid.1", CUSTOMER)
     drain()
     olga = personas.operator()
@@ -58,9 +57,8 @@ def taken_over_handed_back_and_taken_again(client) -> User:
 
 
 def project_rows() -> dict[str, list[dict]]:
-    """Every row of every table of the project's apps (the three chatflow tables included), as text."""
-    base = str(settings.BASE_DIR)
-    models = [m for c in apps.get_app_configs() if c.path.startswith(base) for m in c.get_models()]
+    """Every row of every table of the project's own apps (the three chatflow tables included), as text."""
+    models = [m for c in holdings.project_apps() for m in c.get_models()]
     assert {ChatSession, ChatMessage, ProcessedMessage} <= set(models)
     return {m._meta.db_table: [json.loads(json.dumps(r, default=str)) for r in m.objects.values()] for m in models}
 
