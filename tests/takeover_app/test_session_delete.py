@@ -3,6 +3,7 @@ with the bot, with no owner, no old note, no old replies; every table is walked 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 
@@ -10,6 +11,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.db import connections
 
+from agents_app import runtime
 from sessions_app import actions, holdings
 from sessions_app.models import ChatMessage, ChatSession, OperatorAction, ProcessedMessage
 from takeover_app import service
@@ -18,6 +20,7 @@ from tests.sessions_app import personas
 from tests.takeover_app import agents
 from tests.takeover_app.conftest import drain, texts, wa_message
 from tests.takeover_app.test_api_export import bearer, body
+from turns_app.models import TurnRecord
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -140,3 +143,37 @@ def test_a_reply_whose_session_is_deleted_while_it_is_sent_is_a_404_not_a_500(cl
 
     assert answered and answered[0].status_code == 404
     assert not OperatorReply.objects.exists()
+
+
+def _store_delete() -> None:
+    assert runtime.site_runner().session_store.delete(SID) is True
+
+
+def _store_adelete() -> None:
+    assert asyncio.run(runtime.site_runner().session_store.adelete(SID)) is True
+
+
+def _store_clear() -> None:
+    runtime.site_runner().session_store.clear()
+
+
+STORE_DELETES = {"delete": _store_delete, "adelete": _store_adelete, "clear": _store_clear}
+
+
+@pytest.mark.parametrize("deleting", STORE_DELETES.values(), ids=STORE_DELETES.keys())
+def test_the_stores_own_delete_forgets_what_every_app_held_too(client, env, recording, deleting):
+    """A bot sharing the site's store deletes through its public API, not the console's action."""
+    taken_over_handed_back_and_taken_again(client)
+
+    deleting()
+
+    everything = json.dumps(project_rows(), ensure_ascii=False)
+    assert [s for s in SECRETS if s in everything] == []
+    assert not TurnRecord.objects.filter(session_id=SID).exists()
+    wa_message(client, "wamid.3", "a new conversation")
+    drain()
+    assert texts(SID) == [("user", "a new conversation"), ("model", "answer to a new conversation")]
+    mode = service.mode_of(SID)
+    assert (mode.mode, mode.owner_username, mode.unread, mode.pending_note) == ("bot", "", 0, "")
+    assert not OperatorReply.objects.filter(session_id=SID).exists()
+
