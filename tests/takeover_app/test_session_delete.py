@@ -9,11 +9,13 @@ import threading
 
 import pytest
 from django.contrib.auth.models import User
-from django.db import connections
+from django.db import connections, transaction
 
 from agents_app import runtime
+from chatflow_agent.core import sql
 from sessions_app import actions, holdings
 from sessions_app.models import ChatMessage, ChatSession, OperatorAction, ProcessedMessage
+from sessions_app.store import driver_cursor
 from takeover_app import service
 from takeover_app.models import OperatorReply, SessionMode
 from tests.sessions_app import personas
@@ -21,6 +23,8 @@ from tests.takeover_app import agents
 from tests.takeover_app.conftest import drain, texts, wa_message
 from tests.takeover_app.test_api_export import bearer, body
 from turns_app.models import TurnRecord
+from webhooks_app import taskqueue
+from webhooks_app.worker import NO_MODEL_CALL
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -177,3 +181,35 @@ def test_the_stores_own_delete_forgets_what_every_app_held_too(client, env, reco
     assert (mode.mode, mode.owner_username, mode.unread, mode.pending_note) == ("bot", "", 0, "")
     assert not OperatorReply.objects.filter(session_id=SID).exists()
 
+
+def test_a_mode_left_by_a_process_that_deleted_only_the_store_tables_does_not_govern_the_new_session(
+        client, env, recording):
+    """A chatflow-agent 0.3.4 bot on the same file deletes the session with its own statements: its mode row
+    and replies stay behind, but the customer's next message starts a conversation the bot answers."""
+    taken_over_handed_back_and_taken_again(client)
+    with transaction.atomic(), driver_cursor() as (cursor, dialect):
+        assert sql.delete_session(cursor, dialect, SID)
+    assert SessionMode.objects.filter(pk=SID, mode="human").exists()
+
+    wa_message(client, "wamid.3", "a new conversation")
+    drain()
+
+    assert texts(SID) == [("user", "a new conversation"), ("model", "answer to a new conversation")]
+    assert not any("NOTE-SECRET" in content for _role, content in recording[-1])
+    assert not SessionMode.objects.filter(session_id=SID).exclude(mode="bot").exists()
+    assert not OperatorReply.objects.filter(session_id=SID).exists()
+    wa_message(client, "wamid.4", "still the bot?")
+    drain()
+    assert texts(SID)[-1] == ("model", "answer to still the bot?")
+
+
+def test_a_mode_left_by_such_a_process_does_not_send_the_next_message_to_the_held_lane(client, env, recording):
+    """The worker's lane for messages that need no model call counts a mode row only while its session exists."""
+    taken_over_handed_back_and_taken_again(client)
+    with transaction.atomic(), driver_cursor() as (cursor, dialect):
+        assert sql.delete_session(cursor, dialect, SID)
+
+    wa_message(client, "wamid.3", "a new conversation")
+
+    assert taskqueue.claim_next("held-lane", 30.0, NO_MODEL_CALL) is None
+    assert taskqueue.claim_next("a-slot", 30.0).provider_message_id == "wamid.3"
