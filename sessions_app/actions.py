@@ -316,19 +316,14 @@ def redact_audit(session_id: str) -> dict[str, int]:
 
 def delete_session(user: Any, session_id: str) -> OperatorAction:
     """Delete the session through the store (a running turn then gets SessionDeletedError), and in the same
-    transaction everything every app holds of it (``sessions_app.holdings``: deleted, or redacted where rows
-    stay). The audit entry's ``after`` is ``{"deleted": True, **their counts}``; its ``before`` says what was
-    deleted, with the metadata's texts redacted."""
-    store = site_store()
+    transaction everything every app holds of it (``sessions_app.holdings.erase``: deleted, or redacted where
+    rows stay). The audit entry's ``after`` is ``{"deleted": True, **their counts}``; its ``before`` says what
+    was deleted, with the metadata's texts redacted. ``Http404`` for a session that does not exist."""
+    if not ChatSession.objects.filter(pk=session_id).exists():
+        raise Http404("No such session.")  # a first turn still running is not deleted by a refused delete
     with transaction.atomic():
-        # The parts a turn's commit locks before the session row first (its delivery, its mode row), then the
-        # session row, then the rest: the commit's order, so the two cannot deadlock. A session that does not
-        # exist rolls their work back with the 404.
-        after: dict[str, Any] = {"deleted": True, **holdings.forget(session_id, before_session_row=True)}
-        row = _locked_session(session_id)
-        before = {"active_agent": row.active_agent_name, "metadata": holdings.redacted(row.metadata),
-                  "created_at": row.created_at.isoformat(), "updated_at": row.updated_at.isoformat(),
-                  **session_counts(session_id)}
-        after.update(holdings.forget(session_id, before_session_row=False))
-        store.delete(session_id)
-        return audit(user, OperatorAction.Kind.DELETE, session_id, before, after)
+        erased = site_store().erase(session_id)
+        if not erased.existed:  # deleted meanwhile: what this erase forgot is rolled back with the 404
+            raise Http404("No such session.")
+        return audit(user, OperatorAction.Kind.DELETE, session_id, erased.before,
+                     {"deleted": True, **erased.counts})

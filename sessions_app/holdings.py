@@ -2,33 +2,38 @@
 
 An app with a table that has a ``session_id`` column registers it from its ``ready()`` with :func:`register`:
 how a delete forgets the session's rows (``forget``, run inside the delete's transaction; by default the rows
-are deleted) and, when some of them stay, why (``kept``). :func:`forget` runs every registered part; the
-console's delete (``sessions_app.actions.delete_session``) and an import that replaces a session
-(``sessions_app.restore``) call it, then the store deletes the session row and its messages. The registry is
-filled once at start-up, as Django's admin site is; nothing per turn or per session is kept in it. The system
-check ``sessions_app.E001`` (:func:`unregistered`) names every table of the project's apps with a ``session_id``
+are deleted) and, when some of them stay, why (``kept``). :func:`erase` is the one delete sequence: every
+delete runs it, through the site's session store (``DjangoSessionStore.delete``, ``clear`` and ``erase``, the
+runtime API a bot sharing the store calls too), so the console's delete (``sessions_app.actions``), the admin
+and an import that replaces a session (``sessions_app.restore``) forget the same things. The registry is filled
+once at start-up, as Django's admin site is; nothing per turn or per session is kept in it. The system check
+``sessions_app.E001`` (:func:`unregistered`) names every table of the project's own apps with a ``session_id``
 column that nobody registered, so a new app's table cannot be forgotten.
 
 Lock order: a turn's commit writes its delivery and its mode row before the session row, and its turn record
-after it. A part registered with ``before_session_row=True`` is forgotten before the delete locks the session
-row, the others after it: taking them the other way round could deadlock with a commit on PostgreSQL.
+after it. :func:`erase` forgets the parts registered with ``before_session_row=True`` before it locks the
+session row, the others after it: taking them the other way round could deadlock with a commit on PostgreSQL.
 """
 
 from __future__ import annotations
 
+import site
+import sysconfig
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from django.apps import apps
+from django.apps import AppConfig, apps
 from django.conf import settings
-from django.db import models
+from django.db import models, transaction
 
-__all__ = ["REDACTED", "STORE_DELETES", "Holding", "check", "forget", "holdings", "redacted", "register",
-           "session_models", "unregistered"]
+from chatflow_agent.types import Role
 
-#: What the store's own delete removes (the session row and its messages), after every registered part.
+__all__ = ["REDACTED", "STORE_DELETES", "Erased", "Holding", "check", "erase", "erase_all", "forget", "holdings",
+           "project_apps", "redacted", "register", "session_models", "unregistered"]
+
+#: What the store's own statements remove (the session row and its messages), after every registered part.
 STORE_DELETES = ("sessions_app.ChatSession", "sessions_app.ChatMessage")
 
 #: The value a redacted text gets.
@@ -81,6 +86,59 @@ def forget(session_id: str, *, before_session_row: bool) -> dict[str, int]:
     return counts
 
 
+@dataclass
+class Erased:
+    """What :func:`erase` did: ``existed`` (a session row was deleted), ``before`` (the session as the delete
+    found it once locked: active agent, metadata with its texts redacted, created/updated times, message and
+    turn counts; empty without a row) and ``counts`` (what each registered part did, for the audit entry)."""
+
+    existed: bool
+    before: dict[str, Any] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
+
+
+def erase(session_id: str, delete_rows: Callable[[], bool], *, using: str = "default") -> Erased:
+    """Delete ``session_id`` and everything every app holds of it, in one transaction on ``using`` (a savepoint
+    of the caller's): the parts registered ``before_session_row``, then the session row locked (and described),
+    then the other parts, then ``delete_rows()`` (the store's statements: the session's messages and row; True
+    when a row went). A session without a row still loses what the parts hold of its id (left by a process
+    that deleted it without them). An exception rolls all of it back."""
+    from sessions_app.models import ChatMessage, ChatSession
+
+    with transaction.atomic(using=using):
+        counts = forget(session_id, before_session_row=True)
+        row = ChatSession.objects.using(using).select_for_update().filter(pk=session_id).first()
+        before: dict[str, Any] = {}
+        if row is not None:
+            messages = ChatMessage.objects.using(using).filter(session_id=session_id)
+            before = {"active_agent": row.active_agent_name, "metadata": redacted(row.metadata),
+                      "created_at": row.created_at.isoformat(), "updated_at": row.updated_at.isoformat(),
+                      "messages": messages.count(), "turns": messages.filter(role=Role.USER.value).count()}
+        counts.update(forget(session_id, before_session_row=False))
+        return Erased(bool(delete_rows()), before, counts)
+
+
+def erase_all(delete_rows: Callable[[], None], *, using: str = "default") -> None:
+    """Delete every session and everything the parts hold of any session id (:func:`erase`'s order: every
+    ``before_session_row`` part, then every session row locked, then the other parts, then ``delete_rows()``),
+    in one transaction on ``using``."""
+    from sessions_app.models import ChatSession
+
+    with transaction.atomic(using=using):
+        ids = set(ChatSession.objects.using(using).values_list("pk", flat=True))
+        for holding in holdings():
+            for model in holding.models:
+                ids.update(model.objects.using(using).exclude(session_id="").values_list("session_id", flat=True)
+                           .distinct())
+        ordered = sorted(ids)
+        for session_id in ordered:
+            forget(session_id, before_session_row=True)
+        list(ChatSession.objects.using(using).select_for_update().order_by("pk").values_list("pk", flat=True))
+        for session_id in ordered:
+            forget(session_id, before_session_row=False)
+        delete_rows()
+
+
 def _keep(session_id: str) -> dict[str, int]:
     return {}
 
@@ -96,11 +154,29 @@ def _deleting(held: tuple[type[models.Model], ...]) -> Forget:
     return delete
 
 
-def _project_models() -> Iterator[type[models.Model]]:
-    base = Path(settings.BASE_DIR).resolve()
+def _library_dirs() -> list[Path]:
+    """Where the interpreter's and the environment's packages live (a virtualenv may sit inside the project)."""
+    names = ("purelib", "platlib", "stdlib", "platstdlib")
+    found = {sysconfig.get_path(name) for name in names} | set(site.getsitepackages())
+    return [Path(p).resolve() for p in found if p]
+
+
+def project_apps() -> list[AppConfig]:
+    """The project's own installed apps: those whose package lies under ``BASE_DIR`` and outside every
+    directory packages are installed in (Django's, Channels' and the other third-party apps are not the
+    project's, even when the virtualenv is inside ``BASE_DIR``)."""
+    base, libraries = Path(settings.BASE_DIR).resolve(), _library_dirs()
+    configs = []
     for config in apps.get_app_configs():
-        if Path(config.path).resolve().is_relative_to(base):
-            yield from config.get_models()
+        path = Path(config.path).resolve()
+        if path.is_relative_to(base) and not any(path.is_relative_to(lib) for lib in libraries):
+            configs.append(config)
+    return configs
+
+
+def _project_models() -> Iterator[type[models.Model]]:
+    for config in project_apps():
+        yield from config.get_models()
 
 
 def session_models() -> list[type[models.Model]]:

@@ -22,7 +22,7 @@ from django.utils.dateparse import parse_datetime
 from agents_app import registry
 from chatflow_agent.core.agent import Agent
 from chatflow_agent.types import Message, Role
-from sessions_app import actions, export, holdings
+from sessions_app import actions, export
 from sessions_app.export import FORMAT_VERSION
 from sessions_app.models import ChatMessage, ChatSession, OperatorAction
 from sessions_app.timeline import turn_bounds
@@ -94,9 +94,7 @@ def restore(doc: Any, *, replace: bool = False) -> Restored:
             if ChatSession.objects.filter(pk=sid).exists():
                 if not replace:
                     raise RestoreError(f"Session {sid!r} already exists (use --replace to overwrite it).")
-                # What every app held of the replaced session goes with it, as with a delete.
-                holdings.forget(sid, before_session_row=True)
-                holdings.forget(sid, before_session_row=False)
+                # The store's delete: what every app held of the replaced session goes with it.
                 store.delete(sid)
             with store.sync_turn(sid, agent, metadata=info.get("metadata") or {}) as session:
                 for message in messages:

@@ -16,7 +16,9 @@ deletes until the transaction ends.
 
 A commit is one transaction (``transaction.atomic``) on one cursor: the ``session_committing``
 signal, then ``chatflow_agent.core.sql.write_commit``. Timestamps are UTC text on SQLite (the form
-0.3.4 writes) and ``timestamptz`` on PostgreSQL.
+0.3.4 writes) and ``timestamptz`` on PostgreSQL. A delete (``delete``, ``adelete``, ``clear``,
+``erase``) is ``sessions_app.holdings.erase``: in its transaction, everything the site's apps hold of
+the session goes with its rows, whoever calls it (the console, an import, a bot sharing the store).
 
 Threads: the awaitable methods run queries on the store's pool threads; a sync method called on
 a thread that runs an event loop (0.3.4-style code in an async view) runs its queries on a helper
@@ -63,6 +65,7 @@ from chatflow_agent.core.sql import (
 )
 from chatflow_agent.jsonsafe import json_object
 from chatflow_agent.types import Role
+from sessions_app import holdings
 from turns_app import records
 
 __all__ = ["IDLE_CHECK_SECONDS", "DjangoBackend", "DjangoSessionStore", "driver_cursor", "recheck_connections",
@@ -433,13 +436,38 @@ class DjangoBackend(SQLLeasesAndClaims):
         return result
 
     def delete(self, session_id: str) -> bool:
-        return self._call(self._transaction, lambda c: delete_session(c, self._dialect, session_id))
+        """The session's rows and everything every app holds of it (:meth:`erase`); True if a row went."""
+        return self.erase(session_id).existed
+
+    def erase(self, session_id: str) -> holdings.Erased:
+        """Delete ``session_id``'s rows and everything every app holds of it, in one transaction
+        (``sessions_app.holdings.erase``: its lock order, and what it did)."""
+        return self._call(self._erase, session_id)
+
+    def _erase(self, session_id: str) -> holdings.Erased:
+        conn = connections[self.using]
+        _checked(conn)
+
+        def delete_rows() -> bool:
+            return self._on_driver(conn, lambda c: delete_session(c, self._dialect, session_id))
+
+        return holdings.erase(session_id, delete_rows, using=self.using)
 
     def list_sessions(self) -> list[str]:
         return self._one(lambda c: list_session_ids(c, self._dialect))
 
     def clear(self) -> None:
-        self._call(self._transaction, lambda c: clear_sessions(c, self._dialect))
+        """Every session's rows and everything every app holds of any session (``holdings.erase_all``)."""
+        self._call(self._clear)
+
+    def _clear(self) -> None:
+        conn = connections[self.using]
+        _checked(conn)
+
+        def delete_rows() -> None:
+            self._on_driver(conn, lambda c: clear_sessions(c, self._dialect))
+
+        holdings.erase_all(delete_rows, using=self.using)
 
 
 def _first_user_id(changes: Changes, new_ids: list[int]) -> int | None:
@@ -479,6 +507,19 @@ class DjangoSessionStore(PersistentSessionStore):
     @property
     def using(self) -> str:
         return self.backend.using
+
+    def erase(self, session_id: str) -> holdings.Erased:
+        """:meth:`delete` (its live objects raise ``SessionDeletedError``, everything every app holds of the
+        session goes with it: ``sessions_app.holdings.erase``), returning what it did: for an audited delete,
+        which calls it inside its own transaction. ``Erased.existed`` is False when no session row was there."""
+        done: list[holdings.Erased] = []
+
+        def delete_rows(sid: str) -> bool:
+            done.append(self.backend.erase(sid))
+            return done[-1].existed
+
+        self.delete_with(session_id, delete_rows)
+        return done[0]
 
     async def run_blocking(self, session_id: str, fn: Callable[..., _T], *args: Any) -> _T:
         """Await blocking ``fn(*args)`` (ORM queries of a turn hook, e.g. a turn gate) on the thread this

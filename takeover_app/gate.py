@@ -29,21 +29,26 @@ from functools import lru_cache
 from typing import Any
 
 from django.conf import settings
+from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
 from chatflow_agent.core.gate import TurnDecision, TurnGate
+from sessions_app.models import ChatSession
 from sessions_app.store import driver_cursor
-from takeover_app.models import SessionMode
+from takeover_app.models import OperatorReply, SessionMode
 
 __all__ = ["HELD_SESSION_SQL", "answered_gate", "asks_for_human", "install", "on_commit", "turn_gate"]
 
 Mode, Trigger = SessionMode.Mode, SessionMode.Trigger
 
+_SESSIONS = ChatSession._meta.db_table
 #: SQL true for a webhook delivery (its row, alias ``c``) whose session waits for or is owned by an operator:
-#: its turn will be held, with no model call. The queue worker gives such deliveries a lane of their own.
+#: its turn will be held, with no model call. The queue worker gives such deliveries a lane of their own. A
+#: mode row without its session is a deleted session's (see :func:`_decide`) and holds nothing.
 HELD_SESSION_SQL = (f"EXISTS (SELECT 1 FROM {SessionMode._meta.db_table} m WHERE m.session_id = c.session_id "
-                    f"AND m.mode IN ('{Mode.WAITING.value}', '{Mode.HUMAN.value}'))")
+                    f"AND m.mode IN ('{Mode.WAITING.value}', '{Mode.HUMAN.value}') "
+                    f"AND EXISTS (SELECT 1 FROM {_SESSIONS} s WHERE s.session_id = m.session_id))")
 
 
 @dataclass
@@ -82,14 +87,27 @@ class _ModeRow:
     pending_note: str
 
 
-_MODE_ROW = f"SELECT mode, failed_turns, pending_note FROM {SessionMode._meta.db_table} WHERE session_id = ?"
+_MODE_ROW = (f"SELECT m.mode, m.failed_turns, m.pending_note, "
+             f"EXISTS (SELECT 1 FROM {_SESSIONS} s WHERE s.session_id = m.session_id) "
+             f"FROM {SessionMode._meta.db_table} m WHERE m.session_id = ?")
 
 
 def _mode_row(session_id: str) -> _ModeRow | None:
+    """The session's mode row. One found while the session has no row is a leftover: mode rows are written for
+    a stored session or in the commit that stores it, so its session was deleted by a process that knows only
+    the session store's tables (a chatflow-agent 0.3.4 bot on the same SQLite file). It holds nothing of the
+    session this turn starts: it and the operators' replies of that id go now, before they can govern it."""
     with driver_cursor() as (cursor, dialect):
         cursor.execute(dialect.render(_MODE_ROW), (session_id,))
         row = cursor.fetchone()
-    return None if row is None else _ModeRow(*row)
+    if row is None:
+        return None
+    if not row[3]:
+        with transaction.atomic():
+            SessionMode.objects.filter(pk=session_id).delete()
+            OperatorReply.objects.filter(session_id=session_id).delete()
+        return None
+    return _ModeRow(*row[:3])
 
 
 def _held(session_id: str, row: _ModeRow | None) -> bool:

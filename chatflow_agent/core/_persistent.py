@@ -251,10 +251,17 @@ class PersistentSessionStore(BaseSessionStore):
 
         True when something was deleted: a stored session, or a live one not yet stored (a first
         turn still running), as the in-memory store answers."""
+        return self.delete_with(session_id, self.backend.delete)
+
+    def delete_with(self, session_id: str, delete_rows: Callable[[str], bool]) -> bool:
+        """:meth:`delete`, with ``delete_rows(session_id)`` (True when it deleted a stored session) in place of
+        the backend's delete: for a store that deletes more than the session's rows (what other tables hold of
+        it) and wants to see what it did. The live session objects are marked deleted first, as by
+        :meth:`delete`."""
         cached = self._sessions.forget(session_id)
         if cached is not None:
             cached._mark_deleted()
-        return self.backend.delete(session_id) or (cached is not None and self._stored_token(cached) is None)
+        return delete_rows(session_id) or (cached is not None and self._stored_token(cached) is None)
 
     def list_sessions(self) -> list[str]:
         """Session ids, most recently updated first."""

@@ -3,23 +3,28 @@ with the bot, with no owner, no old note, no old replies; every table is walked 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 
 import pytest
-from django.apps import apps
-from django.conf import settings
 from django.contrib.auth.models import User
-from django.db import connections
+from django.db import connections, transaction
 
+from agents_app import runtime
+from chatflow_agent.core import sql
 from sessions_app import actions, holdings
 from sessions_app.models import ChatMessage, ChatSession, OperatorAction, ProcessedMessage
+from sessions_app.store import driver_cursor
 from takeover_app import service
 from takeover_app.models import OperatorReply, SessionMode
 from tests.sessions_app import personas
 from tests.takeover_app import agents
 from tests.takeover_app.conftest import drain, texts, wa_message
 from tests.takeover_app.test_api_export import bearer, body
+from turns_app.models import TurnRecord
+from webhooks_app import taskqueue
+from webhooks_app.worker import NO_MODEL_CALL
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -40,8 +45,9 @@ def recording(env, settings):
 
 
 def taken_over_handed_back_and_taken_again(client) -> User:
-    """The session of the issue: answered by the bot, taken over, replied to, handed back with a private
-    note, taken over again, a held message, an operator's handoff."""
+    """A WhatsApp customer answered by the bot; an operator takes the session over, replies, hands it back to
+    Billing with a private note, forces a handoff with a reason and takes it over again; the customer's next
+    message is held for her."""
     wa_message(client, "wamid.1", CUSTOMER)
     drain()
     olga = personas.operator()
@@ -58,9 +64,8 @@ def taken_over_handed_back_and_taken_again(client) -> User:
 
 
 def project_rows() -> dict[str, list[dict]]:
-    """Every row of every table of the project's apps (the three chatflow tables included), as text."""
-    base = str(settings.BASE_DIR)
-    models = [m for c in apps.get_app_configs() if c.path.startswith(base) for m in c.get_models()]
+    """Every row of every table of the project's own apps (the three chatflow tables included), as text."""
+    models = [m for c in holdings.project_apps() for m in c.get_models()]
     assert {ChatSession, ChatMessage, ProcessedMessage} <= set(models)
     return {m._meta.db_table: [json.loads(json.dumps(r, default=str)) for r in m.objects.values()] for m in models}
 
@@ -142,3 +147,69 @@ def test_a_reply_whose_session_is_deleted_while_it_is_sent_is_a_404_not_a_500(cl
 
     assert answered and answered[0].status_code == 404
     assert not OperatorReply.objects.exists()
+
+
+def _store_delete() -> None:
+    assert runtime.site_runner().session_store.delete(SID) is True
+
+
+def _store_adelete() -> None:
+    assert asyncio.run(runtime.site_runner().session_store.adelete(SID)) is True
+
+
+def _store_clear() -> None:
+    runtime.site_runner().session_store.clear()
+
+
+STORE_DELETES = {"delete": _store_delete, "adelete": _store_adelete, "clear": _store_clear}
+
+
+@pytest.mark.parametrize("deleting", STORE_DELETES.values(), ids=STORE_DELETES.keys())
+def test_the_stores_own_delete_forgets_what_every_app_held_too(client, env, recording, deleting):
+    """A bot sharing the site's store deletes through its public API, not the console's action."""
+    taken_over_handed_back_and_taken_again(client)
+
+    deleting()
+
+    everything = json.dumps(project_rows(), ensure_ascii=False)
+    assert [s for s in SECRETS if s in everything] == []
+    assert not TurnRecord.objects.filter(session_id=SID).exists()
+    wa_message(client, "wamid.3", "a new conversation")
+    drain()
+    assert texts(SID) == [("user", "a new conversation"), ("model", "answer to a new conversation")]
+    mode = service.mode_of(SID)
+    assert (mode.mode, mode.owner_username, mode.unread, mode.pending_note) == ("bot", "", 0, "")
+    assert not OperatorReply.objects.filter(session_id=SID).exists()
+
+
+def test_a_mode_left_by_a_process_that_deleted_only_the_store_tables_does_not_govern_the_new_session(
+        client, env, recording):
+    """A chatflow-agent 0.3.4 bot on the same file deletes the session with its own statements: its mode row
+    and replies stay behind, but the customer's next message starts a conversation the bot answers."""
+    taken_over_handed_back_and_taken_again(client)
+    with transaction.atomic(), driver_cursor() as (cursor, dialect):
+        assert sql.delete_session(cursor, dialect, SID)
+    assert SessionMode.objects.filter(pk=SID, mode="human").exists()
+
+    wa_message(client, "wamid.3", "a new conversation")
+    drain()
+
+    assert texts(SID) == [("user", "a new conversation"), ("model", "answer to a new conversation")]
+    assert not any("NOTE-SECRET" in content for _role, content in recording[-1])
+    assert not SessionMode.objects.filter(session_id=SID).exclude(mode="bot").exists()
+    assert not OperatorReply.objects.filter(session_id=SID).exists()
+    wa_message(client, "wamid.4", "still the bot?")
+    drain()
+    assert texts(SID)[-1] == ("model", "answer to still the bot?")
+
+
+def test_a_mode_left_by_such_a_process_does_not_send_the_next_message_to_the_held_lane(client, env, recording):
+    """The worker's lane for messages that need no model call counts a mode row only while its session exists."""
+    taken_over_handed_back_and_taken_again(client)
+    with transaction.atomic(), driver_cursor() as (cursor, dialect):
+        assert sql.delete_session(cursor, dialect, SID)
+
+    wa_message(client, "wamid.3", "a new conversation")
+
+    assert taskqueue.claim_next("held-lane", 30.0, NO_MODEL_CALL) is None
+    assert taskqueue.claim_next("a-slot", 30.0).provider_message_id == "wamid.3"
