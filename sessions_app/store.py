@@ -445,8 +445,8 @@ class DjangoBackend(SQLLeasesAndClaims):
         return self._call(self._erase, session_id)
 
     def _erase(self, session_id: str) -> holdings.Erased:
+        reopen_if_dropped(self.using)
         conn = connections[self.using]
-        _checked(conn)
 
         def delete_rows() -> bool:
             return self._on_driver(conn, lambda c: delete_session(c, self._dialect, session_id))
@@ -461,8 +461,8 @@ class DjangoBackend(SQLLeasesAndClaims):
         self._call(self._clear)
 
     def _clear(self) -> None:
+        reopen_if_dropped(self.using)
         conn = connections[self.using]
-        _checked(conn)
 
         def delete_rows() -> None:
             self._on_driver(conn, lambda c: clear_sessions(c, self._dialect))
