@@ -2,8 +2,8 @@
 """The two developer commands, runnable with nothing but python3 >= 3.11 (standard library only).
 
     python3 dev.py serve [--host 127.0.0.1] [--port 8000]
-        create .venv if missing, install requirements.txt when it changed, migrate, seed demo data
-        once, create the development operator account (DEBUG only) and serve with daphne.
+        create .venv if missing, install requirements-dev.lock when it changed, migrate, seed demo
+        data once, create the development operator account (DEBUG only) and serve with daphne.
 
     python3 dev.py test [PYTEST ARGS...]
         same bootstrap, Debian's chromium for the browser tests, PostgreSQL and Redis started if
@@ -12,6 +12,11 @@
 
     python3 dev.py test --compat-only
         the bootstrap and the compatibility step alone.
+
+    python3 dev.py lock [--upgrade]
+        refresh requirements-dev.lock (every package the suite runs with, pinned with hashes) from
+        requirements.txt and requirements-dev.txt after editing them; pins still allowed stay
+        unless --upgrade is given. Commit the lock with the requirement change.
 """
 
 from __future__ import annotations
@@ -32,7 +37,9 @@ from typing import NamedTuple
 ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
 PYTHON = VENV / "bin" / "python"
-REQUIREMENTS = ROOT / "requirements.txt"
+# The site's and runtime's requirements (requirements.txt) with the test and development tools.
+REQUIREMENTS = ROOT / "requirements-dev.txt"
+LOCK = ROOT / "requirements-dev.lock"
 STAMP = VENV / ".requirements.sha256"
 ARTIFACTS = ROOT / "test-artifacts"
 POSTGRES_URL = "postgres://postgres@127.0.0.1:5432/test"
@@ -73,7 +80,7 @@ def as_root(cmd: list[str]) -> list[str]:
 
 # ---- bootstrap -----------------------------------------------------------------------------
 def ensure_venv() -> None:
-    """.venv exists and has requirements.txt installed (re-installed whenever the file's hash changes)."""
+    """.venv exists and has requirements-dev.lock installed (re-installed whenever the lock's hash changes)."""
     if not PYTHON.exists():
         say("creating .venv")
         if run([sys.executable, "-m", "venv", VENV]).returncode != 0:
@@ -84,13 +91,35 @@ def ensure_venv() -> None:
                 run(as_root(["apt-get", "install", "-y", package]))
             if run([sys.executable, "-m", "venv", VENV]).returncode != 0:
                 die(f"could not create .venv (on Debian/Ubuntu: apt-get install {package})")
-    digest = hashlib.sha256(REQUIREMENTS.read_bytes()).hexdigest()
-    if not STAMP.exists() or STAMP.read_text().strip() != digest:
-        say("installing requirements.txt into .venv")
-        pip = [PYTHON, "-m", "pip", "install", "--disable-pip-version-check", "--quiet"]
+    pip = [PYTHON, "-m", "pip", "install", "--disable-pip-version-check", "--quiet"]
+    if not LOCK.exists():  # before the first `dev.py lock`: the newest allowed releases, unpinned
+        say(f"{LOCK.name} is missing; installing {REQUIREMENTS.name} into .venv")
         if run([*pip, "-r", REQUIREMENTS]).returncode != 0:
-            die("pip install -r requirements.txt failed")
+            die(f"pip install -r {REQUIREMENTS.name} failed")
+        STAMP.unlink(missing_ok=True)
+        return
+    digest = hashlib.sha256(LOCK.read_bytes()).hexdigest()
+    if not STAMP.exists() or STAMP.read_text().strip() != digest:
+        say(f"installing {LOCK.name} into .venv")
+        # Every line of the lock carries its hashes, so pip checks each download against them.
+        if run([*pip, "--require-hashes", "-r", LOCK]).returncode != 0:
+            die(f"pip install -r {LOCK.name} failed")
         STAMP.write_text(digest + "\n")
+
+
+def lock(upgrade: bool) -> None:
+    """Write requirements-dev.lock from requirements-dev.txt with uv (installed from the lock itself)."""
+    ensure_venv()
+    say(f"resolving {REQUIREMENTS.name} into {LOCK.name}")
+    command = [
+        PYTHON, "-m", "uv", "pip", "compile", "--quiet", REQUIREMENTS.name, "--output-file", LOCK.name,
+        # Hashes of every file of each release, and markers kept: one lock for every platform and Python >= 3.11.
+        "--generate-hashes", "--universal", "--python-version", "3.11",
+        "--custom-compile-command", "python3 dev.py lock",
+    ]
+    if run([*command, *(["--upgrade"] if upgrade else [])]).returncode != 0:
+        die(f"could not resolve {REQUIREMENTS.name}")
+    ensure_venv()
 
 
 def manage(*args: str, env: dict[str, str] | None = None) -> None:
@@ -315,11 +344,15 @@ def main() -> None:
         "test", help="bootstrap and run the test suite on SQLite and PostgreSQL", allow_abbrev=False
     )
     test_parser.add_argument("--compat-only", action="store_true", help="run only the 0.3.4 compatibility step")
+    lock_parser = commands.add_parser("lock", help="refresh requirements-dev.lock from the requirement files")
+    lock_parser.add_argument("--upgrade", action="store_true", help="move every pin to its newest allowed release")
     args, rest = parser.parse_known_args()
+    if args.command in ("serve", "lock") and rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     if args.command == "serve":
-        if rest:
-            parser.error(f"unrecognized arguments: {' '.join(rest)}")
         serve(args.host, args.port)
+    elif args.command == "lock":
+        lock(args.upgrade)
     else:
         if args.compat_only and rest:
             parser.error(f"--compat-only takes no pytest arguments: {' '.join(rest)}")
