@@ -7,8 +7,11 @@
 
     python3 dev.py test [PYTEST ARGS...]
         same bootstrap, Debian's chromium for the browser tests, PostgreSQL and Redis started if
-        they are down; then the whole suite on SQLite and the Django tests again on PostgreSQL;
-        then chatflow-agent 0.3.4's own runtime tests against our package (compatibility step).
+        they are down; ruff check with the project's rules; then two pytest passes side by side:
+        every test on SQLite, and the tests that use Django's test database on PostgreSQL; then
+        chatflow-agent 0.3.4's own runtime tests against our package (compatibility step). The
+        last line is "N passed, N failed" (the lint counts as one); the exit status is 0 only
+        when every step passed.
 
     python3 dev.py test --compat-only
         the bootstrap and the compatibility step alone.
@@ -43,8 +46,9 @@ LOCK = ROOT / "requirements-dev.lock"
 STAMP = VENV / ".requirements.sha256"
 ARTIFACTS = ROOT / "test-artifacts"
 POSTGRES_URL = "postgres://postgres@127.0.0.1:5432/test"
-# Tests of the framework-free runtime do not touch Django's database: they run once, on SQLite.
-RUNTIME_ONLY_TESTS = "tests/chatflow_agent"
+# pytest-xdist workers of each test pass (two passes run at once).
+PASS_WORKERS = 2
+NO_TESTS_COLLECTED = 5  # pytest's exit status when the selection holds no test
 # Compatibility step: chatflow-agent 0.3.4's session, runner, agent, tool and type tests, run against our package.
 UPSTREAM_VERSION = "0.3.4"
 UPSTREAM_SDIST = f"chatflow_agent-{UPSTREAM_VERSION}.tar.gz"
@@ -229,13 +233,93 @@ def outcome(code: int, junit: Path) -> Outcome:
     return Outcome(code, passed, failed, xfailed, skipped)
 
 
+def pytest_env(database_url: str, **extra: str) -> dict[str, str]:
+    """The environment of a pytest run: the database, no Redis channel layer and no .env file."""
+    return dict(os.environ, DATABASE_URL=database_url, REDIS_URL="", CHATFLOW_ENV_FILE="", PYTHONDONTWRITEBYTECODE="1",
+                **extra)
+
+
 def pytest_run(label: str, database_url: str, extra: list[str]) -> Outcome:
     junit = ARTIFACTS / f"junit-{label}.xml"
     junit.unlink(missing_ok=True)
-    env = dict(os.environ, DATABASE_URL=database_url, REDIS_URL="", CHATFLOW_ENV_FILE="", PYTHONDONTWRITEBYTECODE="1")
     say(f"pytest on {label}")
-    code = run([PYTHON, "-m", "pytest", f"--junitxml={junit}", *extra], env=env).returncode
+    code = run([PYTHON, "-m", "pytest", f"--junitxml={junit}", *extra], env=pytest_env(database_url)).returncode
     return outcome(code, junit)
+
+
+class Pass(NamedTuple):
+    """One pytest process of the test command: its database, its selection and its own Redis databases."""
+
+    label: str  # names its log and JUnit report in test-artifacts/
+    title: str
+    database_url: str
+    options: list[str]
+    workers: int  # pytest-xdist worker processes (0: the tests run in the pytest process itself)
+    redis_dbs: str  # tests.processes takes three local Redis databases from this list per worker
+
+
+def passes() -> list[Pass]:
+    """Every test on SQLite; on PostgreSQL, the tests that use Django's test database (conftest.py tells them
+    apart): the others never reach it. The two run at once, so each has its own Redis databases and cache."""
+    return [
+        Pass("sqlite", "SQLite", "", [], PASS_WORKERS, "11,3,4,12,5,6"),
+        Pass("postgresql", "PostgreSQL", POSTGRES_URL, ["--database-tests-only"], PASS_WORKERS, "13,7,8,14,1,2"),
+    ]
+
+
+class Started(NamedTuple):
+    run: Pass
+    proc: subprocess.Popen
+    junit: Path
+    log: Path
+    began: float
+
+
+def start_passes(runs: list[Pass], pytest_args: list[str]) -> list[Started]:
+    """Start every pass in the background, its output going to test-artifacts/pytest-<label>.log."""
+    started = []
+    for one in runs:
+        junit, log = ARTIFACTS / f"junit-{one.label}.xml", ARTIFACTS / f"pytest-{one.label}.log"
+        junit.unlink(missing_ok=True)
+        command = [PYTHON, "-m", "pytest", f"--junitxml={junit}", "-o", f"cache_dir=.pytest_cache/{one.label}",
+                   *(["-n", str(one.workers), "--dist", "loadfile"] if one.workers else []), *one.options,
+                   *pytest_args]
+        say(f"pytest on {one.title} ({log.relative_to(ROOT)})")
+        with log.open("w", encoding="utf-8") as out:
+            proc = subprocess.Popen([str(c) for c in command], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+                                    env=pytest_env(one.database_url, CHATFLOW_TEST_REDIS_DBS=one.redis_dbs))
+        started.append(Started(one, proc, junit, log, time.monotonic()))
+    return started
+
+
+def finish_passes(started: list[Started], pytest_args: list[str]) -> list[Outcome]:
+    """Wait for every pass and print each one's output in turn; their outcomes in the same order.
+
+    A pass that selected no test counts as passed when ``pytest_args`` narrowed the selection (``-k``, a path):
+    a selection of runtime tests has none that use the database.
+    """
+    results = []
+    for one, proc, junit, log, began in started:
+        code = proc.wait()
+        seconds = time.monotonic() - began
+        print(f"\n[dev] ---- pytest on {one.title} ----", flush=True)
+        sys.stdout.write(log.read_text(encoding="utf-8", errors="replace"))
+        if code == NO_TESTS_COLLECTED and pytest_args:
+            say(f"{one.title}: no test of this selection runs on it")
+            results.append(Outcome(0, 0, 0))
+            continue
+        result = outcome(code, junit)
+        say(f"{one.title}: {result.passed} passed, {result.failed} failed in {seconds:.0f} s")
+        results.append(result)
+    return results
+
+
+def lint() -> Outcome:
+    """``ruff check`` with the project's rules (pyproject.toml); it counts as one passed or failed test."""
+    say("ruff check")
+    code = run([PYTHON, "-m", "ruff", "check", "--no-cache", "."]).returncode
+    say(f"ruff check: {'passed' if code == 0 else 'FAILED'}")
+    return Outcome(code, int(code == 0), int(code != 0))
 
 
 def fetch_upstream_tests(cache: Path) -> list[Path]:
@@ -321,14 +405,17 @@ def test(pytest_args: list[str], compat_only: bool = False) -> None:
     if not compat_only:
         ensure_chromium()
         ensure_services()
-        sqlite = pytest_run("sqlite", "", pytest_args)
-        postgres = pytest_run("postgresql", POSTGRES_URL, [f"--ignore={RUNTIME_ONLY_TESTS}", *pytest_args])
-        say(f"SQLite: {sqlite.passed} passed, {sqlite.failed} failed; "
-            f"PostgreSQL: {postgres.passed} passed, {postgres.failed} failed")
-        runs += [sqlite, postgres]
-    compat = compatibility()
+        runs.append(lint())
+        both = passes()
+        started = start_passes(both, pytest_args)
+    compat = compatibility()  # in the foreground while the passes run
     if compat is not None:
         runs.append(compat)
+    if not compat_only:
+        results = finish_passes(started, pytest_args)
+        say("; ".join(f"{one.title}: {r.passed} passed, {r.failed} failed"
+                      for one, r in zip(both, results, strict=True)))
+        runs += results
     print(f"{sum(r.passed for r in runs)} passed, {sum(r.failed for r in runs)} failed", flush=True)
     sys.exit(0 if all(r.code == 0 for r in runs) else 1)
 
