@@ -96,9 +96,11 @@ def ensure_venv() -> None:
             if run([sys.executable, "-m", "venv", VENV]).returncode != 0:
                 die(f"could not create .venv (on Debian/Ubuntu: apt-get install {package})")
     pip = [PYTHON, "-m", "pip", "install", "--disable-pip-version-check", "--quiet"]
+    # pip's own deprecation warnings are not ours to fail on (the tests start dev.py with warnings as errors).
+    quiet = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
     if not LOCK.exists():  # before the first `dev.py lock`: the newest allowed releases, unpinned
         say(f"{LOCK.name} is missing; installing {REQUIREMENTS.name} into .venv")
-        if run([*pip, "-r", REQUIREMENTS]).returncode != 0:
+        if run([*pip, "-r", REQUIREMENTS], env=quiet).returncode != 0:
             die(f"pip install -r {REQUIREMENTS.name} failed")
         STAMP.unlink(missing_ok=True)
         return
@@ -106,7 +108,7 @@ def ensure_venv() -> None:
     if not STAMP.exists() or STAMP.read_text().strip() != digest:
         say(f"installing {LOCK.name} into .venv")
         # Every line of the lock carries its hashes, so pip checks each download against them.
-        if run([*pip, "--require-hashes", "-r", LOCK]).returncode != 0:
+        if run([*pip, "--require-hashes", "-r", LOCK], env=quiet).returncode != 0:
             die(f"pip install -r {LOCK.name} failed")
         STAMP.write_text(digest + "\n")
 
