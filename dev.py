@@ -2,16 +2,24 @@
 """The two developer commands, runnable with nothing but python3 >= 3.11 (standard library only).
 
     python3 dev.py serve [--host 127.0.0.1] [--port 8000]
-        create .venv if missing, install requirements.txt when it changed, migrate, seed demo data
-        once, create the development operator account (DEBUG only) and serve with daphne.
+        create .venv if missing, install requirements-dev.lock when it changed, migrate, seed demo
+        data once, create the development operator account (DEBUG only) and serve with daphne.
 
     python3 dev.py test [PYTEST ARGS...]
         same bootstrap, Debian's chromium for the browser tests, PostgreSQL and Redis started if
-        they are down; then the whole suite on SQLite and the Django tests again on PostgreSQL;
-        then chatflow-agent 0.3.4's own runtime tests against our package (compatibility step).
+        they are down; ruff check with the project's rules; then two pytest passes side by side:
+        every test on SQLite, and the tests that use Django's test database on PostgreSQL; then
+        chatflow-agent 0.3.4's own runtime tests against our package (compatibility step). The
+        last line is "N passed, N failed" (the lint counts as one); the exit status is 0 only
+        when every step passed.
 
     python3 dev.py test --compat-only
         the bootstrap and the compatibility step alone.
+
+    python3 dev.py lock [--upgrade]
+        refresh requirements-dev.lock (every package the suite runs with, pinned with hashes) from
+        requirements.txt and requirements-dev.txt after editing them; pins still allowed stay
+        unless --upgrade is given. Commit the lock with the requirement change.
 """
 
 from __future__ import annotations
@@ -32,12 +40,15 @@ from typing import NamedTuple
 ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
 PYTHON = VENV / "bin" / "python"
-REQUIREMENTS = ROOT / "requirements.txt"
+# The site's and runtime's requirements (requirements.txt) with the test and development tools.
+REQUIREMENTS = ROOT / "requirements-dev.txt"
+LOCK = ROOT / "requirements-dev.lock"
 STAMP = VENV / ".requirements.sha256"
 ARTIFACTS = ROOT / "test-artifacts"
 POSTGRES_URL = "postgres://postgres@127.0.0.1:5432/test"
-# Tests of the framework-free runtime do not touch Django's database: they run once, on SQLite.
-RUNTIME_ONLY_TESTS = "tests/chatflow_agent"
+# pytest-xdist workers of each test pass (two passes run at once).
+PASS_WORKERS = 2
+NO_TESTS_COLLECTED = 5  # pytest's exit status when the selection holds no test
 # Compatibility step: chatflow-agent 0.3.4's session, runner, agent, tool and type tests, run against our package.
 UPSTREAM_VERSION = "0.3.4"
 UPSTREAM_SDIST = f"chatflow_agent-{UPSTREAM_VERSION}.tar.gz"
@@ -63,11 +74,11 @@ def run(cmd: list[str | Path], **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run([str(c) for c in cmd], cwd=ROOT, **kwargs)
 
 
-def step(cmd: list[str | Path]) -> int:
+def step(cmd: list[str | Path], env: dict[str, str] | None = None) -> int:
     """Run a bootstrap command and return its exit status. It runs in a process group of its own: Ctrl+C
     in the terminal (which signals its foreground group) reaches dev.py alone, which stops the command with
     SIGTERM (no traceback from it) and leaves with one line (``main``)."""
-    proc = subprocess.Popen([str(c) for c in cmd], cwd=ROOT, process_group=0)
+    proc = subprocess.Popen([str(c) for c in cmd], cwd=ROOT, env=env, process_group=0)
     try:
         return proc.wait()
     except KeyboardInterrupt:
@@ -90,7 +101,7 @@ def as_root(cmd: list[str]) -> list[str]:
 
 # ---- bootstrap -----------------------------------------------------------------------------
 def ensure_venv() -> None:
-    """.venv exists and has requirements.txt installed (re-installed whenever the file's hash changes)."""
+    """.venv exists and has requirements-dev.lock installed (re-installed whenever the lock's hash changes)."""
     if not PYTHON.exists():
         say("creating .venv")
         if step([sys.executable, "-m", "venv", VENV]) != 0:
@@ -101,13 +112,37 @@ def ensure_venv() -> None:
                 run(as_root(["apt-get", "install", "-y", package]))
             if step([sys.executable, "-m", "venv", VENV]) != 0:
                 die(f"could not create .venv (on Debian/Ubuntu: apt-get install {package})")
-    digest = hashlib.sha256(REQUIREMENTS.read_bytes()).hexdigest()
+    pip = [PYTHON, "-m", "pip", "install", "--disable-pip-version-check", "--quiet"]
+    # pip's own deprecation warnings are not ours to fail on (the tests start dev.py with warnings as errors).
+    quiet = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
+    if not LOCK.exists():  # before the first `dev.py lock`: the newest allowed releases, unpinned
+        say(f"{LOCK.name} is missing; installing {REQUIREMENTS.name} into .venv")
+        if step([*pip, "-r", REQUIREMENTS], env=quiet) != 0:
+            die(f"pip install -r {REQUIREMENTS.name} failed")
+        STAMP.unlink(missing_ok=True)
+        return
+    digest = hashlib.sha256(LOCK.read_bytes()).hexdigest()
     if not STAMP.exists() or STAMP.read_text().strip() != digest:
-        say("installing requirements.txt into .venv")
-        pip = [PYTHON, "-m", "pip", "install", "--disable-pip-version-check", "--quiet"]
-        if step([*pip, "-r", REQUIREMENTS]) != 0:
-            die("pip install -r requirements.txt failed")
+        say(f"installing {LOCK.name} into .venv")
+        # Every line of the lock carries its hashes, so pip checks each download against them.
+        if step([*pip, "--require-hashes", "-r", LOCK], env=quiet) != 0:
+            die(f"pip install -r {LOCK.name} failed")
         STAMP.write_text(digest + "\n")
+
+
+def lock(upgrade: bool) -> None:
+    """Write requirements-dev.lock from requirements-dev.txt with uv (installed from the lock itself)."""
+    ensure_venv()
+    say(f"resolving {REQUIREMENTS.name} into {LOCK.name}")
+    command = [
+        PYTHON, "-m", "uv", "pip", "compile", "--quiet", REQUIREMENTS.name, "--output-file", LOCK.name,
+        # Hashes of every file of each release, and markers kept: one lock for every platform and Python >= 3.11.
+        "--generate-hashes", "--universal", "--python-version", "3.11",
+        "--custom-compile-command", "python3 dev.py lock",
+    ]
+    if run([*command, *(["--upgrade"] if upgrade else [])]).returncode != 0:
+        die(f"could not resolve {REQUIREMENTS.name}")
+    ensure_venv()
 
 
 def manage(*args: str) -> None:
@@ -217,13 +252,93 @@ def outcome(code: int, junit: Path) -> Outcome:
     return Outcome(code, passed, failed, xfailed, skipped)
 
 
+def pytest_env(database_url: str, **extra: str) -> dict[str, str]:
+    """The environment of a pytest run: the database, no Redis channel layer and no .env file."""
+    return dict(os.environ, DATABASE_URL=database_url, REDIS_URL="", CHATFLOW_ENV_FILE="", PYTHONDONTWRITEBYTECODE="1",
+                **extra)
+
+
 def pytest_run(label: str, database_url: str, extra: list[str]) -> Outcome:
     junit = ARTIFACTS / f"junit-{label}.xml"
     junit.unlink(missing_ok=True)
-    env = dict(os.environ, DATABASE_URL=database_url, REDIS_URL="", CHATFLOW_ENV_FILE="", PYTHONDONTWRITEBYTECODE="1")
     say(f"pytest on {label}")
-    code = run([PYTHON, "-m", "pytest", f"--junitxml={junit}", *extra], env=env).returncode
+    code = run([PYTHON, "-m", "pytest", f"--junitxml={junit}", *extra], env=pytest_env(database_url)).returncode
     return outcome(code, junit)
+
+
+class Pass(NamedTuple):
+    """One pytest process of the test command: its database, its selection and its own Redis databases."""
+
+    label: str  # names its log and JUnit report in test-artifacts/
+    title: str
+    database_url: str
+    options: list[str]
+    workers: int  # pytest-xdist worker processes (0: the tests run in the pytest process itself)
+    redis_dbs: str  # tests.processes takes three local Redis databases from this list per worker
+
+
+def passes() -> list[Pass]:
+    """Every test on SQLite; on PostgreSQL, the tests that use Django's test database (conftest.py tells them
+    apart): the others never reach it. The two run at once, so each has its own Redis databases and cache."""
+    return [
+        Pass("sqlite", "SQLite", "", [], PASS_WORKERS, "11,3,4,12,5,6"),
+        Pass("postgresql", "PostgreSQL", POSTGRES_URL, ["--database-tests-only"], PASS_WORKERS, "13,7,8,14,1,2"),
+    ]
+
+
+class Started(NamedTuple):
+    run: Pass
+    proc: subprocess.Popen
+    junit: Path
+    log: Path
+    began: float
+
+
+def start_passes(runs: list[Pass], pytest_args: list[str]) -> list[Started]:
+    """Start every pass in the background, its output going to test-artifacts/pytest-<label>.log."""
+    started = []
+    for one in runs:
+        junit, log = ARTIFACTS / f"junit-{one.label}.xml", ARTIFACTS / f"pytest-{one.label}.log"
+        junit.unlink(missing_ok=True)
+        command = [PYTHON, "-m", "pytest", f"--junitxml={junit}", "-o", f"cache_dir=.pytest_cache/{one.label}",
+                   *(["-n", str(one.workers), "--dist", "loadfile"] if one.workers else []), *one.options,
+                   *pytest_args]
+        say(f"pytest on {one.title} ({log.relative_to(ROOT)})")
+        with log.open("w", encoding="utf-8") as out:
+            proc = subprocess.Popen([str(c) for c in command], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+                                    env=pytest_env(one.database_url, CHATFLOW_TEST_REDIS_DBS=one.redis_dbs))
+        started.append(Started(one, proc, junit, log, time.monotonic()))
+    return started
+
+
+def finish_passes(started: list[Started], pytest_args: list[str]) -> list[Outcome]:
+    """Wait for every pass and print each one's output in turn; their outcomes in the same order.
+
+    A pass that selected no test counts as passed when ``pytest_args`` narrowed the selection (``-k``, a path):
+    a selection of runtime tests has none that use the database.
+    """
+    results = []
+    for one, proc, junit, log, began in started:
+        code = proc.wait()
+        seconds = time.monotonic() - began
+        print(f"\n[dev] ---- pytest on {one.title} ----", flush=True)
+        sys.stdout.write(log.read_text(encoding="utf-8", errors="replace"))
+        if code == NO_TESTS_COLLECTED and pytest_args:
+            say(f"{one.title}: no test of this selection runs on it")
+            results.append(Outcome(0, 0, 0))
+            continue
+        result = outcome(code, junit)
+        say(f"{one.title}: {result.passed} passed, {result.failed} failed in {seconds:.0f} s")
+        results.append(result)
+    return results
+
+
+def lint() -> Outcome:
+    """``ruff check`` with the project's rules (pyproject.toml); it counts as one passed or failed test."""
+    say("ruff check")
+    code = run([PYTHON, "-m", "ruff", "check", "--no-cache", "."]).returncode
+    say(f"ruff check: {'passed' if code == 0 else 'FAILED'}")
+    return Outcome(code, int(code == 0), int(code != 0))
 
 
 def fetch_upstream_tests(cache: Path) -> list[Path]:
@@ -309,14 +424,17 @@ def test(pytest_args: list[str], compat_only: bool = False) -> None:
     if not compat_only:
         ensure_chromium()
         ensure_services()
-        sqlite = pytest_run("sqlite", "", pytest_args)
-        postgres = pytest_run("postgresql", POSTGRES_URL, [f"--ignore={RUNTIME_ONLY_TESTS}", *pytest_args])
-        say(f"SQLite: {sqlite.passed} passed, {sqlite.failed} failed; "
-            f"PostgreSQL: {postgres.passed} passed, {postgres.failed} failed")
-        runs += [sqlite, postgres]
-    compat = compatibility()
+        runs.append(lint())
+        both = passes()
+        started = start_passes(both, pytest_args)
+    compat = compatibility()  # in the foreground while the passes run
     if compat is not None:
         runs.append(compat)
+    if not compat_only:
+        results = finish_passes(started, pytest_args)
+        say("; ".join(f"{one.title}: {r.passed} passed, {r.failed} failed"
+                      for one, r in zip(both, results, strict=True)))
+        runs += results
     print(f"{sum(r.passed for r in runs)} passed, {sum(r.failed for r in runs)} failed", flush=True)
     sys.exit(0 if all(r.code == 0 for r in runs) else 1)
 
@@ -332,15 +450,19 @@ def main() -> None:
         "test", help="bootstrap and run the test suite on SQLite and PostgreSQL", allow_abbrev=False
     )
     test_parser.add_argument("--compat-only", action="store_true", help="run only the 0.3.4 compatibility step")
+    lock_parser = commands.add_parser("lock", help="refresh requirements-dev.lock from the requirement files")
+    lock_parser.add_argument("--upgrade", action="store_true", help="move every pin to its newest allowed release")
     args, rest = parser.parse_known_args()
+    if args.command in ("serve", "lock") and rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     if args.command == "serve":
-        if rest:
-            parser.error(f"unrecognized arguments: {' '.join(rest)}")
         try:
             serve(args.host, args.port)
         except KeyboardInterrupt:  # Ctrl+C before the server started: the bootstrap step was stopped
             print("[dev] stopped (Ctrl+C) before the server started", file=sys.stderr, flush=True)
             sys.exit(130)
+    elif args.command == "lock":
+        lock(args.upgrade)
     else:
         if args.compat_only and rest:
             parser.error(f"--compat-only takes no pytest arguments: {' '.join(rest)}")

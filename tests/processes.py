@@ -29,11 +29,28 @@ SITE_VARIABLES = (
 )
 
 
-# Database 11 of the local Redis: the tests' own, flushed by nothing else.
-TEST_REDIS_URL = "redis://127.0.0.1:6379/11"
-# The live tests' Redis channel layer: 3 for the browser tests' daphne, 4 for in-process consumers.
-BROWSER_REDIS_URL = "redis://127.0.0.1:6379/3"
-LAYER_REDIS_URL = "redis://127.0.0.1:6379/4"
+def redis_databases(listed: str, worker: str) -> tuple[int, int, int]:
+    """This test process's three local Redis databases: the ``worker``-th three of ``listed``.
+
+    ``listed`` is a comma-separated list of database numbers (CHATFLOW_TEST_REDIS_DBS, set per pass by
+    ``dev.py test`` so that passes running at once never share one); ``worker`` is pytest-xdist's worker
+    name (``gw0``, ``gw1``, …) or empty outside xdist. ``ValueError`` when the list is too short.
+    """
+    numbers = [int(n) for n in listed.split(",") if n.strip()]
+    index = int(worker.removeprefix("gw") or 0)
+    mine = numbers[3 * index:3 * index + 3]
+    if len(mine) != 3:
+        raise ValueError(f"CHATFLOW_TEST_REDIS_DBS={listed!r} holds no three Redis databases for worker {index}")
+    return mine[0], mine[1], mine[2]
+
+
+_OWN, _BROWSER, _LAYER = redis_databases(os.environ.get("CHATFLOW_TEST_REDIS_DBS", "11,3,4,12,5,6"),
+                                         os.environ.get("PYTEST_XDIST_WORKER", ""))
+# The tests' own database of the local Redis, flushed by nothing else.
+TEST_REDIS_URL = f"redis://127.0.0.1:6379/{_OWN}"
+# The live tests' Redis channel layer: one for the browser tests' daphne, one for in-process consumers.
+BROWSER_REDIS_URL = f"redis://127.0.0.1:6379/{_BROWSER}"
+LAYER_REDIS_URL = f"redis://127.0.0.1:6379/{_LAYER}"
 
 
 def redis_up() -> bool:

@@ -78,11 +78,13 @@ class Recorder(BaseEngine):
 
     def __init__(self) -> None:
         self.gate: asyncio.Event | None = None  # when set: wait for it before answering
+        self.waiting = asyncio.Event()  # set once a call waits at the gate
         self.calls: list[tuple[str, list[Message]]] = []
 
     async def generate_turn_async(self, agent: Agent, history: list[Message]) -> EngineTurnResult:
         self.calls.append((agent.name, list(history)))
         if self.gate is not None:
+            self.waiting.set()
             await self.gate.wait()
         return EngineTurnResult(text=f"re: {history[-1].content}")
 
@@ -123,13 +125,14 @@ def finish(proc: subprocess.Popen[str], timeout: float = 30) -> str:
     return out
 
 
-async def wait_for_file(path: Path, proc: subprocess.Popen[str], timeout: float = 15) -> None:
+def wait_for_file(path: Path, proc: subprocess.Popen[str], timeout: float = 15) -> None:
+    """Polls for ``path`` (written by the child ``proc``); blocking, so async tests run it in a thread."""
     deadline = time.monotonic() + timeout
     while not path.exists():
         if proc.poll() is not None:
             raise AssertionError(f"child exited with {proc.returncode}: {proc.stderr.read() if proc.stderr else ''}")
         assert time.monotonic() < deadline, f"{path} never appeared"
-        await asyncio.sleep(0.01)
+        time.sleep(0.01)
 
 
 def team() -> tuple[Agent, Agent]:
@@ -358,7 +361,7 @@ async def test_the_event_loop_keeps_ticking_while_another_process_holds_the_writ
     ready, done = tmp_path / "ready", tmp_path / "done"
     holder = child("hold-lock", db, "1.5", str(ready), str(done))
     try:
-        await wait_for_file(ready, holder)
+        await asyncio.to_thread(wait_for_file, ready, holder)
         gaps: list[float] = []
         stop = False
 
@@ -397,7 +400,7 @@ async def test_a_killed_process_lease_expires_and_the_next_turn_proceeds(tmp_pat
     ready = tmp_path / "ready"
     proc = child("hang", db, "s", str(ready))
     try:
-        await wait_for_file(ready, proc)
+        await asyncio.to_thread(wait_for_file, ready, proc)
         assert count(Path(db), "SELECT COUNT(*) FROM chatflow_session_leases WHERE session_id = 's'") == 1
         async with asyncio.timeout(5):
             with pytest.raises(SessionBusyError):  # the child's lease holds the session
@@ -426,8 +429,8 @@ async def test_a_delete_from_another_process_during_a_turn_raises_and_leaves_not
     await runner.run_async("doomed", "U1")
     engine.gate = asyncio.Event()  # the turn below waits in the engine until the gate opens
     turn = asyncio.ensure_future(runner.run_async("doomed", "U2"))
-    while len(engine.calls) < 2:
-        await asyncio.sleep(0.01)
+    async with asyncio.timeout(15):
+        await engine.waiting.wait()
     out = await asyncio.to_thread(finish, child("delete", db, "doomed"))
     assert json.loads(out) is True
     engine.gate.set()
@@ -454,8 +457,8 @@ async def test_a_delete_and_recreate_from_another_process_fails_the_turn_and_kee
     await runner.run_async("s", "U1")
     engine.gate = asyncio.Event()
     turn = asyncio.ensure_future(runner.run_async("s", "U2"))
-    while len(engine.calls) < 2:
-        await asyncio.sleep(0.01)
+    async with asyncio.timeout(15):
+        await engine.waiting.wait()
     await asyncio.to_thread(finish, child("delete", db, "s", "new life"))
     engine.gate.set()
     with pytest.raises(SessionDeletedError):  # the incarnation token changed

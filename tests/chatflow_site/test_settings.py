@@ -1,14 +1,28 @@
-"""Start-up configuration: malformed values name the variable; production settings pass check --deploy."""
+"""Start-up configuration: malformed values name the variable; production settings pass check --deploy.
 
+The settings module is built in-process from a mapping of variables; the tests marked slow start
+``manage.py check`` in a process of its own, as a deployment does.
+"""
+
+import runpy
 import secrets
+from typing import Any
+from unittest import mock
 
+import environ
 import pytest
+from django.core.exceptions import ImproperlyConfigured
 
-from tests.processes import run_manage, site_env
-
-pytestmark = pytest.mark.slow
+from tests.processes import REPO, run_manage, site_env
 
 PRODUCTION = {"DEBUG": "0", "SECRET_KEY": secrets.token_urlsafe(50), "ALLOWED_HOSTS": "console.example.com"}
+
+
+def settings_from(variables: dict[str, str]) -> dict[str, Any]:
+    """The names chatflow_site/settings.py defines when the environment holds ``variables`` and nothing else
+    (no .env file either); raises what the module raises."""
+    with mock.patch.object(environ.Env, "ENVIRON", {"CHATFLOW_ENV_FILE": "", **variables}):
+        return runpy.run_path(str(REPO / "chatflow_site" / "settings.py"), run_name="chatflow_site.settings_in_test")
 
 
 @pytest.mark.parametrize(
@@ -30,7 +44,6 @@ PRODUCTION = {"DEBUG": "0", "SECRET_KEY": secrets.token_urlsafe(50), "ALLOWED_HO
         ("OPENAI_API_KEY", {"CHATFLOW_ENGINE": "openai"}),
         ("REDIS_URL", {"REDIS_URL": "localhost:6379"}),
         ("CHATFLOW_AGENTS", {"CHATFLOW_AGENTS": "not a dotted path"}),
-        ("CHATFLOW_AGENTS", {"CHATFLOW_AGENTS": "agents_app.no_such_module.build"}),
         ("SECURE_SSL_REDIRECT", {**PRODUCTION, "SECURE_SSL_REDIRECT": "sometimes"}),
         ("SECURE_HSTS_SECONDS", {**PRODUCTION, "SECURE_HSTS_SECONDS": "1y"}),
         ("CHATFLOW_WORKER_CPU", {"CHATFLOW_WORKER_CPU": "first"}),
@@ -41,10 +54,18 @@ PRODUCTION = {"DEBUG": "0", "SECRET_KEY": secrets.token_urlsafe(50), "ALLOWED_HO
     ],
 )
 def test_it_refuses_to_start_with_a_bad_value_and_names_the_variable(variable, overrides):
-    result = run_manage("check", env=site_env(**overrides))
+    with pytest.raises(ImproperlyConfigured) as refused:
+        settings_from(overrides)
+
+    assert variable in str(refused.value)
+
+
+@pytest.mark.slow
+def test_it_refuses_to_start_with_agents_that_do_not_import():
+    result = run_manage("check", env=site_env(CHATFLOW_AGENTS="agents_app.no_such_module.build"))
 
     assert result.returncode != 0
-    assert variable in result.stderr
+    assert "CHATFLOW_AGENTS" in result.stderr
 
 
 @pytest.mark.parametrize(("variable", "value", "says"), [
@@ -53,19 +74,20 @@ def test_it_refuses_to_start_with_a_bad_value_and_names_the_variable(variable, o
     ("CHATFLOW_DEDUP_TTL_HOURS", "99999999999", "a whole number of hours from 1 to 87600"),
 ])
 def test_a_refused_number_says_what_it_counts_and_its_range(variable, value, says):
-    result = run_manage("check", env=site_env(**{variable: value}))
+    with pytest.raises(ImproperlyConfigured) as refused:
+        settings_from({variable: value})
 
-    assert result.returncode != 0
-    assert f"{variable} must be {says}" in result.stderr
+    assert f"{variable} must be {says}" in str(refused.value)
 
 
 def test_it_never_echoes_a_database_password():
-    result = run_manage("check", env=site_env(DATABASE_URL="mysql://user:hunter2@db/chatflow"))
+    with pytest.raises(ImproperlyConfigured) as refused:
+        settings_from({"DATABASE_URL": "mysql://user:hunter2@db/chatflow"})
 
-    assert result.returncode != 0
-    assert "hunter2" not in result.stderr
+    assert "hunter2" not in str(refused.value)
 
 
+@pytest.mark.slow
 def test_it_starts_with_no_configuration_at_all():
     result = run_manage("check", env=site_env())
 
@@ -75,18 +97,15 @@ def test_it_starts_with_no_configuration_at_all():
 
 @pytest.mark.parametrize("value", ["1", "true", "YES", "On"])
 def test_it_accepts_the_usual_spellings_of_true(value):
-    result = run_manage("check", env=site_env(DEBUG=value))
-
-    assert result.returncode == 0, result.stderr
+    assert settings_from({"DEBUG": value})["DEBUG"] is True
 
 
 @pytest.mark.parametrize("value", ["0", "False", "no", "OFF"])
 def test_it_accepts_the_usual_spellings_of_false(value):
-    result = run_manage("check", env=site_env(**{**PRODUCTION, "DEBUG": value}))
-
-    assert result.returncode == 0, result.stderr
+    assert settings_from({**PRODUCTION, "DEBUG": value})["DEBUG"] is False
 
 
+@pytest.mark.slow
 def test_check_deploy_is_clean_with_a_production_environment():
     result = run_manage("check", "--deploy", "--fail-level", "DEBUG", env=site_env(**PRODUCTION))
 
@@ -94,6 +113,7 @@ def test_check_deploy_is_clean_with_a_production_environment():
     assert "System check identified no issues" in result.stdout
 
 
+@pytest.mark.slow
 def test_check_deploy_complains_when_debug_is_left_on():
     result = run_manage("check", "--deploy", "--fail-level", "WARNING", env=site_env(DEBUG="1"))
 
@@ -103,9 +123,7 @@ def test_check_deploy_complains_when_debug_is_left_on():
 
 @pytest.mark.parametrize(("value", "threshold"), [("", "5"), ("on", "5"), ("off", "None")])
 def test_postgresql_statements_are_prepared_unless_turned_off(value, threshold):
-    env = site_env(DATABASE_URL="postgres://chatflow@127.0.0.1:5432/chatflow", CHATFLOW_PG_PREPARED_STATEMENTS=value)
-    result = run_manage("shell", "-c", "from django.conf import settings; "
-                        "print(settings.DATABASES['default']['OPTIONS']['prepare_threshold'])", env=env)
+    built = settings_from({"DATABASE_URL": "postgres://chatflow@127.0.0.1:5432/chatflow",
+                           "CHATFLOW_PG_PREPARED_STATEMENTS": value})
 
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.split()[-1] == threshold
+    assert str(built["DATABASES"]["default"]["OPTIONS"]["prepare_threshold"]) == threshold
