@@ -8,10 +8,14 @@ class ChatFlowError(Exception):
 
 
 class DependencyError(ChatFlowError):
-    """An optional feature needs a package that is not installed."""
+    """An optional feature needs a package that is not installed.
+
+    The default install hint names the distribution's extra (``pip install "chatflow-agent[<extra_package>]"``),
+    as chatflow-agent 0.3.4's does; ``install_command`` replaces it.
+    """
 
     def __init__(self, feature: str, extra_package: str, install_command: str | None = None) -> None:
-        cmd = install_command or f'pip install "{extra_package}"'
+        cmd = install_command or f'pip install "chatflow-agent[{extra_package}]"'
         super().__init__(
             f"The feature '{feature}' requires the optional package '{extra_package}'. Install it with: {cmd}"
         )
