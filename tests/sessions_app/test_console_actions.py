@@ -178,7 +178,7 @@ def test_the_rollback_preview_lists_what_goes_and_what_is_not_undone(op_client):
     effects = body[body.index("<em>not</em> undone"):body.index("Handoffs undone")]
     assert "refund_order" in effects and "get_invoice" in effects and ">error<" in effects
     assert "transfer_to_billing" not in effects
-    assert "Turn 2: Support → Billing · refund" in body
+    assert "Turn 2: Support → Billing · <bdi>refund</bdi>" in body
     assert 'name="fingerprint"' in body and "Roll back: remove 10 messages" in body
 
 
@@ -389,7 +389,7 @@ def test_a_session_written_by_chatflow_agent_034_rolls_back(op_client):
     assert plan.agent_after == "Billing" and plan.removed_ids == [11, 12]
 
     detail = op_client.get(url("sessions-show-session", "tg:998877")).content.decode()
-    assert "Handoff <strong>?</strong> → <strong>Billing</strong> · <bdi>Duplicate subscription charge</bdi>" in detail
+    assert "Handoff <strong>Support</strong> → <strong>Billing</strong> · <bdi>Duplicate subscription charge</bdi>" in detail
 
     response = op_client.post(url("sessions-rollback-session", "tg:998877"),
                               {"turn": "1", "fingerprint": plan.fingerprint})
