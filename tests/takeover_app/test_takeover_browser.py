@@ -308,7 +308,7 @@ def test_a_dialog_opened_while_the_workspace_is_re_read_stays_open_with_what_was
         holding[0] = False
         for route in held:
             route.continue_()
-        page.wait_for_function("!document.getElementById('session-panel').dataset.old")  # the re-read is in
+        page.wait_for_function("() => !document.getElementById('session-panel').dataset.old")  # the re-read is in
 
         expect(page.locator("#handback-dialog")).to_be_visible()
         expect(page.locator("#hb-note")).to_have_value("Confirm the new delivery date.")
