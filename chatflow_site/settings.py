@@ -171,9 +171,11 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
-    "chatflow_site.errors.DatabaseUnavailable",  # the database does not answer: 503 with the reason, not a 500
     "django.middleware.security.SecurityMiddleware",
     "csp.middleware.CSPMiddleware",
+    # Below the headers every response carries, above every middleware that reads the database: when the database
+    # does not answer, a 503 with the reason (the site's page or JSON), not a 500.
+    "chatflow_site.errors.DatabaseUnavailable",
     "servestatic.middleware.ServeStaticMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",

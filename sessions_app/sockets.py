@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from importlib import import_module
 from typing import Any
 
@@ -35,16 +36,21 @@ from django.contrib import auth
 from sessions_app.access import may
 from sessions_app.live import CLOSE_LAYER_UNREACHABLE, UNREACHABLE, outage
 
-__all__ = ["CLOSE_FORBIDDEN", "CLOSE_LOGGED_OUT", "WATCH_SECONDS", "SocketWatch", "login_refusal"]
+__all__ = ["CLOSE_FORBIDDEN", "CLOSE_LOGGED_OUT", "CLOSE_UNCHECKED", "WATCH_SECONDS", "SocketWatch", "login_refusal"]
 
 #: Close code of a socket whose login is gone (as at connect: not logged in).
 CLOSE_LOGGED_OUT = 4401
 #: Close code of a socket whose user lost the permission it needs (as at connect).
 CLOSE_FORBIDDEN = 4403
+#: Close code of a socket whose login could not be checked (the database did not answer): the page
+#: reconnects, and the new socket's connect() checks the login again.
+CLOSE_UNCHECKED = 1011
 #: Seconds between two checks of an open socket while the page sends nothing.
 WATCH_SECONDS = 5.0
 
 PROBE = {"type": "live.probe"}
+
+log = logging.getLogger(__name__)
 
 
 class _Visit:
@@ -108,7 +114,15 @@ class SocketWatch:
     async def _watch(self) -> None:
         while self.serving:
             await asyncio.sleep(WATCH_SECONDS)
-            if not await self.holds() or not await self._layer_holds():
+            try:
+                if not await self.holds() or not await self._layer_holds():
+                    return
+            except Exception as err:  # e.g. the database did not answer: the login cannot be checked
+                # A socket whose login is no longer checked must not go on serving: it closes, and the page's
+                # reconnect checks the login afresh in connect().
+                log.warning("Closing a websocket whose login could not be checked: %s: %s",
+                            type(err).__name__, str(err).splitlines()[0] if str(err) else "")
+                await self._close(CLOSE_UNCHECKED)
                 return
 
     async def _layer_holds(self) -> bool:

@@ -115,5 +115,7 @@ def test_a_middleware_that_finds_the_database_away_gets_the_503_page_too(setting
     assert response.status_code == 503
     assert "The database is not answering" in response.content.decode()
     assert response["Retry-After"].isdigit()
+    assert "script-src 'self'" in response["Content-Security-Policy"]  # the site's headers, as on every page
+    assert response["X-Content-Type-Options"] == "nosniff"
     assert any("503, the database does not answer (OperationalError: connection refused)" in r.getMessage()
                for r in caplog.records)

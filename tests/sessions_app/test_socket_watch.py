@@ -130,6 +130,22 @@ async def test_the_list_socket_closes_once_the_user_changes(story, quick_watch, 
 
 
 @socket_test
+async def test_a_socket_whose_login_cannot_be_checked_closes_instead_of_serving_unchecked(story, quick_watch,
+                                                                                         monkeypatch):
+    from django.db import OperationalError
+
+    _client, cookie = await db(logged_in, await db(personas.operator))
+
+    def database_away(*args, **kwargs):
+        raise OperationalError("terminating connection due to administrator command")
+
+    async with connected("/ws/sessions/", cookie) as ws:
+        assert (await ws.connect())[0]
+        monkeypatch.setattr(sockets, "login_refusal", database_away)
+        assert await closed_with(ws) == sockets.CLOSE_UNCHECKED
+
+
+@socket_test
 async def test_a_list_socket_whose_login_holds_stays_open(story, quick_watch):
     _client, cookie = await db(logged_in, await db(personas.viewer))
     olga = await db(personas.operator)
