@@ -106,6 +106,7 @@ def _open_cursor(conn: Any) -> Any:
 IDLE_CHECK_SECONDS = 1.0
 
 _generation = 0  # bumped by recheck_connections
+_dropped = 0  # connections found dropped by the server, in this process
 _seen: weakref.WeakKeyDictionary[Any, tuple[int, float]] = weakref.WeakKeyDictionary()  # wrapper → (generation, used)
 _seen_mutex = threading.Lock()
 
@@ -142,7 +143,17 @@ def reopen_if_dropped(using: str = "default", *, failed: bool = False) -> None:
         return
     if not conn.is_usable():
         conn.close()
+        global _dropped
+        with _seen_mutex:
+            _dropped += 1
         recheck_connections()
+
+
+def dropped_connections() -> int:
+    """How many connections :func:`reopen_if_dropped` found dropped by the server in this process so far: a
+    statement that failed while this count moved failed on a dropped connection, not on the database's own
+    refusal (a lock, a deadlock, a constraint)."""
+    return _dropped
 
 
 @contextmanager

@@ -56,7 +56,7 @@ from agents_app import runtime
 from chatflow_agent.core.reports import TurnReport
 from chatflow_agent.exceptions import SessionBusyError, SessionDeletedError
 from health_app import heartbeat, tracing
-from sessions_app.store import reopen_if_dropped
+from sessions_app.store import dropped_connections, reopen_if_dropped
 from takeover_app import service as takeover
 from takeover_app.gate import HELD_SESSION_SQL, answered_gate
 from webhooks_app import replies, settle, taskqueue
@@ -363,14 +363,18 @@ class Worker:
 
     async def _play_reconnecting(self, delivery: InboundDelivery, db: Any,
                                  replies_out: bool) -> tuple[str | None, bool]:
-        """:meth:`_play`, and once more when its turn failed on a database connection (the server dropped it
-        just before a statement: ``sessions_app.store.reopen_if_dropped`` checks only after an idle gap or an
+        """:meth:`_play`, and once more when its turn failed on a database connection the server dropped (just
+        before a statement: ``sessions_app.store.reopen_if_dropped`` checks only after an idle gap or an
         error) and did not commit: the connections are checked by then, and the customer gets the answer
-        instead of the fallback. A database that does not answer fails the check of the commit here, and the
-        delivery is played again after its lease runs out."""
+        instead of the fallback. Any other database error (a lock, a deadlock, a timeout) fails the turn as
+        usual: playing it again would call the model and its tools twice. A database that does not answer fails
+        the check of the commit here, and the delivery is played again after its lease runs out."""
+        dropped = dropped_connections()
         try:
             return await self._play(delivery, db, replies_out)
         except (OperationalError, InterfaceError) as err:
+            if dropped_connections() == dropped:
+                raise  # the connection was fine: the database refused the statement
             if await db(taskqueue.turn_committed, delivery):
                 raise  # its commit went through: the answer is read back from the session
             logger.warning("Delivery %s: its turn failed on a dropped database connection (%s: %s); playing it "

@@ -6,7 +6,7 @@ import asyncio
 from datetime import timedelta
 
 import pytest
-from django.db import OperationalError, connection
+from django.db import OperationalError, connection, connections
 from django.utils import timezone
 
 from agents_app import runtime
@@ -510,6 +510,13 @@ def test_a_turn_whose_commit_met_a_dropped_connection_is_played_again_without_a_
     def drop_once(sender, session_id, **kwargs):
         if not dropped:  # what a connection the server dropped a moment ago raises at its next statement
             dropped.append(session_id)
+            conn = connections["default"]
+
+            def unusable_once() -> bool:  # the check after the failure finds it dropped (SQLite's never is)
+                del conn.is_usable
+                return False
+
+            conn.is_usable = unusable_once
             raise OperationalError("server closed the connection unexpectedly")
 
     session_committing.connect(drop_once)
@@ -524,3 +531,24 @@ def test_a_turn_whose_commit_met_a_dropped_connection_is_played_again_without_a_
     assert len(log.read_text(encoding="utf-8").splitlines()) == 2  # played again once
     d = InboundDelivery.objects.get()
     assert (d.status, d.reply_status) == ("done", "sent")
+
+
+def test_a_turn_the_database_refused_is_not_played_again(client, apis, tmp_path, monkeypatch):
+    wa, _ = apis
+    log = tmp_path / "engine.log"
+    monkeypatch.setenv("CHATFLOW_TEST_ENGINE_LOG", str(log))
+
+    def locked(sender, session_id, **kwargs):  # the connection is fine: the database refused the statement
+        raise OperationalError("database is locked")
+
+    session_committing.connect(locked)
+    try:
+        post_wa(client, p.whatsapp(p.wa_text("wamid.LOCKED", "are you there?")))
+        drain()
+    finally:
+        session_committing.disconnect(locked)
+    assert len(log.read_text(encoding="utf-8").splitlines()) == 1  # the model was called once, not twice
+    assert texts("15550100") == []
+    d = InboundDelivery.objects.get()
+    assert d.status == "failed" and "database is locked" in d.error
+    assert [b["text"]["body"] for b in wa.bodies()] == [FALLBACK_REPLY]
