@@ -50,6 +50,9 @@ def test_a_worker_whose_connections_the_server_dropped_reconnects_and_plays_the_
     post_wa(client, p.whatsapp(p.wa_text("wamid.BEFORE", "before the restart")))
     wa.wait_for(1, timeout=30)
     s.wait_until(lambda: WorkerHeartbeat.objects.exists(), 10, "the worker's first heartbeat")
+    # The first reply's status is written after the provider answered: the restart comes after that write.
+    s.wait_until(lambda: InboundDelivery.objects.filter(status="done", reply_status="sent").exists(), 10,
+                 "the first delivery done")
 
     assert drop_other_connections() > 0
     post_wa(client, p.whatsapp(p.wa_text("wamid.AFTER", "after the restart")))
