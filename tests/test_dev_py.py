@@ -93,7 +93,7 @@ def test_serve_bootstraps_a_clean_copy_prints_an_operator_login_and_answers(tmp_
 
 def venv_of_the_checkout(copy) -> None:
     """``copy/.venv``: a virtualenv over the checkout's installed packages, marked as having ``copy``'s
-    requirements.txt installed, so ``dev.py`` goes straight to the site's commands (and never installs)."""
+    requirements-dev.lock installed, so ``dev.py`` goes straight to the site's commands (and never installs)."""
     import hashlib
 
     venv = copy / ".venv"
@@ -102,7 +102,7 @@ def venv_of_the_checkout(copy) -> None:
     shutil.copy(real / "pyvenv.cfg", venv / "pyvenv.cfg")
     (venv / "bin" / "python").symlink_to(Path(os.path.realpath(real / "bin" / "python")))
     (venv / "lib").symlink_to(real / "lib")
-    digest = hashlib.sha256((copy / "requirements.txt").read_bytes()).hexdigest()
+    digest = hashlib.sha256((copy / "requirements-dev.lock").read_bytes()).hexdigest()
     (venv / ".requirements.sha256").write_text(digest + "\n")
 
 

@@ -180,6 +180,11 @@ def test_after_a_large_fold_the_read_of_the_unfolded_records_uses_their_index_ag
                                    for n in range(2000))
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE")  # statistics taken while every record was unfolded
-    assert rollups.fold() == 2000
-    plan = TurnRecord.objects.filter(folded=False).exclude(status="running").order_by().values("status").explain()
-    assert "USING INDEX idx_turn_records_unfolded" in plan
+    try:
+        assert rollups.fold() == 2000
+        plan = TurnRecord.objects.filter(folded=False).exclude(status="running").order_by().values("status").explain()
+        assert "USING INDEX idx_turn_records_unfolded" in plan
+    finally:  # the connection's planner keeps statistics past the test's rollback: the next test gets none
+        with connection.cursor() as cursor:
+            cursor.execute("DELETE FROM sqlite_stat1")
+            cursor.execute("ANALYZE sqlite_schema")
