@@ -389,7 +389,8 @@ def test_a_session_written_by_chatflow_agent_034_rolls_back(op_client):
     assert plan.agent_after == "Billing" and plan.removed_ids == [11, 12]
 
     detail = op_client.get(url("sessions-show-session", "tg:998877")).content.decode()
-    assert "Handoff <strong>Support</strong> → <strong>Billing</strong> · <bdi>Duplicate subscription charge</bdi>" in detail
+    assert ("Handoff <strong>Support</strong> → <strong>Billing</strong> · <bdi>Duplicate subscription charge</bdi>"
+            in detail)
 
     response = op_client.post(url("sessions-rollback-session", "tg:998877"),
                               {"turn": "1", "fingerprint": plan.fingerprint})
