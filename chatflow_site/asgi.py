@@ -27,7 +27,7 @@ websocket_urlpatterns: list = [*console_routes, *chat_routes]  # every route liv
 application = ProtocolTypeRouter(
     {
         "http": PacedResponses(LeanWebhookRouter(django_asgi_app)),
-        "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(LayerGuard(URLRouter(websocket_urlpatterns)))),
+        "websocket": AllowedHostsOriginValidator(LayerGuard(AuthMiddlewareStack(URLRouter(websocket_urlpatterns)))),
     }
 )
 

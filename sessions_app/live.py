@@ -50,7 +50,7 @@ from typing import Any
 from asgiref.sync import async_to_sync
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.conf import settings
-from django.db import transaction
+from django.db import DatabaseError, transaction
 from pydantic import BaseModel
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -58,7 +58,8 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from chatflow_agent.jsonsafe import json_safe
 
 __all__ = [
-    "CLOSE_LAYER_UNREACHABLE", "LIST_GROUP", "LayerGuard", "LayerOutage", "Publisher", "Receivers", "encode_event",
+    "CLOSE_DATABASE_AWAY", "CLOSE_LAYER_UNREACHABLE", "LIST_GROUP", "LayerGuard", "LayerOutage", "Publisher",
+    "Receivers", "encode_event",
     "group_for_session", "group_send",
     "has_receivers", "join", "leave", "mark_serving", "receivers",
     "flush_before_close", "outage", "publish_action", "publish_reply", "publisher",
@@ -227,13 +228,17 @@ outage = LayerOutage()
 #: The close code of a websocket whose consumer could not reach the channel layer's server: 1013, "try again
 #: later" (RFC 6455's registry), which htmx's ws extension reconnects after (static/js/ws.js paces it).
 CLOSE_LAYER_UNREACHABLE = 1013
+#: Close code of a websocket whose login or consumer could not read the database: the page reconnects.
+CLOSE_DATABASE_AWAY = 1011
 
 
 class LayerGuard:
-    """ASGI middleware for the websocket consumers: a consumer that stops because the channel layer's
-    server cannot be reached (:data:`UNREACHABLE`: joining its group, or receiving) closes its connection
-    with :data:`CLOSE_LAYER_UNREACHABLE` (accepted first, so the browser sees the code) and the outage is
-    logged once (:data:`outage`), not as a traceback per connection attempt. Other errors are raised."""
+    """ASGI middleware around the websockets' whole stack (the login's middleware included): a connection that
+    stops because the channel layer's server cannot be reached (:data:`UNREACHABLE`: joining its group, or
+    receiving) closes with :data:`CLOSE_LAYER_UNREACHABLE` and the outage is logged once (:data:`outage`); one
+    that stops because the database did not answer (reading the login at the handshake, or in a consumer) closes
+    with :data:`CLOSE_DATABASE_AWAY` and one warning line. Either is accepted first, so the browser sees the
+    code, and neither is a traceback per connection attempt. Other errors are raised."""
 
     def __init__(self, app: Any) -> None:
         self.app = app
@@ -252,12 +257,19 @@ class LayerGuard:
             await self.app(scope, receive, sending)
         except UNREACHABLE as err:
             outage.failed(err)
-            if state["closed"]:
-                return
-            with contextlib.suppress(Exception):  # the client may be gone already
-                if not state["accepted"]:
-                    await send({"type": "websocket.accept"})
-                await send({"type": "websocket.close", "code": CLOSE_LAYER_UNREACHABLE})
+            code = CLOSE_LAYER_UNREACHABLE
+        except DatabaseError as err:
+            logger.warning("Websocket %s closed: the database does not answer (%s: %s)", scope.get("path", ""),
+                           type(err).__name__, (str(err).strip().splitlines() or [""])[0])
+            code = CLOSE_DATABASE_AWAY
+        else:
+            return
+        if state["closed"]:
+            return
+        with contextlib.suppress(Exception):  # the client may be gone already
+            if not state["accepted"]:
+                await send({"type": "websocket.accept"})
+            await send({"type": "websocket.close", "code": code})
 
 
 async def group_send(layer: Any, group: str, message: dict[str, Any]) -> None:

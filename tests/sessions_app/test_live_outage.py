@@ -128,3 +128,29 @@ async def test_open_websockets_close_try_again_later_when_the_layer_stops_answer
                     server.send_signal(signal.SIGCONT)
     finally:
         await layer.close_pools()
+
+
+async def test_a_websocket_whose_login_cannot_be_read_closes_with_a_code_and_one_line(caplog):
+    """The login's middleware reads the database at the handshake: while the database does not answer the
+    socket is accepted and closed with a code the page reconnects after, and the server logs one line (no
+    traceback), as a page request gets a 503."""
+    from channels.testing import WebsocketCommunicator
+    from django.db import OperationalError
+
+    from chatflow_site.asgi import application
+    from sessions_app.live import CLOSE_DATABASE_AWAY, LayerGuard
+
+    guarded = application.application_mapping["websocket"].application
+    assert isinstance(guarded, LayerGuard)  # around the whole stack: the login's middleware reads inside it
+
+    async def login_middleware_without_database(scope, receive, send):
+        raise OperationalError('connection to server at "127.0.0.1", port 5432 failed: Connection refused')
+
+    caplog.set_level(logging.INFO)
+    page = WebsocketCommunicator(LayerGuard(login_middleware_without_database), "/ws/sessions/")
+    accepted, _ = await page.connect()
+    assert accepted
+    assert await page.receive_output(timeout=10) == {"type": "websocket.close", "code": CLOSE_DATABASE_AWAY}
+    problems = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(problems) == 1 and problems[0].exc_info is None
+    assert "the database does not answer (OperationalError: connection to server" in problems[0].getMessage()
