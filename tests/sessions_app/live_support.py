@@ -101,12 +101,13 @@ async def frames_until(communicator: WebsocketCommunicator, marker: str, timeout
             return out
 
 
-async def drain(communicator: WebsocketCommunicator, quiet: float = 0.3) -> list[str]:
-    """Every frame until none arrives for ``quiet`` seconds."""
+async def drain(communicator: WebsocketCommunicator, quiet: float = 0.3, first: float = 5.0) -> list[str]:
+    """Every frame until none arrives for ``quiet`` seconds, waiting up to ``first`` seconds for the first one
+    (a loaded machine's channel layer may take longer than ``quiet`` to deliver what the test just caused)."""
     out: list[str] = []
     while True:
         try:
-            out.append(await communicator.receive_from(timeout=quiet))
+            out.append(await communicator.receive_from(timeout=quiet if out else first))
         except TimeoutError:
             return out
 
