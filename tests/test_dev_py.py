@@ -128,6 +128,9 @@ def test_ctrl_c_while_serve_bootstraps_stops_it_with_one_line(tmp_path):
     copy = tmp_path / "checkout"
     clean_copy(copy, venv=False)
     venv_of_the_checkout(copy)
+    # The bootstrap's first command (manage.py migrate) runs until it is stopped: the signal always finds it
+    # running, however slow the machine is between seeing it start and sending the signal.
+    (copy / "manage.py").write_text("import time\ntime.sleep(120)\n", encoding="utf-8")
     proc = subprocess.Popen(
         [sys.executable, "dev.py", "serve", "--port", str(free_port())],
         cwd=copy, env=site_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
