@@ -28,6 +28,7 @@ import argparse
 import hashlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -47,7 +48,7 @@ STAMP = VENV / ".requirements.sha256"
 ARTIFACTS = ROOT / "test-artifacts"
 POSTGRES_URL = "postgres://postgres@127.0.0.1:5432/test"
 # pytest-xdist workers of each test pass (two passes run at once).
-PASS_WORKERS = 2
+PASS_WORKERS = 1
 NO_TESTS_COLLECTED = 5  # pytest's exit status when the selection holds no test
 # Compatibility step: chatflow-agent 0.3.4's session, runner, agent, tool and type tests, run against our package.
 UPSTREAM_VERSION = "0.3.4"
@@ -78,8 +79,17 @@ def step(cmd: list[str | Path], env: dict[str, str] | None = None) -> int:
     """Run a bootstrap command and return its exit status. It runs in a process group of its own: Ctrl+C
     in the terminal (which signals its foreground group) reaches dev.py alone, which stops the command with
     SIGTERM (no traceback from it) and leaves with one line (``main``)."""
-    proc = subprocess.Popen([str(c) for c in cmd], cwd=ROOT, env=env, process_group=0)
+    # Ctrl+C is held back while the command starts, so it always finds ``proc`` to stop (never a child it
+    # cannot name, left running); the command itself starts with the usual mask.
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
+        proc = subprocess.Popen([str(c) for c in cmd], cwd=ROOT, env=env, process_group=0,
+                                preexec_fn=lambda: signal.pthread_sigmask(signal.SIG_SETMASK, held))
+    except BaseException:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+        raise
+    try:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)  # a Ctrl+C that came meanwhile is raised here
         return proc.wait()
     except KeyboardInterrupt:
         proc.terminate()

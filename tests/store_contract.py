@@ -48,11 +48,16 @@ class EchoEngine(BaseEngine):
 
     def __init__(self, pause: float = 0.0) -> None:
         self.pause = pause
+        self.gate: asyncio.Event | None = None  # when set by a test: each answer waits for it
+        self.waiting = asyncio.Event()  # set while an answer waits for the gate
         self.seen: list[list[str]] = []
 
     async def generate_turn_async(self, agent: Agent, history: list[Message]) -> EngineTurnResult:
         self.seen.append([m.content or "" for m in history])
         await asyncio.sleep(self.pause)
+        if self.gate is not None:
+            self.waiting.set()
+            await self.gate.wait()
         last = history[-1].content or ""
         return EngineTurnResult(text="A" + last[1:] if last.startswith("U") else "ok")
 
@@ -324,11 +329,12 @@ async def test_deleting_from_another_store_during_a_pruning_turn_resurrects_noth
     runner = Runner(Agent(name="Bot", instructions="x"), session_store=store, engine=engine)
     for text in ("U1", "U2"):
         await runner.run_async("prune-del", text)
-    engine.pause = 0.3
+    engine.gate = asyncio.Event()
     task = asyncio.ensure_future(runner.run_async("prune-del", "U3"))
-    await asyncio.sleep(0.1)
+    await asyncio.wait_for(engine.waiting.wait(), 30)  # the turn holds the session and waits on its model
     other = kit.reopen(store)
     assert await asyncio.to_thread(other.delete, "prune-del") is True
+    engine.gate.set()  # the model answers only after the deletion, however long it took
     with pytest.raises(SessionDeletedError):
         await task
     assert "prune-del" not in store.list_sessions()
