@@ -34,7 +34,7 @@ from django.http import Http404
 from django.utils import timezone
 
 from agents_app import registry
-from chatflow_agent.exceptions import SessionBusyError
+from chatflow_agent.exceptions import SessionBusyError, SessionDeletedError
 from chatflow_agent.jsonsafe import clean_text
 from chatflow_agent.types import Message, Role
 from sessions_app import live
@@ -62,6 +62,10 @@ WHATSAPP_WINDOW = timedelta(hours=24)
 
 _T = TypeVar("_T")
 _BUSY_RETRY_SECONDS = 5.0  # how long an action that writes a message waits for a (held) turn to end
+
+
+class _SessionGone(Exception):
+    """The session was deleted under a turn of this module: the turn is rolled back."""
 
 
 class TakenOver(ActionError):
@@ -276,16 +280,24 @@ def note_failed_turn(session_id: str) -> bool:
     limit = settings.CHATFLOW_HUMAN_AFTER_FAILED_TURNS
     if limit <= 0 or not ChatSession.objects.filter(pk=session_id).exists():
         return False
-    with _turn(session_id, wait=True), transaction.atomic():
-        row = _locked_mode(session_id)
-        if row.mode != Mode.BOT:
-            return False
-        row.failed_turns += 1
-        row.save(update_fields=["failed_turns"])
-        if row.failed_turns < limit:
-            return False
-        return start_waiting(session_id, trigger=Trigger.FAILURES,
-                             reason=f"{row.failed_turns} turns in a row failed.") is not None
+    try:
+        with _turn(session_id, wait=True), transaction.atomic():
+            try:
+                row = _locked_mode(session_id)  # the mode row first: a delete's lock order
+            except SessionMode.DoesNotExist:  # deleted by a delete that held it
+                raise _SessionGone from None
+            if not ChatSession.objects.filter(pk=session_id).exists():
+                raise _SessionGone  # deleted since: the mode row made here and the turn are rolled back
+            if row.mode != Mode.BOT:
+                return False
+            row.failed_turns += 1
+            row.save(update_fields=["failed_turns"])
+            if row.failed_turns < limit:
+                return False
+            return start_waiting(session_id, trigger=Trigger.FAILURES,
+                                 reason=f"{row.failed_turns} turns in a row failed.") is not None
+    except (_SessionGone, SessionDeletedError):
+        return False  # a deleted session's failure counts for nothing, and nothing of it is written again
 
 
 def idle_sweep(now: Any = None) -> int:

@@ -340,9 +340,12 @@ class Worker:
             return None
         except Exception as err:  # noqa: BLE001 - an engine or store failure: the turn was rolled back
             if not await db(taskqueue.turn_committed, delivery):
-                if isinstance(err, SessionDeletedError) and await db(
-                        taskqueue.status_of, delivery) == InboundDelivery.Status.CANCELLED:
-                    # The console's delete cancelled the delivery (webhooks_app.settle): nothing to record or send.
+                if isinstance(err, SessionDeletedError):
+                    # Deleted during its turn, or being deleted: the delete cancels the delivery in its transaction
+                    # (webhooks_app.settle), which may not have committed yet. Given back, nothing recorded or sent:
+                    # the release changes nothing once it is cancelled, and a delete that did not go through leaves
+                    # it to be played again. Never a failed turn: that would write to the deleted session.
+                    await db(taskqueue.release, delivery, self.owner, True)
                     logger.info("Delivery %s: its session was deleted during its turn; not played", delivery.pk)
                     return None
                 logger.warning("Delivery %s failed: %s: %s", delivery.pk, type(err).__name__, err)

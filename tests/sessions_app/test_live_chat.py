@@ -94,20 +94,21 @@ async def test_a_new_session_starts_with_the_chosen_agent_and_bad_input_is_refus
 
 @pytest.mark.asyncio
 @pytest.mark.usefixtures("close_consumer_connections")
-async def test_one_page_cannot_queue_more_than_the_cap(viewer_cookie, monkeypatch):
+async def test_one_page_cannot_queue_more_than_the_cap(viewer_cookie, monkeypatch, settings):
     from agents_app import consumers
 
+    settings.CHATFLOW_AGENTS = "tests.webhooks_app.agents.build"  # "[slow N]": the first turn runs while two arrive
     monkeypatch.setattr(consumers, "MAX_QUEUED", 2)
     async with connected("/ws/chat/", viewer_cookie) as ws:
         assert (await ws.connect())[0]
-        for text in ("one", "two", "three"):
+        for text in ("one [slow 2]", "two", "three"):
             await ws.send_json_to({"message": text, "session_id": "web:chat:cap"})
         frames = await frames_until(ws, "already waiting", timeout=20)
         await frames_until(ws, 'id="chat-2-state" class="badge answered"', timeout=20)
     assert "2 messages are already waiting" in "\n".join(frames)
     users = await db(lambda: list(ChatMessage.objects.filter(session_id="web:chat:cap", role="user")
                                   .values_list("content", flat=True)))
-    assert users == ["one", "two"]
+    assert users == ["one [slow 2]", "two"]
 
 
 def test_the_chat_page_opens_for_an_existing_session(client):
