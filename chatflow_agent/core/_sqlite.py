@@ -218,7 +218,7 @@ class SQLiteBackend(SQLLeasesAndClaims):
         self._write(lambda c: create_session(c, SQLITE, session_id, agent_name, metadata_json))
 
     def commit(self, changes: Changes) -> CommitResult:
-        return self._write(lambda cur: write_commit(cur, self._rules, changes))
+        return self._write(lambda cur: write_commit(cur, self.rules, changes))
 
     def delete(self, session_id: str) -> bool:
         return self._write(lambda c: delete_session(c, SQLITE, session_id))
