@@ -22,7 +22,7 @@ from typing import Any
 
 from chatflow_agent.core._pruning import engine_view
 from chatflow_agent.core._session import BaseSessionStore, SessionContext, SessionStore
-from chatflow_agent.core.agent import Agent
+from chatflow_agent.core.agent import Agent, PlaceholderAgent
 from chatflow_agent.core.engines import BaseEngine, resolve_engine
 from chatflow_agent.core.events import (
     HandoffOccurred,
@@ -94,11 +94,7 @@ class _Turn:
         ``run_streamed`` consumer, or a subscriber that does not decline it."""
         if self.streamed:
             return True
-        session_id = self.session_id
-        for _, wants in self.runner._subscribers:
-            if wants is None or wants(session_id, event_type):
-                return True
-        return False
+        return self.runner.subscribed(self.session_id, event_type)
 
     @property
     def turn_id(self) -> str:
@@ -200,6 +196,14 @@ class Runner:
         entry = (subscriber, getattr(subscriber, "wants", None))
         self._subscribers.append(entry)
         return lambda: self._subscribers.remove(entry) if entry in self._subscribers else None
+
+    def subscribed(self, session_id: str, event_type: str) -> bool:
+        """True when a subscriber of every run takes events of ``event_type`` (a ``RunEvent.type``) of
+        ``session_id``'s turns: it has no ``wants`` method, or its ``wants`` does not decline them."""
+        for _, wants in self._subscribers:
+            if wants is None or wants(session_id, event_type):
+                return True
+        return False
 
     async def _publish(self, event: RunEvent) -> None:
         for subscriber, _ in list(self._subscribers):
@@ -315,7 +319,7 @@ class Runner:
     async def _play(self, turn: _Turn, user_message: str) -> AgentResponse:
         session = turn.session
         agent = session.active_agent
-        if getattr(agent, "_placeholder", False) or agent.name not in self._agents_registry:
+        if isinstance(agent, PlaceholderAgent) or agent.name not in self._agents_registry:
             logger.warning("Session %r names unknown agent %r; continuing with %r",
                            session.session_id, agent.name, self.starting_agent.name)
             session.active_agent = self.starting_agent
