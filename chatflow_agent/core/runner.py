@@ -36,7 +36,6 @@ from chatflow_agent.core.events import (
     TurnStarted,
 )
 from chatflow_agent.core.gate import (
-    DEFAULT_HUMAN_REQUEST_REPLY,
     REQUEST_HUMAN,
     HumanRequest,
     HumanRequestHook,
@@ -124,8 +123,9 @@ class Runner:
 
     ``turn_gate`` is consulted at the start of every turn (unless the run passes a gate of its own),
     ``on_human_request`` called when an agent calls the built-in ``request_human`` tool, whose turn then
-    ends with ``human_request_reply`` (see ``chatflow_agent.core.gate``). All three are attributes and may
-    be set after construction.
+    ends with ``human_request_reply`` as its answer, the host application's words (see
+    ``chatflow_agent.core.gate``); without one (None) the model answers after the tool's result, as after
+    any tool. All three are attributes and may be set after construction.
     """
 
     def __init__(
@@ -139,7 +139,7 @@ class Runner:
         prices: PriceBook | None = None,
         turn_gate: TurnGate | None = None,
         on_human_request: HumanRequestHook | None = None,
-        human_request_reply: str = DEFAULT_HUMAN_REQUEST_REPLY,
+        human_request_reply: str | None = None,
     ) -> None:
         self.starting_agent = starting_agent
         self.session_store: BaseSessionStore = session_store if session_store is not None else SessionStore()
@@ -346,9 +346,11 @@ class Runner:
             await turn.append(Message(role=Role.MODEL, content=result.text, tool_calls=result.tool_calls))
             results = await self._run_tools(turn, agent, result.tool_calls)
             await turn.append(Message(role=Role.TOOL, tool_results=results))
-            if any(r.name == REQUEST_HUMAN and not r.is_error for r in results) and turn.human_requested is not None:
-                await turn.append(Message(role=Role.MODEL, content=self.human_request_reply))
-                return self._response(turn, self.human_request_reply)
+            reply = self.human_request_reply
+            if reply is not None and turn.human_requested is not None and any(
+                    r.name == REQUEST_HUMAN and not r.is_error for r in results):
+                await turn.append(Message(role=Role.MODEL, content=reply))
+                return self._response(turn, reply)
         text = f"Execution iteration limit reached by agent '{session.active_agent.name}'."
         await turn.append(Message(role=Role.MODEL, content=text))
         return self._response(turn, text)
