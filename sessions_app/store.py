@@ -215,13 +215,14 @@ def _close_foreign(wrappers: list[Any]) -> None:
     closer.join()
 
 
-class DjangoBackend(SQLLeasesAndClaims):
+class DjangoBackend:
     """The ``SessionBackend`` on a Django database alias (``using``; SQLite or PostgreSQL).
 
     A method called on a thread that runs an event loop runs its queries on a helper thread and
     waits, because Django refuses queries on an event-loop thread. :meth:`close` closes the
-    connections of every thread that used it and has ended. Its lease and claim methods are
-    ``SQLLeasesAndClaims``'.
+    connections of every thread that used it and has ended. Its claim methods, and its lease methods
+    for a turn without a record, are those of the ``SQLLeasesAndClaims`` it holds; the turn records
+    ride on the same ``SessionRules`` (``SQLLeasesAndClaims.rules``), as does the commit's release.
     """
 
     inline = False
@@ -232,7 +233,8 @@ class DjangoBackend(SQLLeasesAndClaims):
         if vendor not in _DIALECTS:
             raise ValueError(f"DjangoSessionStore supports SQLite and PostgreSQL, not {vendor!r}")
         self._dialect = _DIALECTS[vendor]
-        super().__init__(self._dialect, self._one, self._transaction)
+        self._sql = SQLLeasesAndClaims(self._dialect, self._one, self._transaction)
+        self._rules = self._sql.rules
         # Django connections this backend used, by id: (the thread that owns it, the wrapper).
         self._opened: dict[int, tuple[weakref.ref[threading.Thread], Any]] = {}
         self._opened_mutex = threading.Lock()
@@ -318,7 +320,7 @@ class DjangoBackend(SQLLeasesAndClaims):
     def acquire_lease(self, session_id: str, owner: str, ttl_seconds: float, queue: bool,
                       report: TurnReport | None = None) -> bool:
         if self._dialect is not POSTGRESQL and report is None:
-            return super().acquire_lease(session_id, owner, ttl_seconds, queue)
+            return self._sql.acquire_lease(session_id, owner, ttl_seconds, queue)
         return self._call(self._acquire, session_id, owner, ttl_seconds, queue, report)
 
     def _acquire(self, session_id: str, owner: str, ttl_seconds: float, queue: bool,
@@ -362,9 +364,15 @@ class DjangoBackend(SQLLeasesAndClaims):
 
     def release_lease(self, session_id: str, owner: str, report: TurnReport | None = None) -> None:
         if report is None:
-            super().release_lease(session_id, owner)
+            self._sql.release_lease(session_id, owner)
             return
         self._call(self._release_recorded, session_id, owner, report)
+
+    def leave_queue(self, session_id: str, owner: str) -> None:
+        self._sql.leave_queue(session_id, owner)
+
+    def renew_lease(self, session_id: str, owner: str, ttl_seconds: float) -> bool:
+        return self._sql.renew_lease(session_id, owner, ttl_seconds)
 
     def _release_recorded(self, session_id: str, owner: str, report: TurnReport) -> None:
         """Release ``owner``'s lease and close its record (a turn that did not commit) in one transaction."""
@@ -401,6 +409,16 @@ class DjangoBackend(SQLLeasesAndClaims):
         one transaction; how many were marked (``turns_app.records.mark_interrupted``)."""
         return self._call(self._transaction,
                           lambda c: records.mark_interrupted(c, self._dialect, now, cancelled_before))
+
+    # ---- de-duplication claims -------------------------------------------------------------------
+    def claim_message(self, message_id: str, ttl_seconds: float) -> bool:
+        return self._sql.claim_message(message_id, ttl_seconds)
+
+    def is_message_claimed(self, message_id: str, ttl_seconds: float) -> bool:
+        return self._sql.is_message_claimed(message_id, ttl_seconds)
+
+    def purge_claims(self, ttl_seconds: float) -> int:
+        return self._sql.purge_claims(ttl_seconds)
 
     # ---- sessions -----------------------------------------------------------------------------
     def head(self, session_id: str) -> StoredSession | None:

@@ -37,7 +37,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from chatflow_agent.core.reports import TURN_SOURCES, TurnReport
+from chatflow_agent.core.reports import TurnReport
 from chatflow_agent.core.sql import Dialect, LeaseRider
 from chatflow_agent.types import ModelCallUsage
 from turns_app.models import SessionTotals, TurnRecord
@@ -51,6 +51,9 @@ INTERRUPTED_ERROR = "Interrupted: the process running this turn stopped (its ses
 
 _CALL_FIELDS = ("provider", "model", "input_tokens", "output_tokens", "cached_tokens", "latency_ms", "ttft_ms",
                 "finish_reason", "retries", "estimated", "agent_name", "price_source", "priced_as")
+
+#: What ``TurnReport.source`` may say (``TurnRecord.Source``); anything else is stored as ``other``.
+_SOURCES = frozenset(TurnRecord.Source.values)
 
 #: The default error text of a record an operator cancelled (the turn's lease taken away); the console's cancel
 #: names who and why instead (``takeover_app.service.cancel_turn``).
@@ -159,7 +162,7 @@ def _dumps(value: Any) -> str:
 
 
 def _record_params(dialect: Dialect, session_id: str, report: TurnReport) -> tuple[Any, ...]:
-    source = report.source if report.source in TURN_SOURCES else "other"
+    source = report.source if report.source in _SOURCES else TurnRecord.Source.OTHER
     return (session_id, report.owner, source, report.user_text, _stamp(dialect, report.started_at),
             report.queue_wait_ms, report.lease_wait_ms, _dumps(report.agents), report.trace_id[:32])
 

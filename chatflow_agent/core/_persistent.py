@@ -56,6 +56,17 @@ _T = TypeVar("_T")
 __all__ = ["DEFAULT_LEASE_TTL_SECONDS", "PersistentSessionStore"]
 
 DEFAULT_LEASE_TTL_SECONDS = 30.0
+#: Threads a persistent store runs its blocking backend work on, unless its class says otherwise.
+BLOCKING_IO_WORKERS = 4
+
+
+class _Outcome:
+    """Whether a turn's commit was written (see ``PersistentSessionStore._committing``)."""
+
+    __slots__ = ("committed",)
+
+    def __init__(self) -> None:
+        self.committed = False
 
 
 class PersistentSessionStore(BaseSessionStore):
@@ -68,7 +79,7 @@ class PersistentSessionStore(BaseSessionStore):
     the backend.
     """
 
-    _BLOCKING_IO_WORKERS = 4
+    _BLOCKING_IO_WORKERS = BLOCKING_IO_WORKERS
     _CACHE_SIZE = 1024  # sessions kept alive between turns (the identity map's LRU) …
     _CACHE_MESSAGES = 4096  # … holding at most this many messages between them (a process's memory stays flat)
 
@@ -112,7 +123,7 @@ class PersistentSessionStore(BaseSessionStore):
 
     # ---- agents ---------------------------------------------------------------------------
     def _resolve_agent(self, name: str, default_agent: Agent | None) -> Agent:
-        from chatflow_agent.core.agent import Agent
+        from chatflow_agent.core.agent import PlaceholderAgent
 
         if default_agent is not None and default_agent.name == name:
             return default_agent
@@ -128,9 +139,7 @@ class PersistentSessionStore(BaseSessionStore):
                 "store.set_agent_resolver().",
                 name,
             )
-        placeholder = Agent(name=name, instructions="", model="placeholder")
-        placeholder._placeholder = True  # type: ignore[attr-defined]
-        return placeholder
+        return PlaceholderAgent(name=name, instructions="", model="placeholder")
 
     # ---- identity map ---------------------------------------------------------------------
     def message_row_id(self, session: SessionContext, message: Message) -> int | None:
@@ -154,17 +163,17 @@ class PersistentSessionStore(BaseSessionStore):
         """The session was deleted (here or by another process): its live object says so."""
         cached = self._sessions.forget(session_id)
         if cached is not None:
-            cached._mark_deleted()
+            cached.store_side.mark_deleted()
 
     def _fill(self, session: SessionContext, stored: StoredSession, default_agent: Agent | None) -> None:
         """Load ``stored`` (with rows) into ``session`` and its sync state."""
         state = self._sessions.state(session)
         history = _sync.load_rows(state, stored.rows or [], session.max_turns, stored.token, stored.version)
-        session._load(history, self._resolve_agent(stored.agent_name, default_agent), dict(stored.metadata))
+        session.store_side.load(history, self._resolve_agent(stored.agent_name, default_agent), dict(stored.metadata))
 
     def _new_context(self, session_id: str, agent: Agent, metadata: dict[str, Any]) -> SessionContext:
         session = SessionContext(session_id, agent, self.default_max_turns, metadata)
-        session._bind(self, self._sessions.lock(session_id))
+        session.store_side.bind(self, self._sessions.lock(session_id))
         return session
 
     def _materialise(self, session_id: str, stored: StoredSession | None, default_agent: Agent | None,
@@ -260,7 +269,7 @@ class PersistentSessionStore(BaseSessionStore):
         :meth:`delete`."""
         cached = self._sessions.forget(session_id)
         if cached is not None:
-            cached._mark_deleted()
+            cached.store_side.mark_deleted()
         return delete_rows(session_id) or (cached is not None and self._stored_token(cached) is None)
 
     def list_sessions(self) -> list[str]:
@@ -269,7 +278,7 @@ class PersistentSessionStore(BaseSessionStore):
 
     def clear(self) -> None:
         for s in self._sessions.forget_all():
-            s._mark_deleted()
+            s.store_side.mark_deleted()
         self.backend.clear()
 
     def is_message_processed(self, message_id: str) -> bool:
@@ -311,18 +320,19 @@ class PersistentSessionStore(BaseSessionStore):
                 result = self.backend.commit(changes)
             except SessionDeletedError:
                 self._sessions.forget(session.session_id)
-                session._mark_deleted()
+                session.store_side.mark_deleted()
                 raise
             _sync.apply_commit(state, history, changes, result, diff)
             self._sessions.recount(session)
 
-    def _flush_sync(self, session: SessionContext) -> None:
+    def save_change(self, session: SessionContext) -> None:
         self._commit_blocking(session)
 
-    async def _amutate(self, session: SessionContext, change: Callable[..., None], args: tuple[Any, ...]) -> None:
+    async def asave_change(self, session: SessionContext, change: Callable[..., None], args: tuple[Any, ...]) -> None:
         """The change and its write in one hop, on the session's thread, under the session's lock."""
-        session._check()
-        await self._bridge.run(session.session_id, session._mutate, change, *args)
+        side = session.store_side
+        side.check()
+        await self._bridge.run(session.session_id, side.mutate, change, *args)
 
     # ---- turns ----------------------------------------------------------------------------
     def _begin_blocking(self, session_id: str, owner: str, queue: bool, report: TurnReport | None,
@@ -373,9 +383,9 @@ class PersistentSessionStore(BaseSessionStore):
             stored, session = begun
             beat = self._leases.heartbeat(session_id, owner)
             self._beats[session_id] = (owner, beat)
-            committed = False
+            outcome = _Outcome()
             try:
-                with session._atomic():
+                with self._committing(session, report, outcome):
                     try:
                         yield session
                         _, cancelled = await self._bridge.finish(session_id, self._commit_blocking, session, owner,
@@ -385,26 +395,36 @@ class PersistentSessionStore(BaseSessionStore):
                             raise
                         beat.forgive()  # the lease was lost or taken away: a failed turn, not a cancelled task
                         raise SessionBusyError(session_id) from None
-                    committed = True
-                    session._mark_committed()
+                    outcome.committed = True
                 if cancelled and beat.lost:
                     beat.forgive()  # stopped after its commit was written: the turn is kept and completes
                 elif cancelled:  # cancelled while the commit was written: the turn is kept, then cancelled
                     raise asyncio.CancelledError()
-            except BaseException as err:
-                if report is not None and not committed:
-                    # e.g. its lease was lost or taken away (an operator's cancel): stopped at a renewal, or
-                    # its commit refused; the caller gets SessionBusyError (see TurnReport.ended_by).
-                    report.ended_by(err)
-                raise
             finally:
                 self._beats.pop(session_id, None)
                 await beat.stop()
-                if not committed:
+                if not outcome.committed:
                     self._forget_unstored(stored, session_id)
                     await self._leases.release(session_id, owner, report)
         finally:
             self._locks.release(session_id)
+
+    @contextmanager
+    def _committing(self, session: SessionContext, report: TurnReport | None, outcome: _Outcome) -> Iterator[None]:
+        """The body of a turn, :meth:`turn`'s and :meth:`sync_turn`'s alike, once it holds its lease: the
+        block plays the turn and writes its commit, then sets ``outcome.committed``. ``session``'s changes
+        are undone on any exception before that, and ``report`` is ended by the exception — e.g. its lease
+        was lost or taken away (an operator's cancel): stopped at a renewal, or its commit refused; the
+        caller gets ``SessionBusyError`` (see ``TurnReport.ended_by``)."""
+        side = session.store_side
+        try:
+            with side.atomic():
+                yield
+                side.mark_committed()
+        except BaseException as err:
+            if report is not None and not outcome.committed:
+                report.ended_by(err)
+            raise
 
     def stop_turn(self, session_id: str, owner: str | None = None) -> bool:
         """Thread-safe: stop the async turn of this store running on ``session_id`` in this process, if
@@ -429,21 +449,16 @@ class PersistentSessionStore(BaseSessionStore):
             begun = self._leases.acquire_sync(session_id, owner, wait, self._begin_for(report, default_agent, metadata))
             assert begun is not None
             stored, session = begun
-            committed = False
+            outcome = _Outcome()
             self._leases.keep(session_id, owner)  # no event loop here: the keeper thread renews the lease
             try:
-                with session._atomic():
+                with self._committing(session, report, outcome):
                     yield session
                     self._commit_blocking(session, owner, report)
-                    committed = True
-                    session._mark_committed()
-            except BaseException as err:
-                if report is not None and not committed:
-                    report.ended_by(err)
-                raise
+                    outcome.committed = True
             finally:
                 self._leases.unkeep(session_id, owner)
-                if not committed:
+                if not outcome.committed:
                     self._forget_unstored(stored, session_id)
                     self._leases.release_blocking(session_id, owner, report)
         finally:

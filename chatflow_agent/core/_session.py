@@ -9,7 +9,7 @@ import time
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import AbstractContextManager, asynccontextmanager, contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from chatflow_agent.core._locks import BoundLock, SessionLocks
@@ -47,10 +47,50 @@ class _Snapshot:
 
     __slots__ = ("history", "agent", "metadata")
 
-    def __init__(self, s: SessionContext) -> None:
-        self.history = list(s._history)
-        self.agent = s._active_agent
-        self.metadata = dict(s._metadata)
+    def __init__(self, history: list[Message], agent: Agent, metadata: dict[str, Any]) -> None:
+        self.history = list(history)
+        self.agent = agent
+        self.metadata = dict(metadata)
+
+
+class StoreSide:
+    """The store-facing interface of one ``SessionContext`` (``session.store_side``): everything a
+    store does to the sessions it hands out, and the only way it reaches their state. Applications
+    never need it.
+
+    - ``bind(store, mutex=None)``: the session belongs to ``store``; ``mutex`` (a ``threading.RLock``,
+      the store's lock of the session id) replaces the session's own as the lock its changes and
+      writes run under.
+    - ``load(history, agent, metadata)``: replace the conversation state by what the store read.
+    - ``check()``: ``SessionDeletedError`` once the session was deleted.
+    - ``mutate(change, *args)``: ``change(*args)`` (a change the session passed to the store's
+      ``asave_change``), then, outside a turn, the store's ``save_change``, under the session's mutex.
+    - ``atomic()``: a context manager (yielding the session) inside which changes are kept in
+      memory and, on any exception, undone; the store's ``turn`` / ``sync_turn`` commit inside it,
+      so a failed commit is undone too.
+    - ``mark_committed()``: the current turn's commit was written (``session.turn_committed``).
+    - ``mark_deleted()``: the session was deleted; its reads and writes raise ``SessionDeletedError``.
+    """
+
+    __slots__ = ("bind", "load", "check", "mutate", "atomic", "mark_committed", "mark_deleted")
+
+    def __init__(
+        self, *,
+        bind: Callable[[BaseSessionStore, threading.RLock | None], None],
+        load: Callable[[list[Message], Agent, dict[str, Any]], None],
+        check: Callable[[], None],
+        mutate: Callable[..., None],
+        atomic: Callable[[], AbstractContextManager[SessionContext]],
+        mark_committed: Callable[[], None],
+        mark_deleted: Callable[[], None],
+    ) -> None:
+        self.bind = bind
+        self.load = load
+        self.check = check
+        self.mutate = mutate
+        self.atomic = atomic
+        self.mark_committed = mark_committed
+        self.mark_deleted = mark_deleted
 
 
 class SessionContext:
@@ -83,7 +123,7 @@ class SessionContext:
         self._own_lock: asyncio.Lock | None = None
         # Serialises the sync mutations: each applies its change and writes it before the next
         # thread's change starts (otherwise two threads' writes interleave and storage diverges).
-        # A persistent store replaces it by its lock of the session id (``_bind``).
+        # A persistent store replaces it by its lock of the session id (``StoreSide.bind``).
         self._mutex: threading.RLock = threading.RLock()
 
     # -- state -------------------------------------------------------------------------------
@@ -140,7 +180,7 @@ class SessionContext:
     def lock(self) -> Any:
         """The session's turn lock (``async with session.lock``): the store's lock for this id."""
         if self._store is not None:
-            return BoundLock(self._store._locks, self.session_id)
+            return self._store.session_lock(self.session_id)
         if self._own_lock is None:
             self._own_lock = asyncio.Lock()
         return self._own_lock
@@ -223,16 +263,16 @@ class SessionContext:
 
     async def _amutate(self, change: Callable[..., None], *args: Any) -> None:
         """Awaitable :meth:`_mutate`: inside a turn (kept until the turn commits) or without a store
-        the change is applied here; otherwise the store applies and writes it (``_amutate``)."""
+        the change is applied here; otherwise the store applies and writes it (``asave_change``)."""
         store = self._store
         if store is None or self._turn is not None:
             change(*args)
             return
-        await store._amutate(self, change, args)
+        await store.asave_change(self, change, args)
 
     def _flush(self) -> None:
         if self._store is not None and self._turn is None:
-            self._store._flush_sync(self)
+            self._store.save_change(self)
 
     @contextmanager
     def _atomic(self) -> Iterator[SessionContext]:
@@ -251,7 +291,7 @@ class SessionContext:
     def _begin_turn(self) -> None:
         self._check()
         self._committed = False
-        self._turn = _Snapshot(self)
+        self._turn = _Snapshot(self._history, self._active_agent, self._metadata)
 
     def _restore_turn(self) -> None:
         snap = self._turn
@@ -259,15 +299,19 @@ class SessionContext:
         if snap is not None:
             self._history, self._active_agent, self._metadata = snap.history, snap.agent, snap.metadata
 
-    # -- for stores ----------------------------------------------------------------------------
-    def _bind(self, store: BaseSessionStore, mutex: threading.RLock) -> None:
-        """Belong to ``store``, with ``mutex`` (the store's lock of this session id) as the mutex
-        the session's changes and writes run under."""
+    # -- for stores (through ``store_side``) -----------------------------------------------------
+    @property
+    def store_side(self) -> StoreSide:
+        """This session's store-facing interface (see :class:`StoreSide`): for stores, not applications."""
+        return StoreSide(bind=self._bind, load=self._load, check=self._check, mutate=self._mutate,
+                         atomic=self._atomic, mark_committed=self._mark_committed, mark_deleted=self._mark_deleted)
+
+    def _bind(self, store: BaseSessionStore, mutex: threading.RLock | None = None) -> None:
         self._store = store
-        self._mutex = mutex
+        if mutex is not None:
+            self._mutex = mutex
 
     def _load(self, history: list[Message], agent: Agent, metadata: dict[str, Any]) -> None:
-        """Replace the conversation state by what the store read."""
         self._history, self._active_agent, self._metadata = history, agent, metadata
 
     def _mark_deleted(self) -> None:
@@ -380,14 +424,22 @@ class BaseSessionStore(ABC):
     async def arecord_processed_message(self, message_id: str) -> bool:
         return await self._run_blocking(self.record_processed_message, message_id)
 
-    # persistence hooks called by SessionContext (no-ops for stores that keep objects in memory)
-    def _flush_sync(self, session: SessionContext) -> None:
-        session._check()
+    # The session-facing interface: what SessionContext calls on the store that holds it (no-ops for
+    # stores that keep objects in memory). Not for applications.
+    def session_lock(self, session_id: str) -> BoundLock:
+        """The object behind ``SessionContext.lock``: this store's turn lock of ``session_id``."""
+        return BoundLock(self._locks, session_id)
 
-    async def _amutate(self, session: SessionContext, change: Callable[..., None], args: tuple[Any, ...]) -> None:
-        """Apply ``change(*args)`` to ``session`` outside a turn and write it (see ``SessionContext._mutate``);
+    def save_change(self, session: SessionContext) -> None:
+        """Write a change just made to ``session`` outside a turn (sync, under the session's mutex);
+        ``SessionDeletedError`` if the session was deleted."""
+        if session.deleted:
+            raise SessionDeletedError(session.session_id)
+
+    async def asave_change(self, session: SessionContext, change: Callable[..., None], args: tuple[Any, ...]) -> None:
+        """Apply ``change(*args)`` to ``session`` outside a turn and write it (``StoreSide.mutate``);
         here, on the caller's thread: nothing blocks."""
-        session._mutate(change, *args)
+        session.store_side.mutate(change, *args)
 
     @asynccontextmanager
     async def turn(
@@ -416,18 +468,8 @@ class BaseSessionStore(ABC):
             if report is not None:
                 report.begin("")
             session, created = await self._aget_or_create_for_turn(session_id, default_agent, metadata)
-            try:
-                with session._atomic():
-                    yield session
-                    session._check()  # in memory there is nothing to write
-                    if report is not None:
-                        report.end("completed")
-            except BaseException as err:
-                if report is not None and report.status == "running":
-                    report.ended_by(err)
-                if created:
-                    self._discard_created(session)
-                raise
+            with self._playing(session, created, report):
+                yield session
         finally:
             self._locks.release(session_id)
 
@@ -448,20 +490,29 @@ class BaseSessionStore(ABC):
             if report is not None:
                 report.begin("")
             session, created = self._get_or_create_for_turn(session_id, default_agent, metadata)
-            try:
-                with session._atomic():
-                    yield session
-                    session._check()
-                    if report is not None:
-                        report.end("completed")
-            except BaseException as err:
-                if report is not None and report.status == "running":
-                    report.ended_by(err)
-                if created:
-                    self._discard_created(session)
-                raise
+            with self._playing(session, created, report):
+                yield session
         finally:
             self._locks.release(session_id)
+
+    @contextmanager
+    def _playing(self, session: SessionContext, created: bool, report: TurnReport | None) -> Iterator[SessionContext]:
+        """The body of a turn, :meth:`turn`'s and :meth:`sync_turn`'s alike, once the session's lock is held:
+        ``session``'s changes kept (in memory there is nothing to write) and undone on any exception,
+        ``report`` ended, and a session the turn ``created`` discarded again when it fails."""
+        side = session.store_side
+        try:
+            with side.atomic():
+                yield session
+                side.check()
+                if report is not None:
+                    report.end("completed")
+        except BaseException as err:
+            if report is not None and report.status == "running":
+                report.ended_by(err)
+            if created:
+                self._discard_created(session)
+            raise
 
     def _get_or_create_for_turn(
         self, session_id: str, default_agent: Agent, metadata: dict[str, Any] | None
@@ -509,7 +560,7 @@ class SessionStore(BaseSessionStore):
             session = self._sessions.get(session_id)
             if session is None:
                 session = SessionContext(session_id, default_agent, self.default_max_turns, dict(metadata or {}))
-                session._store = self
+                session.store_side.bind(self, None)
                 self._sessions[session_id] = session
             return session
 
@@ -539,7 +590,7 @@ class SessionStore(BaseSessionStore):
             session = self._sessions.pop(session_id, None)
         if session is None:
             return False
-        session._mark_deleted()
+        session.store_side.mark_deleted()
         return True
 
     def list_sessions(self) -> list[str]:
@@ -551,7 +602,7 @@ class SessionStore(BaseSessionStore):
             sessions = list(self._sessions.values())
             self._sessions.clear()
         for s in sessions:
-            s._mark_deleted()
+            s.store_side.mark_deleted()
 
     def _expired(self, first_seen: float, now: float) -> bool:
         return now - first_seen > self._dedup_ttl_seconds

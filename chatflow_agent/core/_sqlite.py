@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
-from chatflow_agent.core._persistent import DEFAULT_LEASE_TTL_SECONDS, PersistentSessionStore
+from chatflow_agent.core._persistent import BLOCKING_IO_WORKERS, DEFAULT_LEASE_TTL_SECONDS, PersistentSessionStore
 from chatflow_agent.core._session import DEFAULT_DEDUP_TTL_HOURS, SessionContext, _positive_int, _positive_number
 from chatflow_agent.core.backend import Changes, CommitResult, StoredSession
 from chatflow_agent.core.sql import (
@@ -45,7 +45,7 @@ __all__ = ["SQLiteBackend", "SQLiteSessionStore", "SQLiteSessionContext", "SCHEM
 
 SCHEMA_VERSION = 2
 _T = TypeVar("_T")
-_BLOCKING_IO_WORKERS = PersistentSessionStore._BLOCKING_IO_WORKERS
+_BLOCKING_IO_WORKERS = BLOCKING_IO_WORKERS
 BUSY_TIMEOUT_MS = 30_000
 
 # A 0.3.4 session object type; ours are plain SessionContext objects bound to a store.
@@ -218,7 +218,7 @@ class SQLiteBackend(SQLLeasesAndClaims):
         self._write(lambda c: create_session(c, SQLITE, session_id, agent_name, metadata_json))
 
     def commit(self, changes: Changes) -> CommitResult:
-        return self._write(lambda cur: write_commit(cur, self._rules, changes))
+        return self._write(lambda cur: write_commit(cur, self.rules, changes))
 
     def delete(self, session_id: str) -> bool:
         return self._write(lambda c: delete_session(c, SQLITE, session_id))

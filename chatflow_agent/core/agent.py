@@ -9,7 +9,7 @@ from typing import Any
 from chatflow_agent.core.tools import Tool
 from chatflow_agent.types import Handoff
 
-__all__ = ["Agent", "handoff_tool_name"]
+__all__ = ["Agent", "PlaceholderAgent", "handoff_tool_name"]
 
 
 def handoff_tool_name(agent_name: str) -> str:
@@ -119,3 +119,9 @@ class Agent:
 
     def __repr__(self) -> str:
         return f"<Agent name={self.name!r} model={self.model!r} tools={len(self.tools)} handoffs={len(self.handoffs)}>"
+
+
+class PlaceholderAgent(Agent):
+    """Stands in for an agent a stored session names and nobody registered (a store without an agent
+    resolver, or one that does not know the name): no tools. The Runner plays such a session's turn with
+    its starting agent instead."""

@@ -17,8 +17,10 @@ that reads a database runs the read on a thread). An exception from the gate fai
 is then rolled back like any failed turn.
 
 :func:`request_human_tool` is a built-in tool an agent can be given: when the model calls it, the
-Runner calls its ``on_human_request`` hook (inside the turn lock), ends the turn with its
-``human_request_reply`` as the answer and sets ``AgentResponse.human_requested`` to the reason.
+Runner calls its ``on_human_request`` hook (inside the turn lock), sets ``AgentResponse.human_requested``
+to the reason and ends the turn with its ``human_request_reply`` as the answer: the host application's
+words (a holding message), which the runtime does not write. Without one the model answers after the
+tool's result.
 """
 
 from __future__ import annotations
@@ -32,11 +34,8 @@ from chatflow_agent.core.tools import Tool
 if TYPE_CHECKING:
     from chatflow_agent.core._session import SessionContext
 
-__all__ = ["DEFAULT_HUMAN_REQUEST_REPLY", "REQUEST_HUMAN",
+__all__ = ["REQUEST_HUMAN",
            "HumanRequest", "HumanRequestHook", "TurnDecision", "TurnGate", "request_human_tool"]
-
-#: The answer a turn ends with after an agent called ``request_human`` (``Runner(human_request_reply=…)``).
-DEFAULT_HUMAN_REQUEST_REPLY = "I have asked a person from our team to take over; they will answer you here shortly."
 
 #: The name the built-in tool is given (and the name its tool calls and results carry).
 REQUEST_HUMAN = "request_human"

@@ -4,7 +4,8 @@
 ``SQLiteSessionStore`` persists them on the chatflow schema; ``BaseSessionStore`` is the contract
 that every store — these two and the Django site's — implements. ``PersistentSessionStore`` is
 that contract over a ``SessionBackend`` (``chatflow_agent.core.backend``): ``SQLiteBackend`` is one,
-the Django site's ORM backend another.
+the Django site's ORM backend another. ``StoreSide`` (``session.store_side``) is what a store
+does to the sessions it holds.
 """
 
 from chatflow_agent.core._persistent import PersistentSessionStore
@@ -15,6 +16,7 @@ from chatflow_agent.core._session import (
     BaseSessionStore,
     SessionContext,
     SessionStore,
+    StoreSide,
 )
 from chatflow_agent.core._sqlite import _BLOCKING_IO_WORKERS, SQLiteBackend, SQLiteSessionContext, SQLiteSessionStore
 from chatflow_agent.core.backend import SessionBackend
@@ -30,6 +32,7 @@ __all__ = [
     "SQLiteBackend",
     "SQLiteSessionContext",
     "SQLiteSessionStore",
+    "StoreSide",
     "_BLOCKING_IO_WORKERS",
     "engine_view",
     "group_turns",

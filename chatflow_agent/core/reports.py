@@ -24,12 +24,10 @@ from typing import Literal, TypeVar
 from chatflow_agent.exceptions import SessionBusyError, SessionDeletedError
 from chatflow_agent.types import AgentResponse, ModelCallUsage, TurnUsage
 
-__all__ = ["TOOL_OUTCOMES", "TURN_SOURCES", "TURN_STATUSES", "ToolCallReport", "TurnReport", "TurnStatus"]
+__all__ = ["TOOL_OUTCOMES", "TURN_STATUSES", "ToolCallReport", "TurnReport", "TurnStatus"]
 
 TurnStatus = Literal["running", "completed", "failed", "rolled_back", "cancelled", "interrupted"]
 TURN_STATUSES: tuple[TurnStatus, ...] = ("running", "completed", "failed", "rolled_back", "cancelled", "interrupted")
-#: Where a turn came from (``TurnReport.source``); anything else is stored as ``"other"``.
-TURN_SOURCES = ("webhook", "live_chat", "api", "console", "other")
 #: ``ToolCallReport.outcome``: the tool returned, raised or was unknown (``error``), handed the
 #: session to another agent (``handoff``), or was not run (``skipped``: the handoff limit).
 TOOL_OUTCOMES = ("ok", "error", "handoff", "skipped")
@@ -48,7 +46,8 @@ class ToolCallReport:
 class TurnReport:
     """One turn's record while it runs (see the module docstring); mutable, filled by Runner and store.
 
-    Set by the caller (optional): ``source`` (one of ``TURN_SOURCES``), ``queue_wait_ms`` (how long the
+    Set by the caller (optional): ``source`` (where the turn came from, in the host application's words;
+    the runtime only carries it), ``queue_wait_ms`` (how long the
     work waited before a worker took it: a webhook delivery's first sighting → its claim), ``trace_id``
     (32 hex digits, the OpenTelemetry trace). Set by the Runner: ``user_text``, ``agents`` (the agent
     that played the turn, then every handoff target), ``calls`` (each model call's priced usage),

@@ -22,7 +22,7 @@ from typing import Any
 
 from chatflow_agent.core._pruning import engine_view
 from chatflow_agent.core._session import BaseSessionStore, SessionContext, SessionStore
-from chatflow_agent.core.agent import Agent
+from chatflow_agent.core.agent import Agent, PlaceholderAgent
 from chatflow_agent.core.engines import BaseEngine, resolve_engine
 from chatflow_agent.core.events import (
     HandoffOccurred,
@@ -36,7 +36,6 @@ from chatflow_agent.core.events import (
     TurnStarted,
 )
 from chatflow_agent.core.gate import (
-    DEFAULT_HUMAN_REQUEST_REPLY,
     REQUEST_HUMAN,
     HumanRequest,
     HumanRequestHook,
@@ -94,11 +93,7 @@ class _Turn:
         ``run_streamed`` consumer, or a subscriber that does not decline it."""
         if self.streamed:
             return True
-        session_id = self.session_id
-        for _, wants in self.runner._subscribers:
-            if wants is None or wants(session_id, event_type):
-                return True
-        return False
+        return self.runner.subscribed(self.session_id, event_type)
 
     @property
     def turn_id(self) -> str:
@@ -128,8 +123,9 @@ class Runner:
 
     ``turn_gate`` is consulted at the start of every turn (unless the run passes a gate of its own),
     ``on_human_request`` called when an agent calls the built-in ``request_human`` tool, whose turn then
-    ends with ``human_request_reply`` (see ``chatflow_agent.core.gate``). All three are attributes and may
-    be set after construction.
+    ends with ``human_request_reply`` as its answer, the host application's words (see
+    ``chatflow_agent.core.gate``); without one (None) the model answers after the tool's result, as after
+    any tool. All three are attributes and may be set after construction.
     """
 
     def __init__(
@@ -143,7 +139,7 @@ class Runner:
         prices: PriceBook | None = None,
         turn_gate: TurnGate | None = None,
         on_human_request: HumanRequestHook | None = None,
-        human_request_reply: str = DEFAULT_HUMAN_REQUEST_REPLY,
+        human_request_reply: str | None = None,
     ) -> None:
         self.starting_agent = starting_agent
         self.session_store: BaseSessionStore = session_store if session_store is not None else SessionStore()
@@ -200,6 +196,14 @@ class Runner:
         entry = (subscriber, getattr(subscriber, "wants", None))
         self._subscribers.append(entry)
         return lambda: self._subscribers.remove(entry) if entry in self._subscribers else None
+
+    def subscribed(self, session_id: str, event_type: str) -> bool:
+        """True when a subscriber of every run takes events of ``event_type`` (a ``RunEvent.type``) of
+        ``session_id``'s turns: it has no ``wants`` method, or its ``wants`` does not decline them."""
+        for _, wants in self._subscribers:
+            if wants is None or wants(session_id, event_type):
+                return True
+        return False
 
     async def _publish(self, event: RunEvent) -> None:
         for subscriber, _ in list(self._subscribers):
@@ -315,7 +319,7 @@ class Runner:
     async def _play(self, turn: _Turn, user_message: str) -> AgentResponse:
         session = turn.session
         agent = session.active_agent
-        if getattr(agent, "_placeholder", False) or agent.name not in self._agents_registry:
+        if isinstance(agent, PlaceholderAgent) or agent.name not in self._agents_registry:
             logger.warning("Session %r names unknown agent %r; continuing with %r",
                            session.session_id, agent.name, self.starting_agent.name)
             session.active_agent = self.starting_agent
@@ -342,9 +346,11 @@ class Runner:
             await turn.append(Message(role=Role.MODEL, content=result.text, tool_calls=result.tool_calls))
             results = await self._run_tools(turn, agent, result.tool_calls)
             await turn.append(Message(role=Role.TOOL, tool_results=results))
-            if any(r.name == REQUEST_HUMAN and not r.is_error for r in results) and turn.human_requested is not None:
-                await turn.append(Message(role=Role.MODEL, content=self.human_request_reply))
-                return self._response(turn, self.human_request_reply)
+            reply = self.human_request_reply
+            if reply is not None and turn.human_requested is not None and any(
+                    r.name == REQUEST_HUMAN and not r.is_error for r in results):
+                await turn.append(Message(role=Role.MODEL, content=reply))
+                return self._response(turn, reply)
         text = f"Execution iteration limit reached by agent '{session.active_agent.name}'."
         await turn.append(Message(role=Role.MODEL, content=text))
         return self._response(turn, text)

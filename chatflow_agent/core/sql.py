@@ -560,43 +560,44 @@ class SQLLeasesAndClaims:
     """The lease, waiter and de-duplication methods of ``SessionBackend`` (``claim_message`` …
     ``purge_leases``, contracts there) over a :class:`SessionRules`, for a backend on a DB-API database.
 
-    A backend class derives from it and calls ``super().__init__(dialect, one, transaction)``:
-    ``one`` (:class:`Autocommit`) runs ``fn(cursor)`` on the calling thread's connection outside a
-    transaction, ``transaction`` (:class:`Transaction`) in one transaction. Both may be called from
-    any thread and propagate database errors. The backend's own commit releases a lease through
-    ``self._rules`` (the same rules). Turn reports are ignored here (no turn records): a backend that
-    keeps them overrides ``acquire_lease`` / ``release_lease`` and calls the rules in its transaction, or
-    passes the rules a ``LeaseRider`` that writes them in the lease statements themselves.
+    ``SQLLeasesAndClaims(dialect, one, transaction)``: ``one`` (:class:`Autocommit`) runs ``fn(cursor)``
+    on the calling thread's connection outside a transaction, ``transaction`` (:class:`Transaction`) in
+    one transaction. Both may be called from any thread and propagate database errors. A backend either
+    derives from it (calling ``super().__init__(dialect, one, transaction)``) or holds one and forwards
+    those methods to it. :attr:`rules` is the :class:`SessionRules` the methods run: the backend's own
+    commit releases a lease through it (``write_commit``), so one backend has one set of rules. Turn
+    reports are ignored here (no turn records): a backend that keeps them runs ``rules``' methods in its
+    own transaction, or passes them a ``LeaseRider`` that writes them in the lease statements themselves.
     """
 
     def __init__(self, dialect: Dialect, one: Autocommit, transaction: Transaction) -> None:
-        self._rules = SessionRules(dialect)
+        self.rules = SessionRules(dialect)
         self._statement = one
         self._in_transaction = transaction
 
     def claim_message(self, message_id: str, ttl_seconds: float) -> bool:
-        return self._statement(lambda c: self._rules.claim(c, message_id, ttl_seconds))
+        return self._statement(lambda c: self.rules.claim(c, message_id, ttl_seconds))
 
     def is_message_claimed(self, message_id: str, ttl_seconds: float) -> bool:
-        return self._statement(lambda c: self._rules.is_claimed(c, message_id, ttl_seconds))
+        return self._statement(lambda c: self.rules.is_claimed(c, message_id, ttl_seconds))
 
     def purge_claims(self, ttl_seconds: float) -> int:
-        return self._statement(lambda c: self._rules.purge_claims(c, ttl_seconds))
+        return self._statement(lambda c: self.rules.purge_claims(c, ttl_seconds))
 
     def acquire_lease(self, session_id: str, owner: str, ttl_seconds: float, queue: bool,
                       report: TurnReport | None = None) -> bool:
-        return self._statement(lambda c: self._rules.acquire_lease(c, self._in_transaction, session_id, owner,
+        return self._statement(lambda c: self.rules.acquire_lease(c, self._in_transaction, session_id, owner,
                                                                    ttl_seconds, queue))
 
     def leave_queue(self, session_id: str, owner: str) -> None:
-        self._statement(lambda c: self._rules.leave_queue(c, owner))
+        self._statement(lambda c: self.rules.leave_queue(c, owner))
 
     def renew_lease(self, session_id: str, owner: str, ttl_seconds: float) -> bool:
-        return self._statement(lambda c: self._rules.renew_lease(c, session_id, owner, ttl_seconds))
+        return self._statement(lambda c: self.rules.renew_lease(c, session_id, owner, ttl_seconds))
 
     def release_lease(self, session_id: str, owner: str, report: TurnReport | None = None) -> None:
-        self._statement(lambda c: self._rules.release_lease(c, session_id, owner))
+        self._statement(lambda c: self.rules.release_lease(c, session_id, owner))
 
     def purge_leases(self, before: float) -> int:
         # Through ``one``: where the backend runs its queries (off an event loop thread, for Django).
-        return self._statement(lambda _c: self._rules.purge_leases(self._in_transaction, before))
+        return self._statement(lambda _c: self.rules.purge_leases(self._in_transaction, before))

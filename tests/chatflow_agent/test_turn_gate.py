@@ -159,6 +159,19 @@ async def test_request_human_calls_the_hook_and_ends_the_turn_with_the_holding_r
     assert history[3].content == "Hold on, a colleague will answer."
 
 
+@pytest.mark.asyncio
+async def test_without_a_holding_reply_the_model_answers_after_request_human() -> None:
+    engine = ScriptedEngine(
+        EngineTurnResult(tool_calls=[ToolCall(id="c1", name=REQUEST_HUMAN, args={"reason": "billing dispute"})]),
+        EngineTurnResult(text="A colleague will look at your bill."),
+    )
+    runner = Runner(make_agent(engine, tools=[request_human_tool()]), on_human_request=lambda session, reason: None)
+    response = await runner.run_async("s1", "this bill is wrong")
+    assert (response.content, response.human_requested) == ("A colleague will look at your bill.", "billing dispute")
+    assert len(engine.calls) == 2
+    assert roles(runner.session_store, "s1") == ["user", "model", "tool", "model"]
+
+
 def test_request_human_tool_has_an_optional_reason_parameter() -> None:
     schema = request_human_tool().json_schema
     assert request_human_tool().name == REQUEST_HUMAN

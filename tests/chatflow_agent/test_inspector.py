@@ -1,4 +1,4 @@
-"""python -m chatflow_agent.inspect: sessions of a chatflow SQLite file and its malformed histories."""
+"""python -m chatflow_agent.inspector: sessions of a chatflow SQLite file and its malformed histories."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from chatflow_agent import Message, Role, SQLiteSessionStore, ToolCall, ToolResult
-from chatflow_agent.inspect import inspect_database, main
+from chatflow_agent.inspector import inspect_database, main
 from tests.processes import REPO
 
 FIXTURE = REPO / "tests" / "fixtures" / "chatflow_034.db"
@@ -148,11 +148,30 @@ def test_a_missing_or_unreadable_file_exits_2(tmp_path, capsys) -> None:
 
 @pytest.mark.slow
 def test_it_runs_as_a_module(fixture_db) -> None:
-    ok = subprocess.run([sys.executable, "-m", "chatflow_agent.inspect", str(fixture_db), "--json"],
+    ok = subprocess.run([sys.executable, "-m", "chatflow_agent.inspector", str(fixture_db), "--json"],
                         cwd=REPO, capture_output=True, text=True, timeout=60)
     assert ok.returncode == 0, ok.stderr
     assert len(json.loads(ok.stdout)["sessions"]) == 7
-    missing = subprocess.run([sys.executable, "-m", "chatflow_agent.inspect", str(fixture_db) + ".nope"],
+    missing = subprocess.run([sys.executable, "-m", "chatflow_agent.inspector", str(fixture_db) + ".nope"],
                              cwd=REPO, capture_output=True, text=True, timeout=60)
     assert missing.returncode == 2
     assert "no such file" in missing.stderr
+
+
+@pytest.mark.slow
+def test_the_old_module_name_still_runs_and_warns_that_it_moved(fixture_db) -> None:
+    old = subprocess.run([sys.executable, "-m", "chatflow_agent.inspect", str(fixture_db), "--json"],
+                         cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert old.returncode == 0, old.stderr
+    assert len(json.loads(old.stdout)["sessions"]) == 7
+    assert "DeprecationWarning" in old.stderr and "chatflow_agent.inspector" in old.stderr
+
+
+def test_names_read_through_the_old_module_warn_and_are_the_inspectors() -> None:
+    import chatflow_agent.inspect as old
+    from chatflow_agent import inspector
+
+    with pytest.warns(DeprecationWarning, match="chatflow_agent.inspector"):
+        assert old.inspect_database is inspector.inspect_database
+    with pytest.raises(AttributeError):
+        old.nothing_here  # noqa: B018
