@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from chatflow_agent.core._locks import BoundLock, SessionLocks
 from chatflow_agent.core._pruning import group_turns, prune_history
+from chatflow_agent.core.hooks import TurnHooks
 from chatflow_agent.core.reports import TurnReport
 from chatflow_agent.exceptions import SessionDeletedError
 from chatflow_agent.types import Message, Role
@@ -392,7 +393,7 @@ class BaseSessionStore(ABC):
     @asynccontextmanager
     async def turn(
         self, session_id: str, default_agent: Agent, metadata: dict[str, Any] | None = None, *, wait: bool = True,
-        report: TurnReport | None = None,
+        report: TurnReport | None = None, hooks: TurnHooks | None = None,
     ) -> AsyncIterator[SessionContext]:
         """Run a turn atomically: ``async with store.turn(id, agent) as session: ...``.
 
@@ -410,6 +411,10 @@ class BaseSessionStore(ABC):
         sets its lease owner, start and end times and final status (``completed``, ``failed`` or
         ``cancelled``); a persistent store hands it to its backend with the lease and commit writes
         (turn records). The in-memory store keeps no records.
+
+        ``hooks`` (a ``chatflow_agent.core.hooks.TurnHooks``): the turn's commit hooks, called inside its
+        commit (its transaction, on a persistent store) before its rows are written; one that raises
+        refuses the commit and the turn fails with that error, rolled back (see that module).
         """
         await self._locks.enter(session_id, wait)
         try:
@@ -420,6 +425,8 @@ class BaseSessionStore(ABC):
                 with session._atomic():
                     yield session
                     session._check()  # in memory there is nothing to write
+                    if hooks is not None:
+                        hooks.committing(session_id, dict(session.metadata), report)
                     if report is not None:
                         report.end("completed")
             except BaseException as err:
@@ -435,6 +442,7 @@ class BaseSessionStore(ABC):
     def sync_turn(
         self, session_id: str, default_agent: Agent, metadata: dict[str, Any] | None = None, *, wait: bool = True,
         report: TurnReport | None = None, queued: Callable[[], object] | None = None,
+        hooks: TurnHooks | None = None,
     ) -> Iterator[SessionContext]:
         """Blocking twin of :meth:`turn` for code without an event loop (e.g. Django views).
 
@@ -452,6 +460,8 @@ class BaseSessionStore(ABC):
                 with session._atomic():
                     yield session
                     session._check()
+                    if hooks is not None:
+                        hooks.committing(session_id, dict(session.metadata), report)
                     if report is not None:
                         report.end("completed")
             except BaseException as err:
