@@ -13,20 +13,25 @@ from chatflow_agent.core.engines.base import EngineTurnResult
 from chatflow_agent.core.engines.scripted import ScriptedEngine
 from chatflow_agent.core.gate import REQUEST_HUMAN, TurnDecision, request_human_tool
 from chatflow_agent.core.hooks import TurnCommit, TurnHooks
+from chatflow_agent.core.memory import PersistentSessionStore
 from chatflow_agent.exceptions import SessionBusyError
 from chatflow_agent.types import ToolCall
+from tests.chatflow_agent.test_backend_contract import DictBackend, DictDatabase
 
 
 def make_agent(engine: Any, **kwargs: Any) -> Agent:
     return Agent(name="Support", instructions="You are Support.", model="test-model", engine=engine, **kwargs)
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "dict-backend"])
 def store(request: Any, tmp_path: Path) -> Any:
     if request.param == "memory":
         yield SessionStore()
         return
-    store = SQLiteSessionStore(str(tmp_path / "hooks.db"))
+    if request.param == "dict-backend":  # the backend written from the public contract only
+        store = PersistentSessionStore(DictBackend(DictDatabase()))
+    else:
+        store = SQLiteSessionStore(str(tmp_path / "hooks.db"))
     yield store
     store.close()
 
