@@ -14,11 +14,13 @@ lease row is taken by one ``INSERT … ON CONFLICT … DO UPDATE … WHERE`` (th
 atomic) and every commit updates the session row first, locking it against concurrent commits and
 deletes until the transaction ends.
 
-A commit is one transaction (``transaction.atomic``) on one cursor: the ``session_committing``
-signal, then ``chatflow_agent.core.sql.write_commit``. Timestamps are UTC text on SQLite (the form
-0.3.4 writes) and ``timestamptz`` on PostgreSQL. A delete (``delete``, ``adelete``, ``clear``,
-``erase``) is ``sessions_app.holdings.erase``: in its transaction, everything the site's apps hold of
-the session goes with its rows, whoever calls it (the console, an import, a bot sharing the store).
+A commit is one transaction (``transaction.atomic``) on one cursor: the turn's commit hooks
+(``chatflow_agent.core.hooks``: the per-turn work the turn carries, e.g. a webhook delivery's settle, the
+takeover gate's decision), the ``session_committing`` signal, then ``chatflow_agent.core.sql.write_commit``.
+Timestamps are UTC text on SQLite (the form 0.3.4 writes) and ``timestamptz`` on PostgreSQL. A delete
+(``delete``, ``adelete``, ``clear``, ``erase``) is ``sessions_app.holdings.erase``: in its transaction,
+everything the site's apps hold of the session goes with its rows, whoever calls it (the console, an
+import, a bot sharing the store).
 
 Threads: the awaitable methods run queries on the store's pool threads; a sync method called on
 a thread that runs an event loop (0.3.4-style code in an async view) runs its queries on a helper
@@ -178,13 +180,14 @@ def driver_cursor(using: str = "default") -> Iterator[tuple[Cursor, Dialect]]:
             cursor.close()
 
 
-#: Sent at the start of every commit's transaction, before any row is written, as
+#: Sent in every commit's transaction, after the turn's commit hooks and before any row is written, as
 #: ``session_committing.send(sender=DjangoSessionStore, session_id=str, metadata=dict, using=str, turn=bool,
 #: report=TurnReport | None)`` (``metadata``: what the commit writes; ``turn``: the commit ends a turn a Runner
 #: played, not an operator's or a script's ``turn``/``sync_turn`` without a turn report; ``report``: that
 #: turn's report, its ``response`` what the turn answers). A receiver that raises
 #: ``SessionDeletedError`` refuses the commit: nothing is written and the turn fails with that error.
-#: Receivers run on the store's threads.
+#: Receivers run on the store's threads. It is for observers of every commit (timings, tests); work that
+#: belongs to one turn travels with that turn as its commit hooks (``chatflow_agent.core.hooks``).
 session_committing = Signal(use_caching=True)
 
 
@@ -440,9 +443,12 @@ class DjangoBackend:
         return self._call(self._commit, changes)
 
     def _commit(self, changes: Changes) -> CommitResult:
-        """One transaction on one cursor: the ``session_committing`` signal, then ``write_commit``."""
+        """One transaction on one cursor: the turn's commit hooks, the ``session_committing`` signal, then
+        ``write_commit``. A hook or receiver that raises refuses the commit (the transaction rolls back)."""
         with transaction.atomic(using=self.using):
             metadata = json_object(changes.metadata_json)
+            if changes.hooks is not None:
+                changes.hooks.committing(changes.session_id, metadata, changes.report)
             session_committing.send(sender=DjangoSessionStore, session_id=changes.session_id, metadata=metadata,
                                     using=self.using, turn=changes.report is not None, report=changes.report)
             conn = connections[self.using]

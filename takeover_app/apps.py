@@ -12,13 +12,11 @@ class TakeoverAppConfig(AppConfig):
     def ready(self) -> None:
         from agents_app import runtime
         from sessions_app import holdings
-        from sessions_app.store import session_committing
         from takeover_app import gate
         from takeover_app.groups import grant_takeover_permissions
         from takeover_app.models import OperatorReply, SessionMode
 
         post_migrate.connect(grant_takeover_permissions, sender=self, dispatch_uid="takeover_app.groups")
-        session_committing.connect(gate.on_commit, dispatch_uid="takeover_app.gate")
         runtime.add_runner_hook(gate.install)
         # A turn's commit writes the mode row before the session row: so does the delete. A deleted session's
         # mode (its owner, its notes) and its operators' replies go with it.

@@ -14,9 +14,11 @@ A message with a fixed answer and no model call (one the bot cannot read: an ima
 played with :func:`answered_gate` as its turn's gate: held by the same rule while an operator has the
 session, otherwise answered with its fixed text (no phrase, note or failure count applies: no model sees it).
 
-What a turn changes in the mode row is written by :func:`on_commit` inside the turn's own commit
-transaction (``sessions_app.store.session_committing``), so it is stored if and only if the turn is:
-a held message is counted unread exactly once, a note is used up only by a turn that committed.
+What a turn changes in the mode row travels with the turn: the gate's decision carries it as its commit
+hook (``TurnDecision.on_commit``), and so does what ``on_human_request`` returns (``chatflow_agent.core.hooks``),
+and the store runs it inside the turn's own commit transaction, so it is stored if and only if the turn is:
+a held message is counted unread exactly once, a note is used up only by a turn that committed. A turn
+whose session has no mode row, no hand-back note, no failures to forget and no request carries no hook.
 The gate reads the mode row on the store's thread for the session (one statement per turn, on the
 driver's cursor: a turn pays for the query, not for building it), under the session's turn lock.
 """
@@ -34,11 +36,13 @@ from django.db.models import F
 from django.utils import timezone
 
 from chatflow_agent.core.gate import TurnDecision, TurnGate
+from chatflow_agent.core.hooks import CommitHook, TurnCommit
 from sessions_app.models import ChatSession
 from sessions_app.store import driver_cursor
 from takeover_app.models import OperatorReply, SessionMode
 
-__all__ = ["HELD_SESSION_SQL", "answered_gate", "asks_for_human", "install", "on_commit", "turn_gate"]
+__all__ = ["HELD_SESSION_SQL", "ModeChange", "answered_gate", "asks_for_human", "install", "on_human_request",
+           "turn_gate"]
 
 Mode, Trigger = SessionMode.Mode, SessionMode.Trigger
 
@@ -52,19 +56,35 @@ HELD_SESSION_SQL = (f"EXISTS (SELECT 1 FROM {SessionMode._meta.db_table} m WHERE
 
 
 @dataclass
-class _Pending:
-    """What the running turn of a session will write into its mode row when it commits."""
+class ModeChange:
+    """What one turn writes into its session's mode row when it commits; :meth:`apply` is the turn's commit hook.
 
-    held: bool = False
+    ``using``: the database alias of the store that commits the turn."""
+
+    using: str = "default"
+    held: bool = False  # the message was held: counted unread
     note: str = ""  # the hand-back note this turn was given (cleared if still the pending one)
     request: tuple[str, str] | None = None  # (trigger, reason): start waiting
     reset_failures: bool = False
 
+    def apply(self, commit: TurnCommit) -> None:
+        """Commit hook (inside the turn's commit transaction, before its rows): write the change into
+        ``commit.session_id``'s mode row; starting to wait is ``takeover_app.service.start_waiting``. What
+        those writes raise refuses the commit."""
+        session_id, using = commit.session_id, self.using
+        now = timezone.now()
+        modes = SessionMode.objects.using(using).filter(pk=session_id)
+        if self.held:
+            modes.update(unread=F("unread") + 1, customer_last_at=now, updated_at=now)
+            return
+        if self.note:
+            modes.filter(pending_note=self.note).update(pending_note="", updated_at=now)
+        if self.reset_failures:
+            modes.filter(mode=Mode.BOT).update(failed_turns=0)
+        if self.request is not None:
+            from takeover_app import service
 
-# Session id → what its running turn (in this process) will write with its commit. One turn per session
-# runs at a time (the turn lock), so an entry belongs to that turn; a turn that fails leaves its entry,
-# which the session's next gate call replaces.
-_pending: dict[str, _Pending] = {}
+            service.start_waiting(session_id, trigger=self.request[0], reason=self.request[1], using=using)
 
 
 @lru_cache(maxsize=8)
@@ -110,29 +130,26 @@ def _mode_row(session_id: str) -> _ModeRow | None:
     return _ModeRow(*row[:3])
 
 
-def _held(session_id: str, row: _ModeRow | None) -> bool:
+def _held(row: _ModeRow | None) -> bool:
     """True when the session waits for or is owned by an operator: its customer's message is held (stored, no
-    model call, no answer) and counted unread when the turn commits (:func:`on_commit`)."""
-    if row is None or row.mode not in (Mode.WAITING, Mode.HUMAN):
-        return False
-    _pending[session_id] = _Pending(held=True)
-    return True
+    model call, no answer) and counted unread when the turn commits (``ModeChange(held=True)``)."""
+    return row is not None and row.mode in (Mode.WAITING, Mode.HUMAN)
 
 
-def _decide(session_id: str, text: str) -> TurnDecision | None:
+def _decide(session_id: str, text: str, using: str) -> TurnDecision | None:
     row = _mode_row(session_id)
-    if _held(session_id, row):
-        return TurnDecision(hold=True)
-    pending = _Pending(reset_failures=row is not None and row.failed_turns > 0)
+    if _held(row):
+        return TurnDecision(hold=True, on_commit=ModeChange(using, held=True).apply)
+    change = ModeChange(using, reset_failures=row is not None and row.failed_turns > 0)
     phrase = asks_for_human(text)
     if phrase:
-        pending.request = (Trigger.PHRASE, f"The customer wrote {phrase!r}.")
-        _pending[session_id] = pending
-        return TurnDecision(hold=True, reply=settings.CHATFLOW_HOLDING_MESSAGE, human_requested=pending.request[1])
-    note = row.pending_note if row is not None else ""
-    pending.note = note
-    _pending[session_id] = pending
-    return TurnDecision(instructions=_instructions(note)) if note else None
+        change.request = (Trigger.PHRASE, f"The customer wrote {phrase!r}.")
+        return TurnDecision(hold=True, reply=settings.CHATFLOW_HOLDING_MESSAGE, human_requested=change.request[1],
+                            on_commit=change.apply)
+    change.note = row.pending_note if row is not None else ""
+    if change.note:
+        return TurnDecision(instructions=_instructions(change.note), on_commit=change.apply)
+    return TurnDecision(on_commit=change.apply) if change.reset_failures else None
 
 
 def _instructions(note: str) -> str:
@@ -144,14 +161,14 @@ async def turn_gate(session: Any, text: str) -> TurnDecision | None:
     """The site Runner's ``turn_gate`` (see the module docstring)."""
     from agents_app import runtime
 
-    return await runtime.site_store().run_blocking(session.session_id, _decide, session.session_id, text)
+    store = runtime.site_store()
+    return await store.run_blocking(session.session_id, _decide, session.session_id, text, store.using)
 
 
-def _decide_answered(session_id: str, answer: str) -> TurnDecision:
-    if _held(session_id, _mode_row(session_id)):
-        return TurnDecision(hold=True)
-    _pending.pop(session_id, None)  # a failed turn's entry: this commit applies nothing
-    return TurnDecision(hold=True, reply=answer)
+def _decide_answered(session_id: str, answer: str, using: str) -> TurnDecision:
+    if _held(_mode_row(session_id)):
+        return TurnDecision(hold=True, on_commit=ModeChange(using, held=True).apply)
+    return TurnDecision(hold=True, reply=answer)  # no model saw it: nothing to write with the turn
 
 
 def answered_gate(answer: str) -> TurnGate:
@@ -161,42 +178,18 @@ def answered_gate(answer: str) -> TurnGate:
     async def gate(session: Any, text: str) -> TurnDecision:
         from agents_app import runtime
 
-        sid = session.session_id
-        return await runtime.site_store().run_blocking(sid, _decide_answered, sid, answer)
+        sid, store = session.session_id, runtime.site_store()
+        return await store.run_blocking(sid, _decide_answered, sid, answer, store.using)
 
     return gate
 
 
-def on_human_request(session: Any, reason: str) -> None:
-    """The site Runner's ``on_human_request``: the session starts waiting when the turn commits."""
-    _pending.setdefault(session.session_id, _Pending()).request = (Trigger.TOOL, reason)
+def on_human_request(session: Any, reason: str) -> CommitHook:
+    """The site Runner's ``on_human_request``: the session starts waiting when the turn commits (the returned
+    commit hook, which the turn carries)."""
+    from agents_app import runtime
 
-
-def on_commit(sender: Any = None, session_id: str = "", metadata: Any = None, using: str = "default",
-              turn: bool = False, **kwargs: Any) -> None:
-    """``session_committing`` receiver (inside the commit's transaction): apply what the turn decided.
-
-    Only a Runner turn's commit (``turn``) applies it: an operator action's commit on the session never
-    applies what a turn that failed had decided (its entry waits for the session's next turn, whose gate
-    call replaces it)."""
-    if not turn:
-        return
-    pending = _pending.pop(session_id, None)
-    if pending is None:
-        return
-    now = timezone.now()
-    modes = SessionMode.objects.using(using).filter(pk=session_id)
-    if pending.held:
-        modes.update(unread=F("unread") + 1, customer_last_at=now, updated_at=now)
-        return
-    if pending.note:
-        modes.filter(pending_note=pending.note).update(pending_note="", updated_at=now)
-    if pending.reset_failures:
-        modes.filter(mode=Mode.BOT).update(failed_turns=0)
-    if pending.request is not None:
-        from takeover_app import service
-
-        service.start_waiting(session_id, trigger=pending.request[0], reason=pending.request[1], using=using)
+    return ModeChange(runtime.site_store().using, request=(Trigger.TOOL, reason)).apply
 
 
 def install(runner: Any) -> None:

@@ -6,7 +6,8 @@ A :class:`Costs` collects, for one process:
   ``finish`` (the writes after the turn: ``finish``/``fail`` and ``complete``), timed by the worker;
   inside the turn, ``lease`` and ``load`` (statements outside a transaction on the lease and waiter
   tables, and on the session tables) and ``commit`` (from the store's
-  ``session_committing`` signal to the end of the commit's transaction, the durable commit included);
+  ``session_committing`` signal, sent after the turn's commit hooks, to the end of the commit's transaction,
+  the durable commit included);
 - database round trips and write transactions, by table group (``queue``: the deliveries, ``lease``,
   ``session``, ``other``), counted on the driver's connection under every Django connection of the
   process (``sessions_app.roundtrips``: the store's statements run on the driver's cursor, which

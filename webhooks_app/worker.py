@@ -395,10 +395,11 @@ class Worker:
             held = await db(takeover.ends_with_customer, delivery.session_id)
             return (None if held else await db(taskqueue.last_answer, delivery.session_id)), False
         # Its commit records the answer on the delivery, or is refused (the session deleted, the delivery lost).
-        with settle.playing(delivery, self.owner, replies_out, fixed) as play, self._stage("turn"):
+        play = settle.Playing(delivery, self.owner, replies_out, fixed, using=runtime.site_store().using)
+        with self._stage("turn"):
             report = self._report(delivery)
             try:
-                return await self._play_watched(delivery, report, db), play.settled
+                return await self._play_watched(delivery, report, db, play), play.settled
             except settle.DeliveryLost:
                 raise
             except SessionBusyError:
@@ -408,7 +409,7 @@ class Worker:
                 logger.info("Delivery %s: its turn was stopped; playing it again", delivery.pk)
             report = self._report(delivery)
             try:
-                return await self._play_watched(delivery, report, db), play.settled
+                return await self._play_watched(delivery, report, db, play), play.settled
             except settle.DeliveryLost:
                 raise
             except SessionBusyError:
@@ -427,7 +428,8 @@ class Worker:
         queued_ms = max(0.0, (time.time() - delivery.first_seen.timestamp()) * 1000)  # first seen → claimed
         return TurnReport(source="webhook", queue_wait_ms=queued_ms, trace_id=tracing.current_trace_id())
 
-    async def _play_watched(self, delivery: InboundDelivery, report: TurnReport, db: Any) -> str | None:
+    async def _play_watched(self, delivery: InboundDelivery, report: TurnReport, db: Any,
+                            play: settle.Playing) -> str | None:
         """:meth:`_play_turn`, stopped (``SessionBusyError``, rolled back) within about ``STOP_CHECK_SECONDS``
         once its session's lease is taken away from another process (an operator's takeover "now" or Cancel
         turn, which cannot reach this process): the store's own renewal finds out only a third of the lease
@@ -437,7 +439,7 @@ class Worker:
         timer = asyncio.get_running_loop().call_later(
             STOP_CHECK_SECONDS, lambda: watching.append(asyncio.ensure_future(self._watch_lease(delivery, report, db))))
         try:
-            return await self._play_turn(delivery, report)
+            return await self._play_turn(delivery, report, play)
         finally:
             timer.cancel()
             for task in watching:
@@ -457,10 +459,13 @@ class Worker:
                 return
             await asyncio.sleep(STOP_CHECK_SECONDS)
 
-    async def _play_turn(self, delivery: InboundDelivery, report: TurnReport) -> str | None:
+    async def _play_turn(self, delivery: InboundDelivery, report: TurnReport, play: settle.Playing) -> str | None:
+        """One try of the delivery's turn, carrying ``play``'s settle as its commit hook (a new ``TurnHooks``
+        each try: what the gate adds belongs to that try)."""
         runner = runtime.site_runner()
         if delivery.kind == Kind.RESET:
-            async with runner.session_store.turn(delivery.session_id, runner.starting_agent, delivery.metadata) as s:
+            async with runner.session_store.turn(delivery.session_id, runner.starting_agent, delivery.metadata,
+                                                 hooks=play.hooks()) as s:
                 s.clear_history()  # inside the turn: committed with the marker, under the session lock
                 s.metadata.update(_turn_metadata(delivery))
             return RESET_REPLY
@@ -470,7 +475,8 @@ class Worker:
             # operator who has the session (the gate's rule for any message).
             text, gate = delivery.text or placeholder(""), answered_gate(UNSUPPORTED_REPLY)
         response = await runner.run_async(delivery.session_id, text, delivery.metadata,
-                                          turn_metadata=_turn_metadata(delivery), report=report, turn_gate=gate)
+                                          turn_metadata=_turn_metadata(delivery), report=report, turn_gate=gate,
+                                          hooks=play.hooks())
         return taskqueue.answer_of(response)
 
     async def _heartbeat(self, delivery: InboundDelivery, db: Any, playing: asyncio.Future[Any]) -> None:

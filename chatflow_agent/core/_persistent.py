@@ -44,6 +44,7 @@ from chatflow_agent.core._session import (
 )
 from chatflow_agent.core._turns import LeaseCore, new_lease_owner
 from chatflow_agent.core.backend import SessionBackend, StoredSession, TurnReport
+from chatflow_agent.core.hooks import TurnHooks
 from chatflow_agent.exceptions import SessionBusyError, SessionDeletedError
 from chatflow_agent.types import Message
 
@@ -304,7 +305,7 @@ class PersistentSessionStore(BaseSessionStore):
 
     # ---- commits --------------------------------------------------------------------------
     def _commit_blocking(self, session: SessionContext, release_owner: str | None = None,
-                         report: TurnReport | None = None) -> None:
+                         report: TurnReport | None = None, hooks: TurnHooks | None = None) -> None:
         # Under the session's lock: nothing reloads the session between the diff, the write and the
         # state after it (a mutation outside a turn holds it already, from its change on).
         with self._sessions.lock(session.session_id):
@@ -316,6 +317,7 @@ class PersistentSessionStore(BaseSessionStore):
             if report is not None:
                 report.end("completed")
                 changes.report = report
+            changes.hooks = hooks
             try:
                 result = self.backend.commit(changes)
             except SessionDeletedError:
@@ -367,7 +369,7 @@ class PersistentSessionStore(BaseSessionStore):
     @asynccontextmanager
     async def turn(
         self, session_id: str, default_agent: Agent, metadata: dict[str, Any] | None = None, *, wait: bool = True,
-        report: TurnReport | None = None,
+        report: TurnReport | None = None, hooks: TurnHooks | None = None,
     ) -> AsyncIterator[SessionContext]:
         await self._locks.enter(session_id, wait)
         try:
@@ -389,7 +391,7 @@ class PersistentSessionStore(BaseSessionStore):
                     try:
                         yield session
                         _, cancelled = await self._bridge.finish(session_id, self._commit_blocking, session, owner,
-                                                                 report)
+                                                                 report, hooks)
                     except asyncio.CancelledError:
                         if not beat.lost:
                             raise
@@ -442,6 +444,7 @@ class PersistentSessionStore(BaseSessionStore):
     def sync_turn(
         self, session_id: str, default_agent: Agent, metadata: dict[str, Any] | None = None, *, wait: bool = True,
         report: TurnReport | None = None, queued: Callable[[], object] | None = None,
+        hooks: TurnHooks | None = None,
     ) -> Iterator[SessionContext]:
         self._locks.enter_sync(session_id, wait, queued)
         try:
@@ -454,7 +457,7 @@ class PersistentSessionStore(BaseSessionStore):
             try:
                 with self._committing(session, report, outcome):
                     yield session
-                    self._commit_blocking(session, owner, report)
+                    self._commit_blocking(session, owner, report, hooks)
                     outcome.committed = True
             finally:
                 self._leases.unkeep(session_id, owner)

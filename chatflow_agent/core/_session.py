@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from chatflow_agent.core._locks import BoundLock, SessionLocks
 from chatflow_agent.core._pruning import group_turns, prune_history
+from chatflow_agent.core.hooks import TurnHooks
 from chatflow_agent.core.reports import TurnReport
 from chatflow_agent.exceptions import SessionDeletedError
 from chatflow_agent.types import Message, Role
@@ -444,7 +445,7 @@ class BaseSessionStore(ABC):
     @asynccontextmanager
     async def turn(
         self, session_id: str, default_agent: Agent, metadata: dict[str, Any] | None = None, *, wait: bool = True,
-        report: TurnReport | None = None,
+        report: TurnReport | None = None, hooks: TurnHooks | None = None,
     ) -> AsyncIterator[SessionContext]:
         """Run a turn atomically: ``async with store.turn(id, agent) as session: ...``.
 
@@ -462,13 +463,17 @@ class BaseSessionStore(ABC):
         sets its lease owner, start and end times and final status (``completed``, ``failed`` or
         ``cancelled``); a persistent store hands it to its backend with the lease and commit writes
         (turn records). The in-memory store keeps no records.
+
+        ``hooks`` (a ``chatflow_agent.core.hooks.TurnHooks``): the turn's commit hooks, called inside its
+        commit (its transaction, on a persistent store) before its rows are written; one that raises
+        refuses the commit and the turn fails with that error, rolled back (see that module).
         """
         await self._locks.enter(session_id, wait)
         try:
             if report is not None:
                 report.begin("")
             session, created = await self._aget_or_create_for_turn(session_id, default_agent, metadata)
-            with self._playing(session, created, report):
+            with self._playing(session, created, report, hooks):
                 yield session
         finally:
             self._locks.release(session_id)
@@ -477,6 +482,7 @@ class BaseSessionStore(ABC):
     def sync_turn(
         self, session_id: str, default_agent: Agent, metadata: dict[str, Any] | None = None, *, wait: bool = True,
         report: TurnReport | None = None, queued: Callable[[], object] | None = None,
+        hooks: TurnHooks | None = None,
     ) -> Iterator[SessionContext]:
         """Blocking twin of :meth:`turn` for code without an event loop (e.g. Django views).
 
@@ -490,21 +496,25 @@ class BaseSessionStore(ABC):
             if report is not None:
                 report.begin("")
             session, created = self._get_or_create_for_turn(session_id, default_agent, metadata)
-            with self._playing(session, created, report):
+            with self._playing(session, created, report, hooks):
                 yield session
         finally:
             self._locks.release(session_id)
 
     @contextmanager
-    def _playing(self, session: SessionContext, created: bool, report: TurnReport | None) -> Iterator[SessionContext]:
+    def _playing(self, session: SessionContext, created: bool, report: TurnReport | None,
+                 hooks: TurnHooks | None = None) -> Iterator[SessionContext]:
         """The body of a turn, :meth:`turn`'s and :meth:`sync_turn`'s alike, once the session's lock is held:
-        ``session``'s changes kept (in memory there is nothing to write) and undone on any exception,
-        ``report`` ended, and a session the turn ``created`` discarded again when it fails."""
+        ``session``'s changes kept (in memory there is nothing to write; ``hooks`` run where a commit would
+        be, and refuse it by raising) and undone on any exception, ``report`` ended, and a session the turn
+        ``created`` discarded again when it fails."""
         side = session.store_side
         try:
             with side.atomic():
                 yield session
                 side.check()
+                if hooks is not None:
+                    hooks.committing(session.session_id, dict(session.metadata), report)
                 if report is not None:
                     report.end("completed")
         except BaseException as err:

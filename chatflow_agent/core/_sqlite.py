@@ -39,6 +39,7 @@ from chatflow_agent.core.sql import (
     write_commit,
 )
 from chatflow_agent.exceptions import StoreSchemaError
+from chatflow_agent.jsonsafe import json_object
 
 __all__ = ["SQLiteBackend", "SQLiteSessionStore", "SQLiteSessionContext", "SCHEMA_VERSION", "is_memory_database",
            "utc_stamp"]
@@ -218,7 +219,12 @@ class SQLiteBackend(SQLLeasesAndClaims):
         self._write(lambda c: create_session(c, SQLITE, session_id, agent_name, metadata_json))
 
     def commit(self, changes: Changes) -> CommitResult:
-        return self._write(lambda cur: write_commit(cur, self.rules, changes))
+        def write(cur: sqlite3.Cursor) -> CommitResult:
+            if changes.hooks is not None:  # the turn's commit hooks, in this transaction
+                changes.hooks.committing(changes.session_id, json_object(changes.metadata_json), changes.report)
+            return write_commit(cur, self.rules, changes)
+
+        return self._write(write)
 
     def delete(self, session_id: str) -> bool:
         return self._write(lambda c: delete_session(c, SQLITE, session_id))

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
+from chatflow_agent.core.hooks import TurnHooks
 from chatflow_agent.core.reports import TurnReport
 from chatflow_agent.jsonsafe import json_safe
 from chatflow_agent.types import Message, Role
@@ -69,6 +70,7 @@ class Changes:
     release_owner: str | None = None  # release this lease in the same transaction
     version: Any = None  # the session's version when it was loaded (what the store last saw)
     report: TurnReport | None = None  # the turn this commit ends (status "completed"), if a Runner played it
+    hooks: TurnHooks | None = None  # the turn's commit hooks: run first, inside the commit's transaction
 
 
 @dataclass
@@ -164,7 +166,10 @@ class SessionBackend(Protocol):
     def commit(self, changes: Changes) -> CommitResult:
         """Write ``changes`` in one transaction: all of it or nothing.
 
-        In order: when ``changes.token`` is None, insert the session row or, if one exists, update
+        In order: first, inside the transaction and before any row is written, the turn's commit hooks
+        (``changes.hooks.committing(session_id, metadata, report)``, metadata parsed from
+        ``changes.metadata_json``; see ``chatflow_agent.core.hooks``): what one raises propagates and
+        nothing is written. Then, when ``changes.token`` is None, insert the session row or, if one exists, update
         its agent name and metadata; otherwise update them only on the row whose token equals
         ``changes.token`` and raise ``chatflow_agent.exceptions.SessionDeletedError`` (writing
         nothing) when there is none (deleted, or deleted and created again). Then delete the message

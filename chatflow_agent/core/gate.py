@@ -11,6 +11,9 @@ own (``Runner.run_async(..., turn_gate=...)``) calls that one instead. The gate 
 - ``instructions``: extra system instructions for this turn's model calls only. They reach the engine
   as a SYSTEM message after the session's own, and are never stored in the session.
 - ``human_requested``: a reason; the response carries it (``AgentResponse.human_requested``).
+- ``on_commit``: a commit hook (``chatflow_agent.core.hooks``) the Runner adds to the turn's hooks: what
+  the decision writes is written inside the turn's commit transaction, so it is stored if and only if
+  the turn is; a decision with nothing to store leaves it None and the turn carries no hook for it.
 
 A gate may be a plain function or a coroutine function; it must not block the event loop (a gate
 that reads a database runs the read on a thread). An exception from the gate fails the turn, which
@@ -20,7 +23,8 @@ is then rolled back like any failed turn.
 Runner calls its ``on_human_request`` hook (inside the turn lock), sets ``AgentResponse.human_requested``
 to the reason and ends the turn with its ``human_request_reply`` as the answer: the host application's
 words (a holding message), which the runtime does not write. Without one the model answers after the
-tool's result.
+tool's result. The hook may return a commit hook, which the Runner adds to the turn's hooks (the request
+is then stored with the turn, inside its commit transaction).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from chatflow_agent.core.hooks import CommitHook
 from chatflow_agent.core.tools import Tool
 
 if TYPE_CHECKING:
@@ -49,6 +54,7 @@ class TurnDecision:
     reply: str | None = None
     instructions: str | None = None
     human_requested: str | None = None
+    on_commit: CommitHook | None = None
 
 
 @dataclass(frozen=True)
@@ -60,8 +66,9 @@ class HumanRequest:
 
 #: ``gate(session, user_message)`` → a decision, or None to play the turn as usual.
 TurnGate = Callable[["SessionContext", str], "TurnDecision | None | Awaitable[TurnDecision | None]"]
-#: ``hook(session, reason)``, called inside the turn lock when an agent called ``request_human``.
-HumanRequestHook = Callable[["SessionContext", str], "Awaitable[None] | None"]
+#: ``hook(session, reason)``, called inside the turn lock when an agent called ``request_human``; it may return
+#: a commit hook for the turn to carry (see the module docstring).
+HumanRequestHook = Callable[["SessionContext", str], "CommitHook | Awaitable[CommitHook | None] | None"]
 
 
 def request_human(reason: str = "The customer asked for a person.") -> HumanRequest:

@@ -42,6 +42,7 @@ from chatflow_agent.core.gate import (
     TurnDecision,
     TurnGate,
 )
+from chatflow_agent.core.hooks import TurnHooks
 from chatflow_agent.core.reports import ToolCallReport, TurnReport
 from chatflow_agent.exceptions import AgentHandoffError
 from chatflow_agent.pricing import PriceBook
@@ -68,11 +69,13 @@ class _Turn:
     session: SessionContext  # set once the store has handed the session out
 
     def __init__(self, runner: Runner, session_id: str, emit: _Emit, streamed: bool,
-                 report: TurnReport | None = None, gate: TurnGate | None = None) -> None:
+                 report: TurnReport | None = None, gate: TurnGate | None = None,
+                 hooks: TurnHooks | None = None) -> None:
         self.runner = runner
         self.gate = gate if gate is not None else runner.turn_gate  # this turn's, else the Runner's
         self.session_id = session_id
         self.report = report if report is not None else TurnReport()
+        self.hooks = hooks if hooks is not None else TurnHooks()  # what runs inside this turn's commit
         self.emit = emit
         self.streamed = streamed
         self._turn_id: str | None = None
@@ -219,19 +222,20 @@ class Runner:
                         *, starting_agent: Agent | None = None,
                         turn_metadata: dict[str, Any] | None = None,
                         report: TurnReport | None = None,
-                        turn_gate: TurnGate | None = None) -> AgentResponse:
+                        turn_gate: TurnGate | None = None,
+                        hooks: TurnHooks | None = None) -> AgentResponse:
         """Play one turn and return the answer. Raises what the engine or store raised (the turn
         is then rolled back), ``SessionDeletedError`` if the session is deleted meanwhile.
-        ``starting_agent``, ``metadata``, ``turn_metadata``, ``report`` and ``turn_gate``: as for
+        ``starting_agent``, ``metadata``, ``turn_metadata``, ``report``, ``turn_gate`` and ``hooks``: as for
         :meth:`run_streamed`."""
         return await self._execute(session_id, user_message, metadata, self._publish, streamed=False,
                                    starting_agent=starting_agent, turn_metadata=turn_metadata, report=report,
-                                   turn_gate=turn_gate)
+                                   turn_gate=turn_gate, hooks=hooks)
 
     async def run_streamed(
         self, session_id: str, user_message: str, metadata: dict[str, Any] | None = None,
         *, starting_agent: Agent | None = None, turn_metadata: dict[str, Any] | None = None,
-        report: TurnReport | None = None, turn_gate: TurnGate | None = None,
+        report: TurnReport | None = None, turn_gate: TurnGate | None = None, hooks: TurnHooks | None = None,
     ) -> AsyncIterator[RunEvent]:
         """Play one turn, yielding its run events as they happen (ending with ``TurnCompleted``
         or ``TurnFailed``; the error is then re-raised). Subscribers get the events too. If the
@@ -252,7 +256,12 @@ class Runner:
 
         ``turn_gate`` (see ``chatflow_agent.core.gate``): this turn's gate, consulted instead of the
         Runner's own ``turn_gate`` (for a turn its caller decides differently, say a message with a fixed
-        answer that must reach no model)."""
+        answer that must reach no model).
+
+        ``hooks`` (a ``chatflow_agent.core.hooks.TurnHooks``; default: a new, empty one): this turn's commit
+        hooks, handed to the store's ``turn`` and called inside its commit's transaction (one that raises
+        refuses the commit: the turn fails, rolled back). The gate's decision (``TurnDecision.on_commit``)
+        and ``on_human_request`` add theirs to it; a caller may read it afterwards."""
         queue: asyncio.Queue[RunEvent | None] = asyncio.Queue()
 
         async def emit(event: RunEvent) -> None:
@@ -261,7 +270,7 @@ class Runner:
 
         task = asyncio.ensure_future(self._execute(session_id, user_message, metadata, emit, streamed=True,
                                                    starting_agent=starting_agent, turn_metadata=turn_metadata,
-                                                   report=report, turn_gate=turn_gate))
+                                                   report=report, turn_gate=turn_gate, hooks=hooks))
         self._background.add(task)
         task.add_done_callback(self._background.discard)
         task.add_done_callback(lambda _t: queue.put_nowait(None))
@@ -282,13 +291,14 @@ class Runner:
     async def _execute(self, session_id: str, user_message: str, metadata: dict[str, Any] | None, emit: _Emit,
                        *, streamed: bool, starting_agent: Agent | None = None,
                        turn_metadata: dict[str, Any] | None = None,
-                       report: TurnReport | None = None, turn_gate: TurnGate | None = None) -> AgentResponse:
-        turn = _Turn(self, session_id, emit, streamed, report, turn_gate)
+                       report: TurnReport | None = None, turn_gate: TurnGate | None = None,
+                       hooks: TurnHooks | None = None) -> AgentResponse:
+        turn = _Turn(self, session_id, emit, streamed, report, turn_gate, hooks)
         turn.report.user_text = user_message
         started = time.perf_counter()
         try:
             async with self.session_store.turn(session_id, starting_agent or self.starting_agent, metadata,
-                                               report=turn.report) as session:
+                                               report=turn.report, hooks=turn.hooks) as session:
                 turn.session = session
                 if turn_metadata:
                     session.metadata.update(turn_metadata)
@@ -330,6 +340,8 @@ class Runner:
         decision = await self._consult_gate(turn.gate, session, user_message)
         await turn.append(Message(role=Role.USER, content=user_message))
         if decision is not None:
+            if decision.on_commit is not None:
+                turn.hooks.add(decision.on_commit)
             turn.instructions = decision.instructions or None
             turn.human_requested = decision.human_requested
             if decision.hold:
@@ -471,7 +483,9 @@ class Runner:
         if hook is not None:
             result = hook(turn.session, turn.human_requested)
             if inspect.isawaitable(result):
-                await result
+                result = await result
+            if result is not None:  # what the request writes when the turn commits
+                turn.hooks.add(result)
         return ToolResult(tool_call_id=call.id, name=call.name,
                           content={"status": "HUMAN_REQUESTED", "reason": turn.human_requested})
 

@@ -80,6 +80,10 @@ class DictBackend:
     def commit(self, changes: Changes) -> CommitResult:
         db = self.db
         with db.lock:
+            if changes.hooks is not None:
+                import json
+
+                changes.hooks.committing(changes.session_id, json.loads(changes.metadata_json), changes.report)
             s = db.sessions.get(changes.session_id)
             if changes.token is not None and (s is None or s.token != changes.token):
                 raise SessionDeletedError(changes.session_id)

@@ -155,9 +155,10 @@ def test_a_retry_needs_csrf(client, apis, tmp_path):
 def _play_turn(delivery: InboundDelivery, owner: str) -> None:
     """Play ``delivery``'s turn as a worker does, up to its commit (then nothing: a crash, or the caller's test)."""
     async def play() -> None:
-        with settle.playing(delivery, owner, replies_out=True):
-            await runtime.site_runner().run_async(delivery.session_id, delivery.text, delivery.metadata,
-                                                  turn_metadata={taskqueue.MARKER_KEY: delivery.marker})
+        play = settle.Playing(delivery, owner, replies_out=True)
+        await runtime.site_runner().run_async(delivery.session_id, delivery.text, delivery.metadata,
+                                              turn_metadata={taskqueue.MARKER_KEY: delivery.marker},
+                                              hooks=play.hooks())
 
     asyncio.run(play())
 
@@ -396,7 +397,7 @@ def test_a_turn_whose_commit_is_refused_after_the_answer_was_recorded_records_it
     refused: list[str] = []
     seen: list[str] = []
 
-    def refuse_first(sender, session_id, **kwargs) -> None:  # connected after settle_turn: runs after it
+    def refuse_first(sender, session_id, **kwargs) -> None:  # the signal comes after the turn's settle hook
         seen.append(InboundDelivery.objects.get().reply_status)
         if not refused:
             refused.append(session_id)
