@@ -136,7 +136,8 @@ async def test_the_gates_decision_and_the_human_request_add_their_hooks_to_the_t
         return request_hook
 
     runner = Runner(make_agent(engine, tools=[request_human_tool()]),
-                    turn_gate=lambda session, text: TurnDecision(on_commit=gate_hook), on_human_request=on_request)
+                    turn_gate=lambda session, text: TurnDecision(on_commit=gate_hook), on_human_request=on_request,
+                    human_request_reply="Someone will answer you here.")
     hooks = TurnHooks()
     await runner.run_async("s1", "a person please", hooks=hooks)
     assert hooks.on_commit == [gate_hook, request_hook]
