@@ -25,10 +25,10 @@ from health_app import metrics, tracing
 from sessions_app.access import console_required
 from sessions_app.models import ChatSession
 from sessions_app.views import session_gone
-from webhooks_app import channels, inbox, ledger, settle
+from webhooks_app import inbox, ledger, providers, settle
 from webhooks_app.asgi import lean_webhook
-from webhooks_app.channels import Refused
 from webhooks_app.models import InboundDelivery
+from webhooks_app.providers import Refused
 
 LEDGER = "webhooks_app/ledger.html"
 ATTENTION = "webhooks_app/attention.html"
@@ -115,15 +115,15 @@ async def whatsapp(request: HttpRequest) -> HttpResponse:
     try:
         if request.method == "GET":
             token = _configured(settings.WHATSAPP_VERIFY_TOKEN, "WHATSAPP_VERIFY_TOKEN")
-            if request.GET.get("hub.mode") == "subscribe" and channels.hmac.compare_digest(
+            if request.GET.get("hub.mode") == "subscribe" and providers.hmac.compare_digest(
                 request.GET.get("hub.verify_token", "").encode(), token.encode()
             ):
                 return HttpResponse(request.GET.get("hub.challenge", ""), content_type="text/plain")
             raise Refused(403, "verification_failed", "hub.mode or hub.verify_token is wrong.")
         body = _body(request)
         secret = _configured(settings.WHATSAPP_APP_SECRET, "WHATSAPP_APP_SECRET")
-        channels.check_hmac(body, request.headers.get("X-Hub-Signature-256"), secret, "X-Hub-Signature-256")
-        messages = channels.whatsapp_messages(channels.parse_json(body))
+        providers.check_hmac(body, request.headers.get("X-Hub-Signature-256"), secret, "X-Hub-Signature-256")
+        messages = providers.whatsapp_messages(providers.parse_json(body))
         return _acknowledged(await _accept(messages))
     except Refused as err:
         return _refusal(err)
@@ -137,10 +137,10 @@ async def telegram(request: HttpRequest) -> HttpResponse:
     """An ``Update`` from ``setWebhook``; de-duplicated on ``update_id``; session ``tg:<chat id>``."""
     try:
         secret = _configured(settings.TELEGRAM_SECRET_TOKEN, "TELEGRAM_SECRET_TOKEN")
-        channels.check_secret_token(request.headers.get("X-Telegram-Bot-Api-Secret-Token"), secret,
+        providers.check_secret_token(request.headers.get("X-Telegram-Bot-Api-Secret-Token"), secret,
                                     "X-Telegram-Bot-Api-Secret-Token")
         body = _body(request)
-        return _acknowledged(await _accept(channels.telegram_messages(channels.parse_json(body))))
+        return _acknowledged(await _accept(providers.telegram_messages(providers.parse_json(body))))
     except Refused as err:
         return _refusal(err)
 
@@ -149,8 +149,8 @@ async def telegram(request: HttpRequest) -> HttpResponse:
 async def _generic_accept(request: HttpRequest) -> tuple[inbox.Inbound, inbox.Accepted]:
     body = _body(request)
     secret = _configured(settings.CHATFLOW_WEBHOOK_SECRET, "CHATFLOW_WEBHOOK_SECRET")
-    channels.check_hmac(body, request.headers.get("X-Chatflow-Signature"), secret, "X-Chatflow-Signature")
-    message = channels.generic_message(channels.parse_json(body))
+    providers.check_hmac(body, request.headers.get("X-Chatflow-Signature"), secret, "X-Chatflow-Signature")
+    message = providers.generic_message(providers.parse_json(body))
     return message, await _accept([message])
 
 

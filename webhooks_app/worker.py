@@ -61,10 +61,10 @@ from takeover_app import service as takeover
 from takeover_app.gate import HELD_SESSION_SQL, answered_gate
 from webhooks_app import replies, settle, taskqueue
 from webhooks_app.arrival import arrival_metadata
-from webhooks_app.channels import placeholder
 from webhooks_app.costs import Costs
 from webhooks_app.models import SENDING_PROVIDERS, InboundDelivery
 from webhooks_app.outage import DatabaseOutage
+from webhooks_app.providers import placeholder
 
 __all__ = ["Worker", "FALLBACK_REPLY", "UNSUPPORTED_REPLY", "RESET_REPLY"]
 
