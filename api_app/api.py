@@ -45,7 +45,7 @@ from sessions_app import actions, export, listing, unavailable
 from sessions_app.access import EXPORT, may
 from sessions_app.models import ChatSession, OperatorAction
 from takeover_app.access import TAKE_OVER
-from turns_app.console import session_usage, totals_for, totals_of
+from turns_app.usage import session_usage, totals_for, totals_of
 
 
 class AnyPathConverter:

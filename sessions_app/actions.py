@@ -29,7 +29,7 @@ from chatflow_agent.types import Message, Role
 from sessions_app import holdings
 from sessions_app.models import ChatMessage, ChatSession, OperatorAction
 from sessions_app.timeline import handoff_of, pretty_json
-from turns_app.console import mark_rolled_back
+from turns_app.usage import mark_rolled_back
 
 __all__ = [
     "ActionError", "InvalidAction", "SessionBusy", "StalePlan", "RollbackPlan",

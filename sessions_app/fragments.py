@@ -25,7 +25,7 @@ from sessions_app import listing
 from sessions_app.access import FORCE_HANDOFF, ROLLBACK, may
 from sessions_app.models import ChatMessage, ChatSession, OperatorAction, SessionLease
 from sessions_app.timeline import Item, Turn, _parse, handoff_of, label_items, page_count, turn_bounds, turn_items
-from turns_app.console import attach_records
+from turns_app.usage import attach_records
 
 DETAIL = "sessions_app/session_detail.html"
 LIST = "sessions_app/session_list.html"

@@ -9,7 +9,7 @@ it ends. :func:`read` adds the ended unfolded records live, with the same :class
 is exact at read time, and it writes nothing.
 
 The queue workers' heartbeat folds once a minute (``health_app.heartbeat``) and ``manage.py chatflow_sweep``
-folds everything left. ``turns_app.console.mark_rolled_back`` moves already-folded records to
+folds everything left. ``turns_app.usage.mark_rolled_back`` moves already-folded records to
 ``rolled_back`` with :func:`restatus`, in the rollback's transaction.
 """
 

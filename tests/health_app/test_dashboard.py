@@ -29,8 +29,8 @@ from tests.sessions_app import personas
 from tests.webhooks_app import payloads as p
 from tests.webhooks_app.test_endpoints import post_generic
 from turns_app import rollups
-from turns_app.console import mark_rolled_back
 from turns_app.models import TurnRecord, TurnRollup
+from turns_app.usage import mark_rolled_back
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
