@@ -6,7 +6,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 @register()
 def check_agents(app_configs, **kwargs):
-    from agents_app import registry
+    from sessions_app import registry
 
     try:
         registry.agents()

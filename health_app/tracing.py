@@ -69,7 +69,7 @@ def use(provider: Any) -> None:
     global _tracer
     _tracer = None if provider is None else provider.get_tracer(SCOPE)
     if provider is not None:
-        from agents_app import runtime
+        from sessions_app import runtime
 
         runtime.subscribe(on_run_event)
 

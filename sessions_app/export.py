@@ -253,7 +253,7 @@ def session_record(session: ChatSession, message_count: int, turn_count: int) ->
 
 
 def _starting_agent() -> str:
-    from agents_app import registry
+    from sessions_app import registry
 
     return registry.starting_agent().name
 

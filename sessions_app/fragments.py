@@ -148,7 +148,7 @@ def committed_from_db(view: DetailView, clear_live: bool = True) -> tuple[str, l
         else:
             chunks[-1][1].append(row)
     if view.tail:
-        from agents_app.runtime import site_store
+        from sessions_app.runtime import site_store
 
         ctx = {"s": _S(view.session_id), "history": {"turn_count": len(bounds)},
                "can_rollback": may(view.user, ROLLBACK),
@@ -179,7 +179,7 @@ def committed_from_db(view: DetailView, clear_live: bool = True) -> tuple[str, l
 def takeover_from_db(view: DetailView) -> str:
     """:func:`takeover_from_ctx` for ``view``'s session read now (its unread count after held customer
     messages, its mode); ``""`` when the session is gone."""
-    from agents_app import registry
+    from sessions_app import registry
     from takeover_app import page as takeover_page
 
     session = ChatSession.objects.filter(pk=view.session_id).first()
@@ -229,7 +229,7 @@ def toolbar(view: DetailView, turn_count: int) -> str:
 def facts_from_db(session_id: str, user: Any = None) -> str:
     """The session header's facts (active agent, counts, updated), same partial as the page, and for a
     ``user`` who may force a handoff the handoff select (every agent but the active one)."""
-    from agents_app import registry
+    from sessions_app import registry
     from sessions_app.views import _session
 
     try:

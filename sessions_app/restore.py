@@ -19,10 +19,9 @@ from django.conf import settings
 from django.db import transaction
 from django.utils.dateparse import parse_datetime
 
-from agents_app import registry
 from chatflow_agent.core.agent import Agent
 from chatflow_agent.types import Message, Role
-from sessions_app import actions, export
+from sessions_app import actions, export, registry
 from sessions_app.export import FORMAT_VERSION
 from sessions_app.models import ChatMessage, ChatSession, OperatorAction
 from sessions_app.timeline import turn_bounds

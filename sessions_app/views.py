@@ -22,9 +22,8 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect, reselect, reswap, retarget
 
-from agents_app import registry
 from chatflow_agent.jsonsafe import clean_text
-from sessions_app import actions, export, listing
+from sessions_app import actions, export, listing, registry
 from sessions_app.access import DELETE, EXPORT, FORCE_HANDOFF, ROLLBACK, console_required, may
 from sessions_app.fragments import pager_ctx
 from sessions_app.models import ChatMessage, ChatSession, OperatorAction, SessionLease

@@ -1,6 +1,6 @@
 """The site's turn gate: before a turn reaches the model, the session's mode decides.
 
-Installed on the site's Runner (``agents_app.runtime.add_runner_hook``) by the app's ``ready()``:
+Installed on the site's Runner (``sessions_app.runtime.add_runner_hook``) by the app's ``ready()``:
 
 - a session in ``waiting`` or ``human`` mode: the turn is held (the customer's message is stored, no
   model call, no answer) and the session's unread count goes up;
@@ -142,7 +142,7 @@ def _instructions(note: str) -> str:
 
 async def turn_gate(session: Any, text: str) -> TurnDecision | None:
     """The site Runner's ``turn_gate`` (see the module docstring)."""
-    from agents_app import runtime
+    from sessions_app import runtime
 
     return await runtime.site_store().run_blocking(session.session_id, _decide, session.session_id, text)
 
@@ -159,7 +159,7 @@ def answered_gate(answer: str) -> TurnGate:
     reaches no model: held like any message while the session waits for or is owned by an operator (stored,
     counted unread, no answer), otherwise stored with ``answer`` as its reply."""
     async def gate(session: Any, text: str) -> TurnDecision:
-        from agents_app import runtime
+        from sessions_app import runtime
 
         sid = session.session_id
         return await runtime.site_store().run_blocking(sid, _decide_answered, sid, answer)

@@ -33,11 +33,10 @@ from django.db import transaction
 from django.http import Http404
 from django.utils import timezone
 
-from agents_app import registry
 from chatflow_agent.exceptions import SessionBusyError, SessionDeletedError
 from chatflow_agent.jsonsafe import clean_text
 from chatflow_agent.types import Message, Role
-from sessions_app import live
+from sessions_app import live, registry
 from sessions_app.actions import ActionError, InvalidAction, SessionBusy, audit, site_store
 from sessions_app.models import ChatMessage, ChatSession, OperatorAction, SessionLease
 from takeover_app.models import OperatorReply, SessionMode

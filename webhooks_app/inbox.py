@@ -23,9 +23,9 @@ from django.db import DatabaseError, OperationalError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from agents_app.runtime import site_store
 from health_app import tracing
 from sessions_app.models import ProcessedMessage
+from sessions_app.runtime import site_store
 from sessions_app.store import driver_cursor
 from webhooks_app.models import InboundDelivery
 

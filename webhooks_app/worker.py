@@ -52,10 +52,10 @@ from typing import Any
 from django.conf import settings
 from django.db import DatabaseError, InterfaceError, OperationalError, connections
 
-from agents_app import runtime
 from chatflow_agent.core.reports import TurnReport
 from chatflow_agent.exceptions import SessionBusyError, SessionDeletedError
 from health_app import heartbeat, tracing
+from sessions_app import runtime
 from sessions_app.store import dropped_connections, reopen_if_dropped
 from takeover_app import service as takeover
 from takeover_app.gate import HELD_SESSION_SQL, answered_gate

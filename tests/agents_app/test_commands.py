@@ -11,8 +11,8 @@ import sqlite3
 import pytest
 from django.core.management import CommandError, call_command
 
-from agents_app import runtime
 from agents_app.demo_sessions import SCRIPTS
+from sessions_app import runtime
 from sessions_app.models import ChatMessage, ChatSession
 from tests.processes import run_manage, site_env
 

@@ -13,8 +13,7 @@ import pytest
 from django.core import checks
 from django.db import OperationalError, connection, connections
 
-from agents_app import runtime
-from sessions_app import actions, export, holdings, restore
+from sessions_app import actions, export, holdings, restore, runtime
 from sessions_app.models import ChatSession
 from takeover_app.models import SessionMode
 from tests.sessions_app import personas

@@ -9,8 +9,8 @@ import pytest
 from django.db import OperationalError, connection, connections
 from django.utils import timezone
 
-from agents_app import runtime
 from chatflow_agent.types import Role
+from sessions_app import runtime
 from sessions_app.models import ChatMessage, ChatSession, OperatorAction, ProcessedMessage
 from sessions_app.store import session_committing
 from tests.sessions_app import personas

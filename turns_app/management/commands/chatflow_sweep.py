@@ -27,7 +27,7 @@ class Command(BaseCommand):
         parser.add_argument("--database", default="default", help="The database alias (default: default).")
 
     def handle(self, *args, **options) -> None:
-        from agents_app.runtime import site_store
+        from sessions_app.runtime import site_store
 
         using = options["database"]
         # The site's own store on the default database; another database gets a backend of its own.

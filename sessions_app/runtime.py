@@ -23,7 +23,7 @@ from django.conf import settings
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
-from agents_app import registry
+from sessions_app import registry
 
 if TYPE_CHECKING:
     from chatflow_agent.core.engines import BaseEngine
