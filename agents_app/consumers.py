@@ -38,7 +38,8 @@ from agents_app.views import CHAT as CHAT_PERMISSION
 from agents_app.views import MAX_MESSAGE, chat_refusal
 from chatflow_agent.core.reports import TurnReport
 from chatflow_agent.jsonsafe import clean_text
-from sessions_app import fragments, registry
+from console_app import fragments
+from sessions_app import registry
 from sessions_app.access import may
 from sessions_app.actions import audit
 from sessions_app.models import ChatSession, OperatorAction

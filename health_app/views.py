@@ -26,8 +26,8 @@ from sessions_app.access import console_required
 from sessions_app.actions import ActionError
 from takeover_app.access import REPLY
 from webhooks_app import inbox, ledger
+from webhooks_app.ledger import RESEND, RETRY
 from webhooks_app.models import InboundDelivery
-from webhooks_app.views import RESEND, RETRY
 
 logger = logging.getLogger("health_app.views")
 

@@ -5,7 +5,7 @@ how a delete forgets the session's rows (``forget``, run inside the delete's tra
 are deleted) and, when some of them stay, why (``kept``). :func:`erase` is the one delete sequence: every
 delete runs it, through the site's session store (``DjangoSessionStore.delete``, ``clear`` and ``erase``, the
 runtime API a bot sharing the store calls too), so the console's delete (``sessions_app.actions``), the admin
-and an import that replaces a session (``sessions_app.restore``) forget the same things. The registry is filled
+and an import that replaces a session (``console_app.restore``) forget the same things. The registry is filled
 once at start-up, as Django's admin site is; nothing per turn or per session is kept in it. The system check
 ``sessions_app.E001`` (:func:`unregistered`) names every table of the project's own apps with a ``session_id``
 column that nobody registered, so a new app's table cannot be forgotten.

@@ -11,9 +11,8 @@ class WebhooksAppConfig(AppConfig):
 
     def ready(self) -> None:
         from sessions_app import holdings
-        from sessions_app.listing import register_marker
         from sessions_app.store import session_committing
-        from webhooks_app import embedded, ledger, settle
+        from webhooks_app import embedded, settle
         from webhooks_app.groups import grant_ledger_permissions
         from webhooks_app.models import InboundDelivery
 
@@ -23,6 +22,4 @@ class WebhooksAppConfig(AppConfig):
                           kept="Redacted and settled (cancelled): their provider ids and claims stay so that a "
                                "provider's redelivery is still suppressed as a duplicate.")
         session_committing.connect(settle.settle_turn, dispatch_uid="webhooks_app.settle.turn")
-        register_marker("failed_delivery", ledger.reply_failed_marker)
-        register_marker("turn_failed", ledger.turn_failed_marker)
         embedded.start_if_serving()

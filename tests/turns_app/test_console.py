@@ -17,7 +17,8 @@ from django.urls import reverse
 
 from chatflow_agent import Agent, PriceBook, Runner
 from chatflow_agent.core.engines.base import BaseEngine, EngineTurnResult
-from sessions_app import actions, listing, runtime
+from console_app import listing
+from sessions_app import actions, runtime
 from sessions_app.models import ChatMessage
 from tests.chatflow_agent.provider_server import FakeProvider
 from tests.chatflow_agent.test_usage import TOOL_CALL, answer, library_cost, order_agent

@@ -82,7 +82,7 @@ def test_an_unsupported_type_gets_one_polite_reply_and_its_placeholder_in_the_co
 
 
 def test_a_whatsapp_image_after_a_text_stands_in_the_conversation_and_the_transcript(client, apis):
-    from sessions_app import export
+    from console_app import export
 
     wa, _ = apis
     post_wa(client, p.whatsapp(p.wa_text("wamid.T", "my order is damaged")))

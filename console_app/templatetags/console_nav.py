@@ -73,7 +73,7 @@ def waiting_badge(count: int, oob: bool = False) -> SafeString:
 @register.simple_tag(takes_context=True)
 def nav_waiting(context: template.Context) -> SafeString:
     """``{% nav_waiting %}``: :func:`waiting_badge` for a user who may see the sessions, else nothing."""
-    from sessions_app.listing import waiting_count
+    from console_app.listing import waiting_count
 
     user = context.get("user")
     if user is None or not may(user, VIEW):

@@ -56,7 +56,7 @@ from urllib.parse import quote
 from chatflow_agent.core.backend import StoredRow, parse_row
 from chatflow_agent.jsonsafe import clean_text, json_safe
 from chatflow_agent.types import Message, Role
-from sessions_app import listing
+from console_app import listing
 from sessions_app.models import ChatMessage, ChatSession
 from sessions_app.timeline import (
     agent_actions,

@@ -21,7 +21,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 
 from chatflow_agent.types import Message, Role, ToolCall, ToolResult
-from sessions_app import listing
+from console_app import listing
 from sessions_app.access import FORCE_HANDOFF, ROLLBACK, may
 from sessions_app.models import ChatMessage, ChatSession, OperatorAction, SessionLease
 from sessions_app.timeline import Item, Turn, _parse, handoff_of, label_items, page_count, turn_bounds, turn_items
@@ -204,7 +204,7 @@ def _with_takeover(view: DetailView, ctx: dict[str, Any], items: list[Item]) -> 
 
 
 def _turn_agents(session_id: str) -> list[list[str]]:
-    from sessions_app import export
+    from console_app import export
 
     session = ChatSession.objects.filter(pk=session_id).first()
     return export.turn_agents(session) if session is not None else []
@@ -229,8 +229,8 @@ def toolbar(view: DetailView, turn_count: int) -> str:
 def facts_from_db(session_id: str, user: Any = None) -> str:
     """The session header's facts (active agent, counts, updated), same partial as the page, and for a
     ``user`` who may force a handoff the handoff select (every agent but the active one)."""
+    from console_app.views import _session
     from sessions_app import registry
-    from sessions_app.views import _session
 
     try:
         session = _session(session_id)
@@ -255,7 +255,7 @@ def history_from_db(view: DetailView, note: str) -> str | None:
     """After another operator's handoff or rollback: the history and header facts re-rendered for
     ``view`` (same partials as the page) and a note; None if the session is gone. The actions form
     and the dialog are left alone, so what an operator is typing there survives."""
-    from sessions_app.views import _session, detail_ctx
+    from console_app.views import _session, detail_ctx
 
     try:
         session = _session(view.session_id)
@@ -283,8 +283,8 @@ def takeover_from_ctx(ctx: dict[str, Any], request: HttpRequest | None = None) -
 
 def nav_waiting_from_db() -> str:
     """The navigation's badge of waiting sessions, for an out-of-band swap."""
-    from sessions_app.listing import waiting_count
-    from sessions_app.templatetags.console_nav import waiting_badge
+    from console_app.listing import waiting_count
+    from console_app.templatetags.console_nav import waiting_badge
 
     return waiting_badge(waiting_count(), oob=True)
 
@@ -292,7 +292,7 @@ def nav_waiting_from_db() -> str:
 def reply_from_db(view: DetailView, reply_id: int) -> str:
     """One operator reply's message re-rendered where the page shows it (its delivery status changed:
     sending → sent / failed); ``""`` when the reply or its message is not stored."""
-    from sessions_app.views import _session
+    from console_app.views import _session
     from takeover_app import page as takeover_page
     from takeover_app.models import OperatorReply
 

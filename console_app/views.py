@@ -23,9 +23,10 @@ from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect, reselect, reswap, retarget
 
 from chatflow_agent.jsonsafe import clean_text
-from sessions_app import actions, export, listing, registry
+from console_app import export, listing
+from console_app.fragments import pager_ctx
+from sessions_app import actions, registry
 from sessions_app.access import DELETE, EXPORT, FORCE_HANDOFF, ROLLBACK, console_required, may
-from sessions_app.fragments import pager_ctx
 from sessions_app.models import ChatMessage, ChatSession, OperatorAction, SessionLease
 from sessions_app.timeline import build_page, label_items, pretty_json
 from takeover_app import page as takeover_page

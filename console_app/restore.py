@@ -1,4 +1,4 @@
-"""Read a JSON transcript (``sessions_app.export``, format version 1) back into a session, through the session store.
+"""Read a JSON transcript (``console_app.export``, format version 1) back into a session, through the session store.
 
 The messages go through :class:`DjangoSessionStore` in one turn (its lease, one commit), exactly as a bot
 turn writes them; the store's window is widened to the transcript's turn count so nothing is pruned.
@@ -21,8 +21,9 @@ from django.utils.dateparse import parse_datetime
 
 from chatflow_agent.core.agent import Agent
 from chatflow_agent.types import Message, Role
-from sessions_app import actions, export, registry
-from sessions_app.export import FORMAT_VERSION
+from console_app import export
+from console_app.export import FORMAT_VERSION
+from sessions_app import actions, registry
 from sessions_app.models import ChatMessage, ChatSession, OperatorAction
 from sessions_app.timeline import turn_bounds
 
