@@ -17,9 +17,10 @@ from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from health_app import metrics, tracing
+from health_app import tracing
 from webhooks_app import inbox, ledger, providers, settle
 from webhooks_app.asgi import lean_webhook
+from webhooks_app.counters import count_webhook
 from webhooks_app.models import InboundDelivery
 from webhooks_app.providers import Refused
 
@@ -42,14 +43,14 @@ def _methods(*allowed: str) -> Callable:
                 response = _refusal(Refused(405, "method_not_allowed",
                                             f"{request.method} is not allowed here; use {' or '.join(allowed)}."))
                 response["Allow"] = ", ".join(allowed)
-                metrics.count_webhook(view.__name__, 405)
+                count_webhook(view.__name__, 405)
                 return response
             try:
                 response = await view(request, *args, **kwargs)
             except Exception:
-                metrics.count_webhook(view.__name__, 500)  # the lean path answers 500 for it
+                count_webhook(view.__name__, 500)  # the lean path answers 500 for it
                 raise
-            metrics.count_webhook(view.__name__, response.status_code)
+            count_webhook(view.__name__, response.status_code)
             return response
         return checked
     return decorator
