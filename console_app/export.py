@@ -57,6 +57,7 @@ from chatflow_agent.core.backend import StoredRow, parse_row
 from chatflow_agent.jsonsafe import clean_text, json_safe
 from chatflow_agent.types import Message, Role
 from console_app import listing
+from sessions_app import registry
 from sessions_app.models import ChatMessage, ChatSession
 from sessions_app.timeline import (
     agent_actions,
@@ -68,6 +69,7 @@ from sessions_app.timeline import (
     turn_bounds,
     turn_items,
 )
+from takeover_app.models import OperatorReply, SessionMode
 from turns_app.models import SessionTotals
 from turns_app.templatetags.turns import cost_spent, duration, tokens, tokens_spent, usd
 from turns_app.usage import (
@@ -253,8 +255,6 @@ def session_record(session: ChatSession, message_count: int, turn_count: int) ->
 
 
 def _starting_agent() -> str:
-    from sessions_app import registry
-
     return registry.starting_agent().name
 
 
@@ -334,8 +334,6 @@ def operator_view(session_id: str) -> dict[str, Any]:
     ``replies`` are the operator-written messages' deliveries (``status``: sending, sent, failed, unknown,
     in_transcript).
     """
-    from takeover_app.models import OperatorReply, SessionMode
-
     row = SessionMode.objects.filter(pk=session_id).first()
 
     def iso(moment: datetime | None) -> str | None:

@@ -25,6 +25,7 @@ from console_app import export
 from console_app.export import FORMAT_VERSION
 from sessions_app import actions, registry
 from sessions_app.models import ChatMessage, ChatSession, OperatorAction
+from sessions_app.store import DjangoSessionStore
 from sessions_app.timeline import turn_bounds
 
 __all__ = ["RestoreError", "Restored", "restore"]
@@ -70,8 +71,6 @@ def _restore_agent_changes(session: ChatSession, turns: list[dict[str, Any]]) ->
 
 def restore(doc: Any, *, replace: bool = False) -> Restored:
     """Write the transcript ``doc`` (a parsed JSON export) as its session; see the module docstring."""
-    from sessions_app.store import DjangoSessionStore
-
     if not isinstance(doc, dict) or doc.get("format") != "chatflow-transcript" or doc.get("version") != FORMAT_VERSION:
         raise RestoreError(f"Not a chatflow transcript, version {FORMAT_VERSION}.")
     if doc.get("redacted"):

@@ -34,8 +34,10 @@ from django.db.models import F
 from django.utils import timezone
 
 from chatflow_agent.core.gate import TurnDecision, TurnGate
+from sessions_app import runtime
 from sessions_app.models import ChatSession
 from sessions_app.store import driver_cursor
+from takeover_app import service
 from takeover_app.models import OperatorReply, SessionMode
 
 __all__ = ["HELD_SESSION_SQL", "answered_gate", "asks_for_human", "install", "on_commit", "turn_gate"]
@@ -142,8 +144,6 @@ def _instructions(note: str) -> str:
 
 async def turn_gate(session: Any, text: str) -> TurnDecision | None:
     """The site Runner's ``turn_gate`` (see the module docstring)."""
-    from sessions_app import runtime
-
     return await runtime.site_store().run_blocking(session.session_id, _decide, session.session_id, text)
 
 
@@ -159,8 +159,6 @@ def answered_gate(answer: str) -> TurnGate:
     reaches no model: held like any message while the session waits for or is owned by an operator (stored,
     counted unread, no answer), otherwise stored with ``answer`` as its reply."""
     async def gate(session: Any, text: str) -> TurnDecision:
-        from sessions_app import runtime
-
         sid = session.session_id
         return await runtime.site_store().run_blocking(sid, _decide_answered, sid, answer)
 
@@ -194,8 +192,6 @@ def on_commit(sender: Any = None, session_id: str = "", metadata: Any = None, us
     if pending.reset_failures:
         modes.filter(mode=Mode.BOT).update(failed_turns=0)
     if pending.request is not None:
-        from takeover_app import service
-
         service.start_waiting(session_id, trigger=pending.request[0], reason=pending.request[1], using=using)
 
 

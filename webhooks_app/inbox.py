@@ -27,6 +27,7 @@ from health_app import tracing
 from sessions_app.models import ProcessedMessage
 from sessions_app.runtime import site_store
 from sessions_app.store import driver_cursor
+from webhooks_app import embedded
 from webhooks_app.models import InboundDelivery
 
 __all__ = ["Inbound", "Accepted", "accept", "aaccept", "claim_key", "retry", "RetryRefused"]
@@ -254,6 +255,4 @@ def release_claim(key: str) -> None:
 
 
 def _wake_workers() -> None:
-    from webhooks_app import embedded
-
     embedded.wake()
