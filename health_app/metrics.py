@@ -47,9 +47,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
-from health_app import report
 from sessions_app.access import VIEW, may
 from turns_app.models import TurnRecord
+from webhooks_app import taskqueue
 from webhooks_app.counters import WEBHOOK_RESPONSES, count_webhook
 
 __all__ = ["DURATION_BUCKETS", "TTFT_BUCKETS", "WEBHOOK_RESPONSES", "DatabaseCollector", "count_webhook",
@@ -137,7 +137,7 @@ class DatabaseCollector(Collector):
                                   labels=["provider", "status"])
         age = GaugeMetricFamily("chatflow_queue_oldest_age_seconds", "Age of the oldest queued delivery "
                                 "(0 when none is queued).", labels=["provider"])
-        for row in report.queue():
+        for row in taskqueue.depth():
             depth.add_metric([row.provider, "queued"], row.queued)
             depth.add_metric([row.provider, "running"], row.running)
             age.add_metric([row.provider], row.oldest_age or 0.0)

@@ -70,14 +70,6 @@ CYCLE_MARKER = "# import cycle: "
 #: The upward imports not removed yet, each with the reason it is still there: (importer, imported module) → reason.
 #: The test fails on any other upward import, and on an entry here that no longer occurs.
 UPWARD_FOR_NOW: dict[tuple[str, str], str] = {
-    # The pipeline's own instrumentation writes health_app's tables (worker heartbeats, queue samples, delivery
-    # traces; WorkerHeartbeat carries the health_app.cancel_turn permission): it moves to webhooks_app together with
-    # those models (state-only migrations keeping the permission's name).
-    ("webhooks_app.inbox", "health_app.tracing"): "the delivery's trace context is stored in health_app's table",
-    ("webhooks_app.replies", "health_app.tracing"): "a reply's span, in the tracing module that stores traces",
-    ("webhooks_app.views", "health_app.tracing"): "the acknowledgement's span, in the tracing module",
-    ("webhooks_app.worker", "health_app.tracing"): "the turn's span, in the tracing module",
-    ("webhooks_app.worker", "health_app.heartbeat"): "the worker's heartbeat writes health_app's heartbeat rows",
     # The worker asks takeover's rules during a delivery's turn (held sessions, the operator's cancel, a lost lease):
     # per-turn work that is to travel with the turn as hooks the turn carries, passed in from above.
     ("webhooks_app.worker", "takeover_app.gate"): "the held-session rule and the answered gate of a delivery's turn",

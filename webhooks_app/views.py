@@ -17,8 +17,7 @@ from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from health_app import tracing
-from webhooks_app import inbox, ledger, providers, settle
+from webhooks_app import inbox, ledger, providers, settle, tracing
 from webhooks_app.asgi import lean_webhook
 from webhooks_app.counters import count_webhook
 from webhooks_app.models import InboundDelivery

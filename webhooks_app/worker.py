@@ -54,12 +54,11 @@ from django.db import DatabaseError, InterfaceError, OperationalError, connectio
 
 from chatflow_agent.core.reports import TurnReport
 from chatflow_agent.exceptions import SessionBusyError, SessionDeletedError
-from health_app import heartbeat, tracing
 from sessions_app import runtime
 from sessions_app.store import dropped_connections, reopen_if_dropped
 from takeover_app import service as takeover
 from takeover_app.gate import HELD_SESSION_SQL, answered_gate
-from webhooks_app import embedded, replies, settle, taskqueue
+from webhooks_app import embedded, heartbeat, replies, settle, taskqueue, tracing
 from webhooks_app.arrival import arrival_metadata
 from webhooks_app.costs import Costs
 from webhooks_app.models import SENDING_PROVIDERS, InboundDelivery

@@ -16,7 +16,6 @@ import pytest
 from django.db import connections
 from django.utils import timezone
 
-from health_app import heartbeat
 from health_app.models import WorkerHeartbeat
 from sessions_app.models import ChatSession, OperatorAction, SessionLease, SessionWaiter
 from tests.sessions_app import personas
@@ -24,7 +23,7 @@ from tests.webhooks_app import payloads as p
 from tests.webhooks_app.test_endpoints import post_generic, post_tg, post_wa
 from tests.webhooks_app.test_worker import apis  # noqa: F401, F811 - apis is a fixture
 from turns_app.models import TurnRecord
-from webhooks_app import taskqueue
+from webhooks_app import heartbeat, taskqueue
 from webhooks_app.models import InboundDelivery
 from webhooks_app.worker import Worker
 

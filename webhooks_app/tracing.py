@@ -30,10 +30,10 @@ from typing import Any
 
 from django.conf import settings
 
-from health_app.models import DeliveryTrace
 from sessions_app import runtime
+from webhooks_app.models import DeliveryTrace
 
-logger = logging.getLogger("health_app.tracing")
+logger = logging.getLogger("webhooks_app.tracing")
 
 try:
     from opentelemetry import context as otel_context
