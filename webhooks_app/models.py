@@ -109,6 +109,7 @@ SENDING_PROVIDERS = frozenset({InboundDelivery.Provider.WHATSAPP.value, InboundD
 # Written by the queue workers (``webhooks_app.heartbeat``) and the tracing of deliveries (``webhooks_app.tracing``);
 # read by the health page and the dashboard (``health_app``). The tables keep the names they had in health_app.
 
+
 class WorkerHeartbeat(models.Model):
     """A queue worker process: where it runs, since when, when it last beat and how many deliveries it played."""
 

@@ -19,10 +19,7 @@ from tests.webhooks_app.fakes import FakeProviderAPI  # noqa: E402
 from tests.webhooks_app.test_endpoints import post_generic, post_wa  # noqa: E402
 from turns_app.models import TurnRecord  # noqa: E402
 from webhooks_app import tracing  # noqa: E402
-from webhooks_app.models import (
-    DeliveryTrace,  # noqa: E402
-    InboundDelivery,  # noqa: E402
-)
+from webhooks_app.models import DeliveryTrace, InboundDelivery  # noqa: E402
 from webhooks_app.worker import Worker  # noqa: E402
 
 pytestmark = pytest.mark.django_db(transaction=True)
