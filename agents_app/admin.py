@@ -1,1 +1,1 @@
-"""Nothing to administer yet: agents are code (see agents_app.registry)."""
+"""Nothing to administer yet: agents are code (see sessions_app.registry)."""

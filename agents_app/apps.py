@@ -10,8 +10,8 @@ class AgentsAppConfig(AppConfig):
 
     def ready(self) -> None:
         from agents_app import checks  # noqa: F401  (registers the CHATFLOW_AGENTS system check)
-        from agents_app.runtime import add_runner_hook, subscribe
         from sessions_app.live import publisher, warn_unless_serving
+        from sessions_app.runtime import add_runner_hook, subscribe
 
         subscribe(publisher)  # the site's Runner publishes every run event to the channel layer
         add_runner_hook(warn_unless_serving)  # a second process on the in-memory layer warns

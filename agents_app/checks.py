@@ -3,11 +3,11 @@
 from django.core.checks import Error, register
 from django.core.exceptions import ImproperlyConfigured
 
+from sessions_app import registry
+
 
 @register()
 def check_agents(app_configs, **kwargs):
-    from agents_app import registry
-
     try:
         registry.agents()
     except ImproperlyConfigured as err:

@@ -34,15 +34,17 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.db import transaction
 from django.template.loader import render_to_string
 
-from agents_app import registry
 from agents_app.views import CHAT as CHAT_PERMISSION
 from agents_app.views import MAX_MESSAGE, chat_refusal
 from chatflow_agent.core.reports import TurnReport
 from chatflow_agent.jsonsafe import clean_text
-from sessions_app import fragments
+from console_app import fragments
+from sessions_app import registry
 from sessions_app.access import may
 from sessions_app.actions import audit
+from sessions_app.live import encode_event
 from sessions_app.models import ChatSession, OperatorAction
+from sessions_app.runtime import site_runner
 from sessions_app.sockets import SocketWatch
 
 logger = logging.getLogger("agents_app.chat")
@@ -163,8 +165,6 @@ class ChatConsumer(AsyncWebsocketConsumer):
         return bool(refusal)
 
     async def _play(self, n: int, session_id: str, text: str, agent: Any, metadata: dict[str, Any]) -> None:
-        from agents_app.runtime import site_runner
-
         view = fragments.DetailView(self.scope["user"], session_id, prefix=f"chat-{n}", show_user=False)
         view.turn_id = "-"  # never the mid-turn case: this page opened the turn itself
         record: dict[str, Any] = {}  # what the audit entry says: filled from the turn's run events
@@ -202,8 +202,6 @@ class ChatConsumer(AsyncWebsocketConsumer):
 
     async def _event(self, n: int, view: fragments.DetailView, event: Any, record: dict[str, Any],
                      metadata: dict[str, Any]) -> None:
-        from sessions_app.live import encode_event
-
         data = encode_event(event)
         kind = data["kind"]
         if kind == "turn_started":

@@ -17,6 +17,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from sessions_app.models import ChatMessage, ChatSession
+from takeover_app import service
+from takeover_app.models import SessionMode
+from turns_app.models import TurnRecord
+
 if TYPE_CHECKING:
     from chatflow_agent.core.runner import Runner
 
@@ -175,9 +180,6 @@ def stage_takeover(runner: Runner, session: DemoSession, operator: Any) -> None:
     takeover service (audited, as in the console). Sync: call it outside an event loop."""
     import asyncio
 
-    from sessions_app.models import ChatMessage
-    from takeover_app import service
-    from takeover_app.models import SessionMode
 
     values = session.values
     if session.takeover == "waiting":  # the wait began with the customer's words (their time, once spread)
@@ -212,7 +214,6 @@ def spread_times(session_id: str, ends_at: datetime, rng: random.Random) -> None
     """
     from django.db import transaction
 
-    from sessions_app.models import ChatMessage, ChatSession
 
     with transaction.atomic():
         messages = list(ChatMessage.objects.filter(session_id=session_id).order_by("id"))
@@ -230,8 +231,6 @@ def spread_times(session_id: str, ends_at: datetime, rng: random.Random) -> None
 
 def _move_records(session_id: str, moments: dict[int, datetime]) -> None:
     """The session's turn records start when their USER message now says (the dashboard draws them)."""
-    from turns_app.models import TurnRecord
-
     records = list(TurnRecord.objects.filter(session_id=session_id, first_message_id__in=list(moments)))
     for record in records:
         record.started_at = moments[record.first_message_id]

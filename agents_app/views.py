@@ -10,9 +10,9 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from agents_app import registry
 from agents_app.graph import layout
 from chatflow_agent.core.agent import handoff_tool_name
+from sessions_app import registry
 from sessions_app.access import console_required
 from sessions_app.ids import id_problem
 from sessions_app.models import SESSION_ID_MAX_LENGTH, ChatSession

@@ -41,11 +41,12 @@ from pydantic import Field
 
 from api_app.models import ApiToken
 from chatflow_agent.jsonsafe import clean_text, json_safe
-from sessions_app import actions, export, listing, unavailable
+from console_app import export, listing
+from sessions_app import actions, unavailable
 from sessions_app.access import EXPORT, may
 from sessions_app.models import ChatSession, OperatorAction
 from takeover_app.access import TAKE_OVER
-from turns_app.console import session_usage, totals_for, totals_of
+from turns_app.usage import session_usage, totals_for, totals_of
 
 
 class AnyPathConverter:

@@ -18,8 +18,8 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 
 from agents_app.routing import websocket_urlpatterns as chat_routes  # noqa: E402
 from chatflow_site.pacing import PacedResponses  # noqa: E402
+from console_app.routing import websocket_urlpatterns as console_routes  # noqa: E402
 from sessions_app.live import LayerGuard  # noqa: E402
-from sessions_app.routing import websocket_urlpatterns as console_routes  # noqa: E402
 from webhooks_app.asgi import LeanWebhookRouter  # noqa: E402
 
 websocket_urlpatterns: list = [*console_routes, *chat_routes]  # every route lives under ws/

@@ -162,6 +162,7 @@ INSTALLED_APPS = [
     "csp",
     "axes",  # login throttling (AXES_* below); its lockouts are in the admin, where deleting one lifts it
     "sessions_app",
+    "console_app",
     "agents_app",
     "api_app",
     "webhooks_app",
@@ -304,8 +305,8 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": "WARNING"},
     "loggers": {
-        **{name: {"level": "INFO"} for name in ("chatflow_agent", "sessions_app", "agents_app", "webhooks_app",
-                                                "health_app", "takeover_app", "turns_app")},
+        **{name: {"level": "INFO"} for name in ("chatflow_agent", "sessions_app", "console_app", "agents_app",
+                                                "webhooks_app", "health_app", "takeover_app", "turns_app")},
         # Django's default config gives "django" a console handler of its own; records also reach the
         # root handler, so each 4xx/5xx line printed twice. Configured here, it keeps only the root's.
         "django": {"level": "INFO"},

@@ -37,5 +37,5 @@ urlpatterns = [
     path("api/v1/", api_v1.urls),  # REST API: sessions and transcript exports, OpenAPI at api/v1/openapi.json
     # The console: "/" redirects to the session list, /sessions/, /actions/…, /audit/.
     path("", include("takeover_app.urls")),  # actions/takeover/…, actions/reply/…: human takeover
-    path("", include("sessions_app.urls")),
+    path("", include("console_app.urls")),
 ]

@@ -10,8 +10,8 @@ class HealthAppConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from health_app import tracing
         from health_app.groups import grant_health_permissions
+        from webhooks_app import tracing
 
         post_migrate.connect(grant_health_permissions, sender=self, dispatch_uid="health_app.groups")
         tracing.configure_from_settings()

@@ -21,8 +21,8 @@ from typing import Any
 from django.utils import timezone
 
 from health_app import charts
-from health_app.models import QueueSample
 from turns_app import rollups
+from webhooks_app.models import QueueSample
 
 __all__ = ["RANGES", "STATUSES", "FAILED", "Chart", "Dashboard", "RangeError", "build", "parse_range"]
 

@@ -42,14 +42,15 @@ from django.conf import settings
 from django.db.models import Count, Q, Sum
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_GET
-from prometheus_client import CollectorRegistry, Counter, generate_latest
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
-from health_app import report
 from sessions_app.access import VIEW, may
 from turns_app.models import TurnRecord
+from webhooks_app import taskqueue
+from webhooks_app.counters import WEBHOOK_RESPONSES, count_webhook
 
 __all__ = ["DURATION_BUCKETS", "TTFT_BUCKETS", "WEBHOOK_RESPONSES", "DatabaseCollector", "count_webhook",
            "metrics_view"]
@@ -57,14 +58,6 @@ __all__ = ["DURATION_BUCKETS", "TTFT_BUCKETS", "WEBHOOK_RESPONSES", "DatabaseCol
 #: Histogram bucket upper bounds, seconds.
 DURATION_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 TTFT_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
-
-WEBHOOK_RESPONSES = Counter("chatflow_webhook_responses", "Webhook endpoint responses by channel and HTTP status.",
-                            ["channel", "code"], registry=None)
-
-
-def count_webhook(channel: str, code: int) -> None:
-    """Count one webhook response (``channel`` whatsapp/telegram/generic, ``code`` the HTTP status)."""
-    WEBHOOK_RESPONSES.labels(channel=channel, code=str(code)).inc()
 
 
 def _bucket_label(bound: float) -> str:
@@ -144,7 +137,7 @@ class DatabaseCollector(Collector):
                                   labels=["provider", "status"])
         age = GaugeMetricFamily("chatflow_queue_oldest_age_seconds", "Age of the oldest queued delivery "
                                 "(0 when none is queued).", labels=["provider"])
-        for row in report.queue():
+        for row in taskqueue.depth():
             depth.add_metric([row.provider, "queued"], row.queued)
             depth.add_metric([row.provider, "running"], row.running)
             age.add_metric([row.provider], row.oldest_age or 0.0)

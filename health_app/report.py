@@ -11,13 +11,11 @@ heartbeats. Long lists are paginated (``PAGE_SIZE`` rows, ``?<section>_page=N``)
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
 from django.core.paginator import Page, Paginator
-from django.db.models import Count, Min
 from django.utils import timezone
 
 from health_app.models import WorkerHeartbeat
@@ -26,40 +24,14 @@ from sessions_app.models import ChatSession, SessionLease, SessionWaiter
 from takeover_app.access import REPLY  # the session page's Resend of an operator reply needs the same
 from takeover_app.models import OperatorReply
 from turns_app.models import TurnRecord
-from webhooks_app import ledger
+from webhooks_app import ledger, taskqueue
 from webhooks_app.models import InboundDelivery
 
-__all__ = ["PAGE_SIZE", "CANCEL", "QueueRow", "queue", "long_turns", "context", "process_of"]
+__all__ = ["PAGE_SIZE", "CANCEL", "long_turns", "context", "process_of"]
 
 PAGE_SIZE = 25
 CANCEL = "health_app.cancel_turn"
 Status = InboundDelivery.Status
-
-
-@dataclass(frozen=True)
-class QueueRow:
-    """One provider's queue: deliveries queued and running, and the age of the oldest queued one (seconds)."""
-
-    provider: str
-    label: str
-    queued: int
-    running: int
-    oldest_age: float | None
-
-
-def queue() -> list[QueueRow]:
-    """Every provider (those with nothing queued too), in the providers' order."""
-    now = timezone.now()
-    open_ = (InboundDelivery.objects.filter(status__in=[Status.QUEUED, Status.RUNNING])
-             .values("provider", "status").annotate(n=Count("id"), oldest=Min("first_seen")))
-    found: dict[tuple[str, str], dict[str, Any]] = {(r["provider"], r["status"]): r for r in open_}
-    rows = []
-    for value, label in InboundDelivery.Provider.choices:
-        queued = found.get((value, Status.QUEUED), {})
-        oldest = queued.get("oldest")
-        rows.append(QueueRow(value, label, queued.get("n", 0), found.get((value, Status.RUNNING), {}).get("n", 0),
-                             None if oldest is None else (now - oldest).total_seconds()))
-    return rows
 
 
 def process_of(owner: str) -> str:
@@ -114,7 +86,7 @@ def context(request: Any, note: str = "", refused: bool = False) -> dict[str, An
     operator_replies = _page(request, "operator_replies", OperatorReply.needing_resend().order_by("-id"))
     workers = _page(request, "workers", WorkerHeartbeat.objects.all())
     return {
-        "queue": queue(), "turns": turns, "turn_rows": _with_leases(turns), "expired": expired,
+        "queue": taskqueue.depth(), "turns": turns, "turn_rows": _with_leases(turns), "expired": expired,
         "waiters": waiters, "failed": failed, "replies": replies, "operator_replies": operator_replies,
         "workers": workers, "now": now,
         "long_turn_seconds": settings.CHATFLOW_HEALTH_LONG_TURN_SECONDS,

@@ -24,10 +24,12 @@ from django.views.decorators.http import require_GET, require_POST
 from health_app import dashboard, report
 from sessions_app.access import console_required
 from sessions_app.actions import ActionError
+from takeover_app import service
 from takeover_app.access import REPLY
+from takeover_app.models import OperatorReply
 from webhooks_app import inbox, ledger
+from webhooks_app.ledger import RESEND, RETRY
 from webhooks_app.models import InboundDelivery
-from webhooks_app.views import RESEND, RETRY
 
 logger = logging.getLogger("health_app.views")
 
@@ -147,9 +149,6 @@ def resend_replies(request: HttpRequest) -> HttpResponse:
 def resend_operator_replies(request: HttpRequest) -> HttpResponse:
     """Send the selected failed or unknown operator replies again, each through the session page's audited
     ``takeover_app.service.resend`` (the sender must own the session; refusals are named)."""
-    from takeover_app import service
-    from takeover_app.models import OperatorReply
-
     ids = _selected(request, "reply")
     if not ids:
         return _done(request, "Select at least one operator reply to resend.", True, 400)
@@ -171,9 +170,8 @@ def resend_operator_replies(request: HttpRequest) -> HttpResponse:
 
 
 def _cancel_turn(user: Any, session_id: str, reason: str, only_expired: bool, owner: str) -> bool:
-    from takeover_app.service import cancel_turn  # the one place that takes a session's lease away
-
-    return cancel_turn(user, session_id, reason, only_expired=only_expired, owner=owner)
+    # the one place that takes a session's lease away
+    return service.cancel_turn(user, session_id, reason, only_expired=only_expired, owner=owner)
 
 
 def _take_lease(request: HttpRequest, session_id: str, reason: str, done: str, nothing: str,

@@ -20,16 +20,15 @@ from typing import Any
 from django.db import transaction
 from django.http import Http404
 
-from agents_app import registry, runtime
 from chatflow_agent.core.backend import StoredRow, parse_row
 from chatflow_agent.core.memory import group_turns
 from chatflow_agent.exceptions import SessionBusyError
 from chatflow_agent.jsonsafe import json_safe
 from chatflow_agent.types import Message, Role
-from sessions_app import holdings
+from sessions_app import holdings, registry, runtime
 from sessions_app.models import ChatMessage, ChatSession, OperatorAction
 from sessions_app.timeline import handoff_of, pretty_json
-from turns_app.console import mark_rolled_back
+from turns_app.usage import mark_rolled_back
 
 __all__ = [
     "ActionError", "InvalidAction", "SessionBusy", "StalePlan", "RollbackPlan",
@@ -56,7 +55,7 @@ class StalePlan(ActionError):
     status = 409
 
 
-# The site's DjangoSessionStore, one per process and shared with the site's Runner (agents_app.runtime):
+# The site's DjangoSessionStore, one per process and shared with the site's Runner (sessions_app.runtime):
 # the in-process turn lock that makes an action answer 409 belongs to that one store instance.
 site_store = runtime.site_store
 

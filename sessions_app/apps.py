@@ -3,7 +3,7 @@ from django.db.models.signals import post_migrate
 
 
 class SessionsAppConfig(AppConfig):
-    """Django models on the chatflow tables, the Django session store and the operator console."""
+    """Django models on the chatflow tables, the Django session store, audited actions, the site's runtime."""
 
     name = "sessions_app"
     verbose_name = "Chat sessions"

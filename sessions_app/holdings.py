@@ -5,7 +5,7 @@ how a delete forgets the session's rows (``forget``, run inside the delete's tra
 are deleted) and, when some of them stay, why (``kept``). :func:`erase` is the one delete sequence: every
 delete runs it, through the site's session store (``DjangoSessionStore.delete``, ``clear`` and ``erase``, the
 runtime API a bot sharing the store calls too), so the console's delete (``sessions_app.actions``), the admin
-and an import that replaces a session (``sessions_app.restore``) forget the same things. The registry is filled
+and an import that replaces a session (``console_app.restore``) forget the same things. The registry is filled
 once at start-up, as Django's admin site is; nothing per turn or per session is kept in it. The system check
 ``sessions_app.E001`` (:func:`unregistered`) names every table of the project's own apps with a ``session_id``
 column that nobody registered, so a new app's table cannot be forgotten.
@@ -29,6 +29,7 @@ from django.conf import settings
 from django.db import models, transaction
 
 from chatflow_agent.types import Role
+from sessions_app.models import ChatMessage, ChatSession
 
 __all__ = ["REDACTED", "STORE_DELETES", "Erased", "Holding", "check", "erase", "erase_all", "forget", "holdings",
            "project_apps", "redacted", "register", "session_models", "unregistered"]
@@ -103,8 +104,6 @@ def erase(session_id: str, delete_rows: Callable[[], bool], *, using: str = "def
     then the other parts, then ``delete_rows()`` (the store's statements: the session's messages and row; True
     when a row went). A session without a row still loses what the parts hold of its id (left by a process
     that deleted it without them). An exception rolls all of it back."""
-    from sessions_app.models import ChatMessage, ChatSession
-
     with transaction.atomic(using=using):
         counts = forget(session_id, before_session_row=True)
         row = ChatSession.objects.using(using).select_for_update().filter(pk=session_id).first()
@@ -122,8 +121,6 @@ def erase_all(delete_rows: Callable[[], None], *, using: str = "default") -> Non
     """Delete every session and everything the parts hold of any session id (:func:`erase`'s order: every
     ``before_session_row`` part, then every session row locked, then the other parts, then ``delete_rows()``),
     in one transaction on ``using``."""
-    from sessions_app.models import ChatSession
-
     with transaction.atomic(using=using):
         ids = set(ChatSession.objects.using(using).values_list("pk", flat=True))
         for holding in holdings():

@@ -28,7 +28,7 @@ which keep it.
 With the in-memory channel layer only the serving process sees its own events: a second process
 (``manage.py chatflow_chat``, ``chatflow_worker``) that runs turns warns loudly (log and stderr) when it
 builds the site's Runner (:func:`warn_unless_serving`, a runtime hook); the process that loads the
-websocket routes (``sessions_app.routing``) is the serving one and does not.
+websocket routes (``console_app.routing``) is the serving one and does not.
 """
 
 from __future__ import annotations

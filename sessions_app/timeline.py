@@ -21,7 +21,7 @@ from typing import Any
 from chatflow_agent.core.backend import StoredRow, parse_row
 from chatflow_agent.types import Message, Role, ToolCall, ToolResult
 from sessions_app.models import ChatMessage, OperatorAction
-from turns_app.console import attach_records
+from turns_app.usage import attach_records
 
 __all__ = [
     "NOT_IN_TIMELINE", "AgentChange", "TurnPage", "agent_actions", "agent_changes", "agents_by_turn", "build_page",

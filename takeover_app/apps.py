@@ -10,8 +10,7 @@ class TakeoverAppConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from agents_app import runtime
-        from sessions_app import holdings
+        from sessions_app import holdings, runtime
         from takeover_app import gate
         from takeover_app.groups import grant_takeover_permissions
         from takeover_app.models import OperatorReply, SessionMode

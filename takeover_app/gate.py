@@ -1,6 +1,6 @@
 """The site's turn gate: before a turn reaches the model, the session's mode decides.
 
-Installed on the site's Runner (``agents_app.runtime.add_runner_hook``) by the app's ``ready()``:
+Installed on the site's Runner (``sessions_app.runtime.add_runner_hook``) by the app's ``ready()``:
 
 - a session in ``waiting`` or ``human`` mode: the turn is held (the customer's message is stored, no
   model call, no answer) and the session's unread count goes up;
@@ -37,8 +37,10 @@ from django.utils import timezone
 
 from chatflow_agent.core.gate import TurnDecision, TurnGate
 from chatflow_agent.core.hooks import CommitHook, TurnCommit
+from sessions_app import runtime
 from sessions_app.models import ChatSession
 from sessions_app.store import driver_cursor
+from takeover_app import service
 from takeover_app.models import OperatorReply, SessionMode
 
 __all__ = ["HELD_SESSION_SQL", "ModeChange", "answered_gate", "asks_for_human", "install", "on_human_request",
@@ -82,8 +84,6 @@ class ModeChange:
         if self.reset_failures:
             modes.filter(mode=Mode.BOT).update(failed_turns=0)
         if self.request is not None:
-            from takeover_app import service
-
             service.start_waiting(session_id, trigger=self.request[0], reason=self.request[1], using=using)
 
 
@@ -159,8 +159,6 @@ def _instructions(note: str) -> str:
 
 async def turn_gate(session: Any, text: str) -> TurnDecision | None:
     """The site Runner's ``turn_gate`` (see the module docstring)."""
-    from agents_app import runtime
-
     store = runtime.site_store()
     return await store.run_blocking(session.session_id, _decide, session.session_id, text, store.using)
 
@@ -176,8 +174,6 @@ def answered_gate(answer: str) -> TurnGate:
     reaches no model: held like any message while the session waits for or is owned by an operator (stored,
     counted unread, no answer), otherwise stored with ``answer`` as its reply."""
     async def gate(session: Any, text: str) -> TurnDecision:
-        from agents_app import runtime
-
         sid, store = session.session_id, runtime.site_store()
         return await store.run_blocking(sid, _decide_answered, sid, answer, store.using)
 
@@ -187,8 +183,6 @@ def answered_gate(answer: str) -> TurnGate:
 def on_human_request(session: Any, reason: str) -> CommitHook:
     """The site Runner's ``on_human_request``: the session starts waiting when the turn commits (the returned
     commit hook, which the turn carries)."""
-    from agents_app import runtime
-
     return ModeChange(runtime.site_store().using, request=(Trigger.TOOL, reason)).apply
 
 

@@ -33,14 +33,14 @@ from django.db import transaction
 from django.http import Http404
 from django.utils import timezone
 
-from agents_app import registry
 from chatflow_agent.exceptions import SessionBusyError, SessionDeletedError
 from chatflow_agent.jsonsafe import clean_text
 from chatflow_agent.types import Message, Role
-from sessions_app import live
+from sessions_app import live, registry
 from sessions_app.actions import ActionError, InvalidAction, SessionBusy, audit, site_store
 from sessions_app.models import ChatMessage, ChatSession, OperatorAction, SessionLease
 from takeover_app.models import OperatorReply, SessionMode
+from webhooks_app import replies, taskqueue
 from webhooks_app.arrival import Arrival, arrival_of
 from webhooks_app.models import SENDING_PROVIDERS
 
@@ -241,8 +241,6 @@ def _winding_down(session_id: str, row: SessionMode) -> bool:
     """True while a turn the takeover stopped in a worker process may still be winding down: a webhook
     delivery of the session that arrived before it left the bot is still being played there. That worker
     plays its message again once it notices (held, while an operator has the session)."""
-    from webhooks_app import taskqueue
-
     return taskqueue.playing_since_before(session_id, row.since)
 
 
@@ -493,8 +491,6 @@ def resend(user: Any, reply_id: int) -> OperatorReply:
 def _deliver(reply: OperatorReply) -> OperatorReply:
     """Send a committed ``sending`` reply, then record sent/failed and broadcast the new status. A reply
     whose provider sends nothing out is recorded ``sent``: it is in the transcript, all it can reach."""
-    from webhooks_app import replies
-
     async def send(address: dict[str, Any]) -> None:
         # Never longer than half the time after which a reply still ``sending`` counts as its sender's
         # crash (unknown, resendable): a slow send must not overlap a resend of itself.

@@ -1,4 +1,4 @@
-"""Takeover URLs, under the console's ``actions/<verb>/<session id>`` space (the id last: see sessions_app.urls)."""
+"""Takeover URLs, under the console's ``actions/<verb>/<session id>`` space (the id last: see console_app.urls)."""
 
 from django.urls import path
 

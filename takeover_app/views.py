@@ -17,7 +17,6 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 from django_htmx.http import reswap, retarget
 
-from chatflow_site.errors import not_found
 from sessions_app.access import console_required
 from sessions_app.actions import ActionError, InvalidAction
 from takeover_app import service
@@ -116,7 +115,7 @@ def resend(request: HttpRequest, reply_id: int) -> HttpResponse:
     if found is None:
         if getattr(request, "htmx", False):
             return _refused(request, "", _NotFound("No such reply."))
-        return not_found(request, Http404("No such reply."))
+        raise Http404("No such reply.")  # the site's 404 page (handler404, or SiteNotFoundPage with DEBUG on)
     try:
         sent = service.resend(request.user, reply_id)
     except ActionError as err:

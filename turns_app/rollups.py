@@ -8,8 +8,8 @@ exactly once: no id or clock decides what is "old enough". A record still ``runn
 it ends. :func:`read` adds the ended unfolded records live, with the same :class:`Tally`, so what it returns
 is exact at read time, and it writes nothing.
 
-The queue workers' heartbeat folds once a minute (``health_app.heartbeat``) and ``manage.py chatflow_sweep``
-folds everything left. ``turns_app.console.mark_rolled_back`` moves already-folded records to
+The queue workers' heartbeat folds once a minute (``webhooks_app.heartbeat``) and ``manage.py chatflow_sweep``
+folds everything left. ``turns_app.usage.mark_rolled_back`` moves already-folded records to
 ``rolled_back`` with :func:`restatus`, in the rollback's transaction.
 """
 

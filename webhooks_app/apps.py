@@ -11,8 +11,7 @@ class WebhooksAppConfig(AppConfig):
 
     def ready(self) -> None:
         from sessions_app import holdings
-        from sessions_app.listing import register_marker
-        from webhooks_app import embedded, ledger, settle
+        from webhooks_app import embedded, settle
         from webhooks_app.groups import grant_ledger_permissions
         from webhooks_app.models import InboundDelivery
 
@@ -21,6 +20,4 @@ class WebhooksAppConfig(AppConfig):
         holdings.register(InboundDelivery, forget=settle.cancel_deliveries, before_session_row=True,
                           kept="Redacted and settled (cancelled): their provider ids and claims stay so that a "
                                "provider's redelivery is still suppressed as a duplicate.")
-        register_marker("failed_delivery", ledger.reply_failed_marker)
-        register_marker("turn_failed", ledger.turn_failed_marker)
         embedded.start_if_serving()

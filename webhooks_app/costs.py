@@ -30,6 +30,7 @@ from typing import Any
 from django.db import transaction
 
 from sessions_app.roundtrips import Counts, count_connections
+from sessions_app.store import session_committing
 
 __all__ = ["Costs"]
 
@@ -54,15 +55,11 @@ class Costs:
     # ---- collecting ---------------------------------------------------------------------------
     def install(self) -> None:
         """Count on every database connection this process opens from now on, and time the store's commits."""
-        from sessions_app.store import session_committing
-
         self._stop = count_connections(self._counts)
         session_committing.connect(self._on_commit_start, weak=False)
 
     def uninstall(self) -> None:
         """Stop counting on connections opened from now on and stop timing commits."""
-        from sessions_app.store import session_committing
-
         self._stop()
         session_committing.disconnect(self._on_commit_start)
 

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING
 
 from django.conf import settings
 
+from sessions_app.live import layer_is_in_memory
 from webhooks_app import relay
 
 if TYPE_CHECKING:
@@ -113,8 +114,6 @@ class EmbeddedWorker:
     """The server's handle on its worker process: start, wake, supervise (restart), stop."""
 
     def __init__(self) -> None:
-        from sessions_app.live import layer_is_in_memory
-
         self.relayed = layer_is_in_memory()
         self.proc: subprocess.Popen[bytes] | None = None
         self.restarts = 0

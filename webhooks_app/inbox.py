@@ -23,10 +23,10 @@ from django.db import DatabaseError, OperationalError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from agents_app.runtime import site_store
-from health_app import tracing
 from sessions_app.models import ProcessedMessage
+from sessions_app.runtime import site_store
 from sessions_app.store import driver_cursor
+from webhooks_app import embedded, tracing
 from webhooks_app.models import InboundDelivery
 
 __all__ = ["Inbound", "Accepted", "accept", "aaccept", "claim_key", "retry", "RetryRefused"]
@@ -45,7 +45,7 @@ class Inbound:
     text: str = ""
     metadata: dict[str, Any] = field(default_factory=dict)
     payload: dict[str, Any] = field(default_factory=dict)
-    traceparent: str = ""  # W3C trace context of its acknowledgement (health_app.tracing), "" untraced
+    traceparent: str = ""  # W3C trace context of its acknowledgement (webhooks_app.tracing), "" untraced
 
 
 @dataclass
@@ -254,6 +254,4 @@ def release_claim(key: str) -> None:
 
 
 def _wake_workers() -> None:
-    from webhooks_app import embedded
-
     embedded.wake()

@@ -29,8 +29,12 @@ from webhooks_app import inbox, replies, taskqueue
 from webhooks_app.models import InboundDelivery
 
 __all__ = ["context", "retry", "queue_thread", "with_reply_state", "attention_context", "resend", "ResendRefused",
-           "RETRY_ACTION", "RESEND_ACTION", "LEDGER_SIZE", "reply_failed_marker", "turn_failed_marker"]
+           "RETRY", "RESEND", "RETRY_ACTION", "RESEND_ACTION", "LEDGER_SIZE", "reply_failed_marker",
+           "turn_failed_marker"]
 
+#: The permissions the console asks for Retry and Resend.
+RETRY = "webhooks_app.retry_delivery"
+RESEND = "webhooks_app.resend_reply"
 RETRY_ACTION = "retry_delivery"
 RESEND_ACTION = "resend_reply"
 LEDGER_SIZE = 50
@@ -61,7 +65,7 @@ def with_reply_state(qs: QuerySet | None = None) -> QuerySet:
 
 
 def reply_failed_marker() -> Exists:
-    """For the session list (``sessions_app.listing.register_marker``): the session has a reply that failed
+    """For the session list (``console_app.listing.register_marker``): the session has a reply that failed
     or may not have reached the customer (one Resend would send it)."""
     return Exists(InboundDelivery.objects.filter(_resendable(timezone.now()), session_id=OuterRef("pk")))
 

@@ -22,6 +22,8 @@ from typing import Any
 
 from channels.layers import BaseChannelLayer
 
+from sessions_app.live import publisher
+
 __all__ = ["RelayChannelLayer", "forward", "serving_loop"]
 
 logger = logging.getLogger("webhooks_app.worker")
@@ -91,8 +93,6 @@ def remember_loop() -> None:
 
 
 def _publish(messages: list[tuple[str, dict[str, Any]]]) -> None:
-    from sessions_app.live import publisher
-
     publisher.send_soon(messages)  # one drain task per loop: the child's order is kept
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import aiohttp
 from django.conf import settings
 
-from health_app import tracing
+from webhooks_app import tracing
 from webhooks_app.models import InboundDelivery
 
 __all__ = ["LIMIT", "split_message", "send", "send_to", "utf16_len"]

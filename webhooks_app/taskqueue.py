@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import contextlib
 import functools
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from django.db import DatabaseError, connection, transaction
+from django.db.models import Count, Min
 from django.utils import timezone
 
 from chatflow_agent.jsonsafe import json_object
@@ -36,7 +38,7 @@ from sessions_app.store import driver_cursor
 from webhooks_app.inbox import release_claim
 from webhooks_app.models import InboundDelivery
 
-__all__ = ["MARKER_KEY", "answer_of", "claim_next", "claim", "renew", "finish", "fail", "complete",
+__all__ = ["QueueRow", "depth", "MARKER_KEY", "answer_of", "claim_next", "claim", "renew", "finish", "fail", "complete",
            "complete_and_claim_next", "outcome",
            "release", "status_of", "turn_committed", "played_before", "playing_since_before", "last_answer",
            "pending"]
@@ -363,3 +365,30 @@ def playing_since_before(session_id: str, since: Any) -> bool:
 def pending() -> int:
     """Deliveries queued or running."""
     return InboundDelivery.objects.filter(status__in=[Status.QUEUED, Status.RUNNING]).count()
+
+
+@dataclass(frozen=True)
+class QueueRow:
+    """One provider's queue: deliveries queued and running, and the age of the oldest queued one (seconds)."""
+
+    provider: str
+    label: str
+    queued: int
+    running: int
+    oldest_age: float | None
+
+
+def depth() -> list[QueueRow]:
+    """The queue by provider: every provider (those with nothing queued too), in the providers' order."""
+    now = timezone.now()
+    status = InboundDelivery.Status
+    open_ = (InboundDelivery.objects.filter(status__in=[status.QUEUED, status.RUNNING])
+             .values("provider", "status").annotate(n=Count("id"), oldest=Min("first_seen")))
+    found: dict[tuple[str, str], dict[str, Any]] = {(r["provider"], r["status"]): r for r in open_}
+    rows = []
+    for value, label in InboundDelivery.Provider.choices:
+        queued = found.get((value, status.QUEUED), {})
+        oldest = queued.get("oldest")
+        rows.append(QueueRow(value, label, queued.get("n", 0), found.get((value, status.RUNNING), {}).get("n", 0),
+                             None if oldest is None else (now - oldest).total_seconds()))
+    return rows

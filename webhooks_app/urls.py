@@ -1,8 +1,7 @@
-"""Webhook endpoints (``/webhooks/<channel>/``) and the console's ledger actions."""
+"""Webhook endpoints (``/webhooks/<channel>/``); the console's ledger pages are in ``console_app.urls``."""
 
 from django.urls import path
 
-from sessions_app import converters  # noqa: F401 - registers <session:…>
 from webhooks_app import views
 
 # Providers are configured with a URL typed by hand: each endpoint also answers without its trailing
@@ -12,8 +11,4 @@ _RECEIVERS = [("whatsapp", views.whatsapp), ("telegram", views.telegram), ("gene
 urlpatterns = [
     *(path(f"webhooks/{channel}/", view, name=f"webhooks-receive-{channel}") for channel, view in _RECEIVERS),
     *(path(f"webhooks/{channel}", view) for channel, view in _RECEIVERS),
-    path("webhooks/deliveries/<int:delivery_id>/retry/", views.retry_delivery, name="webhooks-retry-delivery"),
-    path("webhooks/deliveries/<int:delivery_id>/resend/", views.resend_reply, name="webhooks-resend-reply"),
-    path("webhooks/attention/", views.attention_list, name="webhooks-list-attention"),
-    path("webhooks/ledger/<session:session_id>/", views.session_ledger, name="webhooks-show-ledger"),
 ]

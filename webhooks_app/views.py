@@ -1,4 +1,4 @@
-"""Webhook endpoints (acknowledge within milliseconds; turns run from the queue) and the dedup ledger.
+"""Webhook endpoints (acknowledge within milliseconds; turns run from the queue).
 
 Every refusal is a 4xx JSON ``{"error": code, "detail": …}`` and writes nothing: the body is checked
 (size, content type, signature, JSON, fields) before the one transaction of ``inbox.accept``.
@@ -12,28 +12,17 @@ from functools import wraps
 from typing import Any
 
 from django.conf import settings
-from django.contrib import messages
 from django.core.exceptions import RequestDataTooBig
 from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import get_object_or_404, redirect, render
-from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.csrf import csrf_exempt
-from django.views.decorators.http import require_GET, require_POST
 
-from health_app import metrics, tracing
-from sessions_app.access import console_required
-from sessions_app.models import ChatSession
-from sessions_app.views import session_gone
-from webhooks_app import channels, inbox, ledger, settle
+from webhooks_app import inbox, ledger, providers, settle, tracing
 from webhooks_app.asgi import lean_webhook
-from webhooks_app.channels import Refused
+from webhooks_app.counters import count_webhook
 from webhooks_app.models import InboundDelivery
+from webhooks_app.providers import Refused
 
-LEDGER = "webhooks_app/ledger.html"
-ATTENTION = "webhooks_app/attention.html"
-RETRY = "webhooks_app.retry_delivery"
-RESEND = "webhooks_app.resend_reply"
 WAIT_SECONDS = 60.0
 #: A waiting request reads its delivery's status after the first of these (seconds), doubling up to the second.
 WAIT_POLL_SECONDS = (0.02, 0.5)
@@ -53,14 +42,14 @@ def _methods(*allowed: str) -> Callable:
                 response = _refusal(Refused(405, "method_not_allowed",
                                             f"{request.method} is not allowed here; use {' or '.join(allowed)}."))
                 response["Allow"] = ", ".join(allowed)
-                metrics.count_webhook(view.__name__, 405)
+                count_webhook(view.__name__, 405)
                 return response
             try:
                 response = await view(request, *args, **kwargs)
             except Exception:
-                metrics.count_webhook(view.__name__, 500)  # the lean path answers 500 for it
+                count_webhook(view.__name__, 500)  # the lean path answers 500 for it
                 raise
-            metrics.count_webhook(view.__name__, response.status_code)
+            count_webhook(view.__name__, response.status_code)
             return response
         return checked
     return decorator
@@ -115,15 +104,15 @@ async def whatsapp(request: HttpRequest) -> HttpResponse:
     try:
         if request.method == "GET":
             token = _configured(settings.WHATSAPP_VERIFY_TOKEN, "WHATSAPP_VERIFY_TOKEN")
-            if request.GET.get("hub.mode") == "subscribe" and channels.hmac.compare_digest(
+            if request.GET.get("hub.mode") == "subscribe" and providers.hmac.compare_digest(
                 request.GET.get("hub.verify_token", "").encode(), token.encode()
             ):
                 return HttpResponse(request.GET.get("hub.challenge", ""), content_type="text/plain")
             raise Refused(403, "verification_failed", "hub.mode or hub.verify_token is wrong.")
         body = _body(request)
         secret = _configured(settings.WHATSAPP_APP_SECRET, "WHATSAPP_APP_SECRET")
-        channels.check_hmac(body, request.headers.get("X-Hub-Signature-256"), secret, "X-Hub-Signature-256")
-        messages = channels.whatsapp_messages(channels.parse_json(body))
+        providers.check_hmac(body, request.headers.get("X-Hub-Signature-256"), secret, "X-Hub-Signature-256")
+        messages = providers.whatsapp_messages(providers.parse_json(body))
         return _acknowledged(await _accept(messages))
     except Refused as err:
         return _refusal(err)
@@ -137,10 +126,10 @@ async def telegram(request: HttpRequest) -> HttpResponse:
     """An ``Update`` from ``setWebhook``; de-duplicated on ``update_id``; session ``tg:<chat id>``."""
     try:
         secret = _configured(settings.TELEGRAM_SECRET_TOKEN, "TELEGRAM_SECRET_TOKEN")
-        channels.check_secret_token(request.headers.get("X-Telegram-Bot-Api-Secret-Token"), secret,
+        providers.check_secret_token(request.headers.get("X-Telegram-Bot-Api-Secret-Token"), secret,
                                     "X-Telegram-Bot-Api-Secret-Token")
         body = _body(request)
-        return _acknowledged(await _accept(channels.telegram_messages(channels.parse_json(body))))
+        return _acknowledged(await _accept(providers.telegram_messages(providers.parse_json(body))))
     except Refused as err:
         return _refusal(err)
 
@@ -149,8 +138,8 @@ async def telegram(request: HttpRequest) -> HttpResponse:
 async def _generic_accept(request: HttpRequest) -> tuple[inbox.Inbound, inbox.Accepted]:
     body = _body(request)
     secret = _configured(settings.CHATFLOW_WEBHOOK_SECRET, "CHATFLOW_WEBHOOK_SECRET")
-    channels.check_hmac(body, request.headers.get("X-Chatflow-Signature"), secret, "X-Chatflow-Signature")
-    message = channels.generic_message(channels.parse_json(body))
+    providers.check_hmac(body, request.headers.get("X-Chatflow-Signature"), secret, "X-Chatflow-Signature")
+    message = providers.generic_message(providers.parse_json(body))
     return message, await _accept([message])
 
 
@@ -233,73 +222,3 @@ async def _outcome(delivery_id: int) -> InboundDelivery:
                 return final
             await asyncio.sleep(pause)
             pause = min(pause * 2, WAIT_POLL_SECONDS[1])
-
-
-# ---- console: the dedup ledger ------------------------------------------------------------------
-@require_GET
-@console_required()
-def session_ledger(request: HttpRequest, session_id: str) -> HttpResponse:
-    """The session's deliveries (the ledger partial; the whole page is the session detail). A session that does
-    not exist (deleted, or not created yet by its first turn) is a 404 with the message, as its page is."""
-    if not ChatSession.objects.filter(pk=session_id).exists():
-        return session_gone(request, session_id)
-    ctx = ledger.context(request.user, session_id)
-    return render(request, f"{LEDGER}#ledger", ctx)
-
-
-@require_POST
-@console_required(RETRY)
-def retry_delivery(request: HttpRequest, delivery_id: int) -> HttpResponse:
-    """Queue a failed delivery again (audited). htmx gets the ledger; others are redirected."""
-    delivery = get_object_or_404(InboundDelivery, pk=delivery_id)
-    status, note = 200, ""
-    try:
-        ledger.retry(request.user, delivery)
-        note = f"Delivery {delivery.provider_message_id} queued again."
-    except inbox.RetryRefused as err:
-        status, note = 409, str(err)
-    if getattr(request, "htmx", False):
-        ctx = ledger.context(request.user, delivery.session_id, note=note, refused=status == 409)
-        return render(request, f"{LEDGER}#ledger", ctx, status=status)
-    if status == 409:
-        return JsonResponse({"error": "retry_refused", "detail": note}, status=409)
-    nxt = request.POST.get("next", "")
-    if nxt and url_has_allowed_host_and_scheme(nxt, allowed_hosts={request.get_host()}):
-        return redirect(nxt)
-    return redirect("sessions-show-session", delivery.session_id)
-
-
-
-@require_GET
-@console_required()
-def attention_list(request: HttpRequest) -> HttpResponse:
-    """Every session's deliveries whose reply is unknown or failed, newest first, with Resend."""
-    return render(request, ATTENTION, ledger.attention_context(request.user))
-
-
-@require_POST
-@console_required(RESEND)
-def resend_reply(request: HttpRequest, delivery_id: int) -> HttpResponse:
-    """Send a delivery's stored answer again (audited; one send per click, a concurrent click gets 409).
-
-    htmx gets the session's ledger; others are redirected to ``next`` (or the session) with a message.
-    """
-    delivery = get_object_or_404(InboundDelivery, pk=delivery_id)
-    status, failed = 200, False
-    try:
-        sent = ledger.resend(request.user, delivery)
-        failed = sent.reply_status != InboundDelivery.Reply.SENT
-        note = (f"Resending the reply to {delivery.provider_message_id} failed: {sent.reply_error}" if failed
-                else f"The reply to {delivery.provider_message_id} was sent again.")
-    except ledger.ResendRefused as err:
-        status, note = 409, str(err)
-    if getattr(request, "htmx", False):
-        ctx = ledger.context(request.user, delivery.session_id, note=note, refused=status == 409 or failed)
-        return render(request, f"{LEDGER}#ledger", ctx, status=status)
-    if status == 409:
-        return JsonResponse({"error": "resend_refused", "detail": note}, status=409)
-    (messages.error if failed else messages.success)(request, note)
-    nxt = request.POST.get("next", "")
-    if nxt and url_has_allowed_host_and_scheme(nxt, allowed_hosts={request.get_host()}):
-        return redirect(nxt)
-    return redirect("sessions-show-session", delivery.session_id)

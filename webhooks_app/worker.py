@@ -52,19 +52,18 @@ from typing import Any
 from django.conf import settings
 from django.db import DatabaseError, InterfaceError, OperationalError, connections
 
-from agents_app import runtime
 from chatflow_agent.core.reports import TurnReport
 from chatflow_agent.exceptions import SessionBusyError, SessionDeletedError
-from health_app import heartbeat, tracing
+from sessions_app import runtime
 from sessions_app.store import dropped_connections, reopen_if_dropped
 from takeover_app import service as takeover
 from takeover_app.gate import HELD_SESSION_SQL, answered_gate
-from webhooks_app import replies, settle, taskqueue
+from webhooks_app import embedded, heartbeat, replies, settle, taskqueue, tracing
 from webhooks_app.arrival import arrival_metadata
-from webhooks_app.channels import placeholder
 from webhooks_app.costs import Costs
 from webhooks_app.models import SENDING_PROVIDERS, InboundDelivery
 from webhooks_app.outage import DatabaseOutage
+from webhooks_app.providers import placeholder
 
 __all__ = ["Worker", "FALLBACK_REPLY", "UNSUPPORTED_REPLY", "RESET_REPLY"]
 
@@ -175,8 +174,6 @@ class Worker:
         call (``NO_MODEL_CALL``), one at a time: a message to a session an operator holds is stored at once
         instead of waiting behind slow bot turns.
         """
-        from webhooks_app import embedded
-
         loop = self._loop = asyncio.get_running_loop()
         wake = self._wake = asyncio.Event()
         executors = [ThreadPoolExecutor(1, thread_name_prefix=f"chatflow-queue-{i}") for i in range(self.slots)]

@@ -11,8 +11,8 @@ import sqlite3
 import pytest
 from django.core.management import CommandError, call_command
 
-from agents_app import runtime
 from agents_app.demo_sessions import SCRIPTS
+from sessions_app import runtime
 from sessions_app.models import ChatMessage, ChatSession
 from tests.processes import run_manage, site_env
 
@@ -66,7 +66,7 @@ def test_chatflow_demo_creates_n_sessions_from_real_turns():
 def test_chatflow_demo_spreads_times_that_the_console_and_the_export_agree_on():
     from datetime import datetime
 
-    from sessions_app import export
+    from console_app import export
     from sessions_app.timeline import build_page
 
     run("chatflow_demo", sessions=3, seed=3, spread_hours=48)

@@ -3,8 +3,8 @@
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from agents_app import registry
 from agents_app.demo_team import build, check_order_status, diagnose_device, get_invoice, refund_order
+from sessions_app import registry
 
 
 def test_support_starts_and_hands_off_to_billing_and_tech_who_hand_back():

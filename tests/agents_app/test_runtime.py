@@ -1,4 +1,4 @@
-"""agents_app.runtime: one site store and one site Runner per process, built from the settings."""
+"""sessions_app.runtime: one site store and one site Runner per process, built from the settings."""
 
 from __future__ import annotations
 
@@ -7,10 +7,9 @@ from decimal import Decimal
 
 import pytest
 
-from agents_app import registry, runtime
 from chatflow_agent.core.engines import DemoEngine, OpenAIEngine
 from chatflow_agent.types import ModelCallUsage
-from sessions_app import actions
+from sessions_app import actions, registry, runtime
 from sessions_app.store import DjangoSessionStore
 
 

@@ -22,15 +22,16 @@ from chatflow_agent import Agent, PriceBook, Runner
 from chatflow_agent.core.engines.base import EngineTurnResult
 from chatflow_agent.core.engines.scripted import ScriptedEngine
 from chatflow_agent.types import ModelCallUsage, ToolCall
-from health_app import charts, heartbeat
-from health_app.models import QueueSample
+from health_app import charts
 from sessions_app.store import DjangoSessionStore
 from tests.sessions_app import personas
 from tests.webhooks_app import payloads as p
 from tests.webhooks_app.test_endpoints import post_generic
 from turns_app import rollups
-from turns_app.console import mark_rolled_back
 from turns_app.models import TurnRecord, TurnRollup
+from turns_app.usage import mark_rolled_back
+from webhooks_app import heartbeat
+from webhooks_app.models import QueueSample
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -16,7 +16,6 @@ import pytest
 from django.db import connections
 from django.utils import timezone
 
-from health_app import heartbeat
 from health_app.models import WorkerHeartbeat
 from sessions_app.models import ChatSession, OperatorAction, SessionLease, SessionWaiter
 from tests.sessions_app import personas
@@ -24,7 +23,7 @@ from tests.webhooks_app import payloads as p
 from tests.webhooks_app.test_endpoints import post_generic, post_tg, post_wa
 from tests.webhooks_app.test_worker import apis  # noqa: F401, F811 - apis is a fixture
 from turns_app.models import TurnRecord
-from webhooks_app import taskqueue
+from webhooks_app import heartbeat, taskqueue
 from webhooks_app.models import InboundDelivery
 from webhooks_app.worker import Worker
 
@@ -333,8 +332,8 @@ def test_a_bulk_resend_past_its_time_budget_names_the_replies_it_did_not_try(cli
 
 
 def test_cancel_turn_stops_the_turn_the_page_showed_not_one_that_began_since(settings):
-    from agents_app.runtime import site_store
     from chatflow_agent.core.reports import TurnReport
+    from sessions_app.runtime import site_store
 
     settings.CHATFLOW_HEALTH_LONG_TURN_SECONDS = 1
     ChatSession.objects.create(session_id="slow-3", active_agent_name="Support")
@@ -363,8 +362,8 @@ def test_cancel_turn_stops_the_turn_the_page_showed_not_one_that_began_since(set
 
 
 def test_a_first_turn_is_marked_and_once_cancelled_its_link_says_the_session_never_got_it(settings):
-    from agents_app.runtime import site_store
     from chatflow_agent.core.reports import TurnReport
+    from sessions_app.runtime import site_store
 
     settings.CHATFLOW_HEALTH_LONG_TURN_SECONDS = 1
     report = TurnReport(source="api", user_text="hello", owner="otherhost:1:first:1")

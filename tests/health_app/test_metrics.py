@@ -121,7 +121,7 @@ def test_webhook_responses_are_counted_by_channel_and_status(client):
 
 
 def test_no_counter_goes_down_as_turns_end_and_are_rolled_back(client):
-    from turns_app.console import mark_rolled_back
+    from turns_app.usage import mark_rolled_back
 
     now = timezone.now()
 

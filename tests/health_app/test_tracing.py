@@ -13,14 +13,13 @@ from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter  # noqa: E402
 
-from health_app import tracing  # noqa: E402
-from health_app.models import DeliveryTrace  # noqa: E402
 from tests.sessions_app import personas  # noqa: E402
 from tests.webhooks_app import payloads as p  # noqa: E402
 from tests.webhooks_app.fakes import FakeProviderAPI  # noqa: E402
 from tests.webhooks_app.test_endpoints import post_generic, post_wa  # noqa: E402
 from turns_app.models import TurnRecord  # noqa: E402
-from webhooks_app.models import InboundDelivery  # noqa: E402
+from webhooks_app import tracing  # noqa: E402
+from webhooks_app.models import DeliveryTrace, InboundDelivery  # noqa: E402
 from webhooks_app.worker import Worker  # noqa: E402
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -14,8 +14,8 @@ import sys
 async def main(session_id: str, text: str) -> None:
     from channels.layers import get_channel_layer
 
-    from agents_app.runtime import site_runner
     from sessions_app.live import publisher
+    from sessions_app.runtime import site_runner
 
     await site_runner().run_async(session_id, text)
     await publisher.flush()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agents_app import runtime
+from sessions_app import runtime
 
 
 @pytest.fixture(autouse=True)

@@ -17,10 +17,10 @@ from channels.testing import WebsocketCommunicator
 from django.db import connections
 from django.test import Client
 
-from agents_app import registry
 from chatflow_agent import Runner
 from chatflow_agent.core.engines.scripted import ScriptedEngine
 from chatflow_site.layers import redis_layer
+from sessions_app import registry
 from sessions_app.live import publisher
 from tests.processes import LAYER_REDIS_URL, redis_up
 
@@ -81,7 +81,7 @@ async def connected(path: str, cookie: bytes | None):
 
 def site_runner_with(*steps: Any, delay: float = 0.0) -> Runner:
     """A Runner like the site's (registry agents, the site's store, publishing run events) on a script."""
-    from agents_app.runtime import site_store
+    from sessions_app.runtime import site_store
 
     runner = Runner(registry.starting_agent(), session_store=site_store(),
                     engine=ScriptedEngine(*steps, delay=delay, stream=True))

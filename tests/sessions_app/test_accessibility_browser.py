@@ -63,7 +63,7 @@ DASHBOARD = """
 from datetime import timedelta
 from django.core.management import call_command
 from django.utils import timezone
-from health_app.models import QueueSample
+from webhooks_app.models import QueueSample
 from turns_app.models import TurnRecord
 call_command("chatflow_demo", sessions=8, seed=18, spread_hours=20, verbosity=0)
 TurnRecord.objects.create(session_id="web-0100", owner="a11y:1:x:", status="failed", error="RuntimeError: down",

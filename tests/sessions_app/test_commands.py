@@ -11,10 +11,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.core.management import CommandError, call_command
 
-from agents_app import runtime
 from agents_app.demo_team import build
 from chatflow_agent import Runner, SQLiteSessionStore
 from chatflow_agent.core.engines import DemoEngine
+from sessions_app import runtime
 from sessions_app.models import ChatMessage, ChatSession, ProcessedMessage
 from tests.processes import REPO, run_manage, site_env
 

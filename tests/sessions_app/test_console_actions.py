@@ -15,8 +15,7 @@ import pytest
 from django.db import connections
 from django.urls import reverse
 
-from agents_app import registry
-from sessions_app import actions
+from sessions_app import actions, registry
 from sessions_app.models import ChatMessage, ChatSession, OperatorAction, SessionLease
 from tests.sessions_app import conversations as cv
 from tests.sessions_app import personas

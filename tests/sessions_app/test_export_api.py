@@ -319,7 +319,7 @@ def test_every_export_is_written_to_the_audit_log(operator, auth):
 
 # ---- bulk export ----------------------------------------------------------------------------------
 def test_the_bulk_export_streams_one_transcript_per_matching_session(auth, monkeypatch):
-    from sessions_app import export
+    from console_app import export
 
     monkeypatch.setattr(export, "SESSION_BATCH", 2)
     for i in range(5):
@@ -340,7 +340,7 @@ def test_the_bulk_export_streams_one_transcript_per_matching_session(auth, monke
 def test_the_bulk_export_leaves_out_no_session_that_a_turn_moves_while_it_runs(auth, monkeypatch, sort):
     from django.utils import timezone
 
-    from sessions_app import export
+    from console_app import export
 
     monkeypatch.setattr(export, "SESSION_BATCH", 2)
     monkeypatch.setattr(export, "CHUNK", 1)  # a line a chunk: the export is read a session at a time
@@ -462,7 +462,7 @@ async def test_under_asgi_downloads_stream_through_an_async_iterator(monkeypatch
     from django.db import connections
     from django.test import AsyncClient
 
-    from sessions_app import export
+    from console_app import export
 
     monkeypatch.setattr(export, "CHUNK", 64)
 

@@ -13,8 +13,8 @@ import pytest
 from django.core import checks
 from django.db import OperationalError, connection, connections
 
-from agents_app import runtime
-from sessions_app import actions, export, holdings, restore
+from console_app import export, restore
+from sessions_app import actions, holdings, runtime
 from sessions_app.models import ChatSession
 from takeover_app.models import SessionMode
 from tests.sessions_app import personas

@@ -8,9 +8,8 @@ import time
 import pytest
 from django.core.management import call_command
 
-from agents_app import registry, runtime
 from chatflow_agent.exceptions import SessionBusyError
-from sessions_app import actions
+from sessions_app import actions, registry, runtime
 from sessions_app.models import SessionLease, SessionWaiter
 from sessions_app.store import DjangoSessionStore
 from tests.sessions_app import personas

@@ -13,10 +13,10 @@ import pytest
 from channels.layers import channel_layers, get_channel_layer
 
 import chatflow_site.asgi  # noqa: F401  (imported here: its first import sets logging up again, dropping caplog's)
-from agents_app.runtime import site_runner
 from chatflow_site.layers import redis_layer
 from sessions_app.live import group_for_session, publisher
 from sessions_app.models import ChatMessage
+from sessions_app.runtime import site_runner
 from tests.processes import free_port, redis_server
 from tests.sessions_app.live_support import db
 

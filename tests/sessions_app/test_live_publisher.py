@@ -98,7 +98,7 @@ def test_live_fragments_escape_what_users_and_models_wrote():
         TurnStarted,
     )
     from chatflow_agent.types import Handoff, ToolResult
-    from sessions_app.fragments import DetailView, render_event
+    from console_app.fragments import DetailView, render_event
 
     view = DetailView(user=None, session_id=XSS)
     call = ToolCall(id=XSS, name=XSS, args={XSS: XSS})

@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 
-from sessions_app import listing
+from console_app import listing
 from sessions_app.models import ChatSession
 from tests.sessions_app import conversations as cv
 from tests.sessions_app import personas
@@ -145,7 +145,7 @@ def test_search_as_you_type_is_debounced_and_pushes_the_url(op_client):
 
 
 def test_the_row_partial_renders_for_live_updates_with_markers(op_client):
-    from sessions_app.fragments import list_row_from_db
+    from console_app.fragments import list_row_from_db
 
     cv.store("+1", [cv.user("hi")], metadata={"channel": "whatsapp", "profile_name": "Ana"})
     (html,) = list_row_from_db("+1", top=False)

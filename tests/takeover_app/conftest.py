@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from agents_app import runtime
+from sessions_app import runtime
 from sessions_app.models import ChatMessage, SessionLease
 from tests.webhooks_app import payloads as p
 from tests.webhooks_app.fakes import FakeProviderAPI

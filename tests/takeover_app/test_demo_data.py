@@ -9,7 +9,7 @@ import io
 import pytest
 from django.core.management import call_command
 
-from agents_app import runtime
+from sessions_app import runtime
 from sessions_app.models import ChatMessage, OperatorAction
 from takeover_app.models import OperatorReply, SessionMode
 

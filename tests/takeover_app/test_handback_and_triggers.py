@@ -10,7 +10,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from sessions_app import export
+from console_app import export
 from sessions_app.models import ChatMessage, ChatSession, OperatorAction
 from takeover_app import service
 from takeover_app.gate import asks_for_human

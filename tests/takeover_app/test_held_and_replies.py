@@ -80,7 +80,7 @@ def test_a_telegram_message_while_waiting_is_held_too(client, env):
 
 
 def test_an_image_to_a_session_an_operator_owns_is_held_like_a_text(client, env, owned):
-    from agents_app import runtime
+    from sessions_app import runtime
 
     events: list = []
     runtime.site_runner().subscribe(events.append)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from agents_app import registry
+from sessions_app import registry
 from sessions_app.actions import site_store
 from sessions_app.models import ChatSession
 from takeover_app import service

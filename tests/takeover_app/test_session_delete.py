@@ -11,9 +11,8 @@ import pytest
 from django.contrib.auth.models import User
 from django.db import connections, transaction
 
-from agents_app import runtime
 from chatflow_agent.core import sql
-from sessions_app import actions, holdings
+from sessions_app import actions, holdings, runtime
 from sessions_app.models import ChatMessage, ChatSession, OperatorAction, ProcessedMessage
 from sessions_app.store import driver_cursor
 from takeover_app import service

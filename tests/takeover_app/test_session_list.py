@@ -9,8 +9,8 @@ from datetime import timedelta
 
 import pytest
 
-from sessions_app import listing
-from sessions_app.templatetags.console_nav import waiting_badge
+from console_app import listing
+from console_app.templatetags.console_nav import waiting_badge
 from takeover_app.models import SessionMode
 from tests.sessions_app import conversations as cv
 from tests.sessions_app import personas
@@ -108,7 +108,7 @@ def test_the_notification_opt_in_is_a_button_hidden_until_scripts_check_support(
 
 
 def test_the_live_row_carries_the_mode():
-    from sessions_app.fragments import list_row_from_db
+    from console_app.fragments import list_row_from_db
 
     page_states.waiting("+15550111")
     (html,) = list_row_from_db("+15550111", top=False)

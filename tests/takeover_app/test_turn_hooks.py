@@ -7,8 +7,8 @@ import asyncio
 
 import pytest
 
-from agents_app import runtime
 from chatflow_agent.core.hooks import TurnHooks
+from sessions_app import runtime
 from sessions_app.models import ChatSession
 from takeover_app import service
 from takeover_app.gate import ModeChange

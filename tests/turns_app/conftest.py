@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from agents_app import runtime
 from chatflow_agent.pricing import PRICES_ENV
+from sessions_app import runtime
 from tests.chatflow_agent.provider_server import FakeProvider
 
 

@@ -1,7 +1,7 @@
 """Turn records in the console: the turn header, entries for failed / cancelled / interrupted turns after a
 reload, the session header totals, the list columns and the rollback preview and rollback.
 
-Turns run on the site's store (``agents_app.runtime.site_store``) against a real OpenAI-compatible server on
+Turns run on the site's store (``sessions_app.runtime.site_store``) against a real OpenAI-compatible server on
 127.0.0.1; the page is read as an operator sees it (HTML through the test client).
 """
 
@@ -15,10 +15,10 @@ from decimal import Decimal
 import pytest
 from django.urls import reverse
 
-from agents_app import runtime
 from chatflow_agent import Agent, PriceBook, Runner
 from chatflow_agent.core.engines.base import BaseEngine, EngineTurnResult
-from sessions_app import actions, listing
+from console_app import listing
+from sessions_app import actions, runtime
 from sessions_app.models import ChatMessage
 from tests.chatflow_agent.provider_server import FakeProvider
 from tests.chatflow_agent.test_usage import TOOL_CALL, answer, library_cost, order_agent

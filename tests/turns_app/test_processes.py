@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from django.core.management import call_command
 
-from agents_app import runtime
 from chatflow_agent import Agent, Runner
 from chatflow_agent.core.engines.base import BaseEngine, EngineTurnResult
+from sessions_app import runtime
 from sessions_app.models import ChatMessage
 from tests.processes import REPO, site_env
 from tests.webhooks_app.servers import database_url

@@ -191,7 +191,7 @@ class Held(BaseEngine):
 @pytest.mark.parametrize("where", ["this_store", "another_store"])
 def test_a_turn_running_during_the_delete_writes_nothing_back_and_no_later_session_shows_its_record(
         store, django_user_model, where, ending):
-    from agents_app import runtime
+    from sessions_app import runtime
     from sessions_app.actions import delete_session
 
     engine = Held(cancelled=ending == "is_cancelled")

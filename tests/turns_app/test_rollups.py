@@ -12,10 +12,10 @@ import pytest
 from django.db import connection, connections, transaction
 from django.utils import timezone
 
-from health_app import heartbeat
 from turns_app import rollups
-from turns_app.console import mark_rolled_back
 from turns_app.models import TurnRecord, TurnRollup
+from turns_app.usage import mark_rolled_back
+from webhooks_app import heartbeat
 
 pytestmark = pytest.mark.django_db(transaction=True)
 postgresql_only = pytest.mark.skipif(connection.vendor != "postgresql",

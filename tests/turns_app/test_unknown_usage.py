@@ -13,10 +13,10 @@ import re
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from agents_app import runtime
 from chatflow_agent import Agent
 from chatflow_agent.core.engines.base import BaseEngine
-from sessions_app import listing
+from console_app import listing
+from sessions_app import runtime
 from tests.chatflow_agent.test_usage import answer, order_agent
 from tests.turns_app.test_console import site_runner, text
 from turns_app.models import SessionTotals, TurnRecord

@@ -154,7 +154,7 @@ def test_the_bulk_export_reads_turn_records_and_totals_once_per_batch_of_session
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from sessions_app import export, listing
+    from console_app import export, listing
     from tests.sessions_app.conversations import model, store, user
 
     for i in range(5):
@@ -171,7 +171,7 @@ def test_the_bulk_export_reads_turn_records_and_totals_once_per_batch_of_session
 def test_the_streamed_formats_read_turn_records_a_batch_of_turns_at_a_time(server, client, monkeypatch):
     from django.db import connection
 
-    from sessions_app import export
+    from console_app import export
     from sessions_app.models import ChatSession
 
     runner = site_runner(order_agent(server))

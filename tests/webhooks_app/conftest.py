@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agents_app import runtime
+from sessions_app import runtime
 from tests.webhooks_app import payloads
 from webhooks_app import inbox
 

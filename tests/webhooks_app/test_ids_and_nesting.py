@@ -11,8 +11,8 @@ import pytest
 from sessions_app.ids import SESSION_ID_MAX_LENGTH as MAX_ID
 from tests.webhooks_app import payloads as p
 from tests.webhooks_app.test_endpoints import nothing_written, post_generic, post_tg, post_wa
-from webhooks_app.channels import MAX_DEPTH
 from webhooks_app.models import InboundDelivery
+from webhooks_app.providers import MAX_DEPTH
 
 pytestmark = pytest.mark.django_db
 

@@ -9,8 +9,8 @@ import pytest
 from django.db import OperationalError, connection, connections
 from django.utils import timezone
 
-from agents_app import runtime
 from chatflow_agent.types import Role
+from sessions_app import runtime
 from sessions_app.models import ChatMessage, ChatSession, OperatorAction, ProcessedMessage
 from sessions_app.store import session_committing
 from tests.sessions_app import personas
@@ -82,7 +82,7 @@ def test_an_unsupported_type_gets_one_polite_reply_and_its_placeholder_in_the_co
 
 
 def test_a_whatsapp_image_after_a_text_stands_in_the_conversation_and_the_transcript(client, apis):
-    from sessions_app import export
+    from console_app import export
 
     wa, _ = apis
     post_wa(client, p.whatsapp(p.wa_text("wamid.T", "my order is damaged")))

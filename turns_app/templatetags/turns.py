@@ -10,7 +10,7 @@ false: some turn's counts were unknown) or ``tokens unknown`` (None: none was kn
 ``{{ calls|price_detail }}`` — how a turn's model calls were priced, one line a call (a title's text).
 ``{{ calls|override_names }}`` — the model names a turn's calls were priced under by an override.
 ``{% session_totals session_id as totals %}`` — the session's ``SessionTotals`` (None before any turn).
-``{% rollback_usage plan as discarded %}`` — the ``turns_app.console.Usage`` of the turns a
+``{% rollback_usage plan as discarded %}`` — the ``turns_app.usage.Usage`` of the turns a
 ``sessions_app.actions.RollbackPlan`` removes.
 """
 
@@ -20,7 +20,7 @@ from decimal import Decimal
 
 from django import template
 
-from turns_app.console import discarded_usage, totals_of
+from turns_app.usage import discarded_usage, totals_of
 
 register = template.Library()
 

@@ -26,7 +26,6 @@ from typing import Any, TextIO
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from agents_app import registry, runtime
 from agents_app.views import chat_refusal
 from chatflow_agent.core.events import (
     HandoffOccurred,
@@ -36,6 +35,7 @@ from chatflow_agent.core.events import (
     ToolCallStarted,
     TurnCompleted,
 )
+from sessions_app import registry, runtime
 from sessions_app.ids import id_problem
 from sessions_app.live import flush_before_close
 

@@ -1,6 +1,6 @@
 """`manage.py chatflow_demo [--sessions N] [--takeover T] [--if-empty] [--seed S] [--spread-hours H]`.
 
-Creates N demo sessions by running real turns through the site's Runner (agents_app.runtime) on
+Creates N demo sessions by running real turns through the site's Runner (sessions_app.runtime) on
 the demo engine: customers on WhatsApp, Telegram and the web widget tracking orders, getting
 refunds and invoices from Billing and device diagnoses from Tech (see agents_app.demo_sessions).
 --takeover T adds T human takeover demos (agents_app.demo_sessions.TAKEOVER_SCRIPTS): sessions waiting for
@@ -22,7 +22,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 from tqdm import tqdm
 
-from agents_app import demo_sessions, runtime
+from agents_app import demo_sessions
+from sessions_app import runtime
 from sessions_app.live import flush_before_close, mark_unwatched
 from sessions_app.models import ChatSession
 

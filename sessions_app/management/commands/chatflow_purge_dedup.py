@@ -12,7 +12,7 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError
 
-from agents_app import runtime
+from sessions_app import runtime
 
 
 class Command(BaseCommand):

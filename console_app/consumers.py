@@ -2,7 +2,7 @@
 
 Thin by design: ``connect()`` checks access (anonymous → close 4401, no view permission → 4403,
 unknown session → accepted and closed with 4404, a code the page sees) and accepts last; group messages are
-turned into htmx out-of-band fragments by :mod:`sessions_app.fragments` (the console's own partials); the
+turned into htmx out-of-band fragments by :mod:`console_app.fragments` (the console's own partials); the
 ORM only through ``database_sync_to_async``. While open, each socket watches its login, its permission and the
 channel layer (:class:`sessions_app.sockets.SocketWatch`): it closes with 4401 / 4403 once the login or the
 permission is gone, and with 1013 when the layer failed under it.
@@ -25,7 +25,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.http import QueryDict
 
-from sessions_app import fragments, listing
+from console_app import fragments, listing
 from sessions_app.access import VIEW, may
 from sessions_app.live import LIST_GROUP, group_for_session, join, leave
 from sessions_app.models import ChatSession

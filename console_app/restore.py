@@ -1,4 +1,4 @@
-"""Read a JSON transcript (``sessions_app.export``, format version 1) back into a session, through the session store.
+"""Read a JSON transcript (``console_app.export``, format version 1) back into a session, through the session store.
 
 The messages go through :class:`DjangoSessionStore` in one turn (its lease, one commit), exactly as a bot
 turn writes them; the store's window is widened to the transcript's turn count so nothing is pruned.
@@ -19,12 +19,13 @@ from django.conf import settings
 from django.db import transaction
 from django.utils.dateparse import parse_datetime
 
-from agents_app import registry
 from chatflow_agent.core.agent import Agent
 from chatflow_agent.types import Message, Role
-from sessions_app import actions, export
-from sessions_app.export import FORMAT_VERSION
+from console_app import export
+from console_app.export import FORMAT_VERSION
+from sessions_app import actions, registry
 from sessions_app.models import ChatMessage, ChatSession, OperatorAction
+from sessions_app.store import DjangoSessionStore
 from sessions_app.timeline import turn_bounds
 
 __all__ = ["RestoreError", "Restored", "restore"]
@@ -70,8 +71,6 @@ def _restore_agent_changes(session: ChatSession, turns: list[dict[str, Any]]) ->
 
 def restore(doc: Any, *, replace: bool = False) -> Restored:
     """Write the transcript ``doc`` (a parsed JSON export) as its session; see the module docstring."""
-    from sessions_app.store import DjangoSessionStore
-
     if not isinstance(doc, dict) or doc.get("format") != "chatflow-transcript" or doc.get("version") != FORMAT_VERSION:
         raise RestoreError(f"Not a chatflow transcript, version {FORMAT_VERSION}.")
     if doc.get("redacted"):

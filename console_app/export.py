@@ -25,7 +25,7 @@ JSON shape (``FORMAT_VERSION`` 1; ``manage.py chatflow_import_transcript`` reads
                 "usage": {status, tokens, cost, model_calls, tool_calls, …} | null}],
      "usage": {turns, input_tokens, output_tokens, total_tokens, cost, cost_known, …} | null}
 
-``usage`` (per turn: ``turns_app.console.usage_block``; per session: ``session_usage``) is what the turn
+``usage`` (per turn: ``turns_app.usage.usage_block``; per session: ``session_usage``) is what the turn
 records say; null for turns played before records were kept. The other formats carry it too: JSONL as
 ``usage`` on the first line of each turn (its USER message; the other lines unchanged), CSV as ``turn_*``
 columns on each of the turn's rows, Markdown as a usage line under each turn's heading and the session's
@@ -56,7 +56,8 @@ from urllib.parse import quote
 from chatflow_agent.core.backend import StoredRow, parse_row
 from chatflow_agent.jsonsafe import clean_text, json_safe
 from chatflow_agent.types import Message, Role
-from sessions_app import listing
+from console_app import listing
+from sessions_app import registry
 from sessions_app.models import ChatMessage, ChatSession
 from sessions_app.timeline import (
     agent_actions,
@@ -68,15 +69,16 @@ from sessions_app.timeline import (
     turn_bounds,
     turn_items,
 )
-from turns_app.console import (
+from takeover_app.models import OperatorReply, SessionMode
+from turns_app.models import SessionTotals
+from turns_app.templatetags.turns import cost_spent, duration, tokens, tokens_spent, usd
+from turns_app.usage import (
     session_usage,
     totals_for,
     totals_of,
     usage_by_first_message,
     usage_by_first_message_for,
 )
-from turns_app.models import SessionTotals
-from turns_app.templatetags.turns import cost_spent, duration, tokens, tokens_spent, usd
 
 __all__ = [
     "BATCH", "FORMATS", "FORMAT_VERSION", "STABLE_SORTS", "bulk_jsonl", "content_disposition", "md_text",
@@ -253,8 +255,6 @@ def session_record(session: ChatSession, message_count: int, turn_count: int) ->
 
 
 def _starting_agent() -> str:
-    from agents_app import registry
-
     return registry.starting_agent().name
 
 
@@ -334,8 +334,6 @@ def operator_view(session_id: str) -> dict[str, Any]:
     ``replies`` are the operator-written messages' deliveries (``status``: sending, sent, failed, unknown,
     in_transcript).
     """
-    from takeover_app.models import OperatorReply, SessionMode
-
     row = SessionMode.objects.filter(pk=session_id).first()
 
     def iso(moment: datetime | None) -> str | None:
@@ -391,7 +389,7 @@ def transcript_jsonl(session: ChatSession, *, redacted: bool = False) -> Iterato
     """One JSON object per message: session_id, turn (0 before the first), seq, agent (the agent active when
     it was written, as the session page labels it: ``Segment.agents``; null before the first turn), then the
     message; the first line of each turn (its USER message) also has ``usage``: the turn's usage block
-    (``turns_app.console.usage_block``), null for a turn played before records were kept."""
+    (``turns_app.usage.usage_block``), null for a turn played before records were kept."""
     agents = turn_agents(session)
 
     def lines() -> Iterator[str]:

@@ -30,7 +30,10 @@ from typing import Any
 
 from django.conf import settings
 
-logger = logging.getLogger("health_app.tracing")
+from sessions_app import runtime
+from webhooks_app.models import DeliveryTrace
+
+logger = logging.getLogger("webhooks_app.tracing")
 
 try:
     from opentelemetry import context as otel_context
@@ -69,8 +72,6 @@ def use(provider: Any) -> None:
     global _tracer
     _tracer = None if provider is None else provider.get_tracer(SCOPE)
     if provider is not None:
-        from agents_app import runtime
-
         runtime.subscribe(on_run_event)
 
 
@@ -125,14 +126,10 @@ def acknowledging(messages: list[Any]) -> Iterator[list[Any]]:
 def remember(delivery_id: int, traceparent: str) -> None:
     """Store a delivery's trace context (inside the inbox's transaction); nothing without one."""
     if traceparent:
-        from health_app.models import DeliveryTrace
-
         DeliveryTrace.objects.update_or_create(delivery_id=delivery_id, defaults={"traceparent": traceparent})
 
 
 def _traceparent_of(delivery_id: int) -> str:
-    from health_app.models import DeliveryTrace
-
     return DeliveryTrace.objects.filter(delivery_id=delivery_id).values_list("traceparent", flat=True).first() or ""
 
 

@@ -2,7 +2,8 @@
 
 from django.urls import path, re_path
 
-from sessions_app import consumers, live
+from console_app import consumers
+from sessions_app import live
 
 live.mark_serving()  # this process serves the consumers: its own run events reach them in any layer
 

@@ -12,6 +12,7 @@ from django.urls import NoReverseMatch, Resolver404, resolve, reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
+from console_app.listing import waiting_count
 from sessions_app.access import VIEW, may
 
 register = template.Library()
@@ -73,8 +74,6 @@ def waiting_badge(count: int, oob: bool = False) -> SafeString:
 @register.simple_tag(takes_context=True)
 def nav_waiting(context: template.Context) -> SafeString:
     """``{% nav_waiting %}``: :func:`waiting_badge` for a user who may see the sessions, else nothing."""
-    from sessions_app.listing import waiting_count
-
     user = context.get("user")
     if user is None or not may(user, VIEW):
         return SafeString("")

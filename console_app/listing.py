@@ -30,7 +30,7 @@ from chatflow_agent.jsonsafe import clean_text
 from chatflow_agent.types import Role
 from sessions_app.models import ChatMessage, ChatSession, SessionLease
 from takeover_app.models import SessionMode
-from turns_app.console import usage_columns, usage_sort_key
+from turns_app.usage import usage_columns, usage_sort_key
 
 __all__ = ["CHANNELS", "COUNT_LIMIT", "MODES", "ListQuery", "Page", "SORTS", "after_cursor", "bounded_count",
            "FILTERS", "customer_name", "decode_cursor", "encode_cursor", "fetch_page", "fetch_window", "filtered",

@@ -5,10 +5,8 @@ session id can be mistaken for an action."""
 
 from django.urls import path
 
-from sessions_app import (
-    converters,  # noqa: F401 - registers <session:…>
-    views,
-)
+from console_app import ledger, views
+from sessions_app import converters  # noqa: F401 - registers <session:…>
 
 urlpatterns = [
     path("", views.home, name="site-home"),
@@ -23,4 +21,9 @@ urlpatterns = [
     path("actions/handback-confirm/<session:session_id>/", views.session_handback_confirm,
          name="sessions-confirm-handback"),
     path("audit/", views.audit_list, name="sessions-list-actions"),
+    # The dedup ledger (webhooks_app's rules): under /webhooks/ as before.
+    path("webhooks/deliveries/<int:delivery_id>/retry/", ledger.retry_delivery, name="webhooks-retry-delivery"),
+    path("webhooks/deliveries/<int:delivery_id>/resend/", ledger.resend_reply, name="webhooks-resend-reply"),
+    path("webhooks/attention/", ledger.attention_list, name="webhooks-list-attention"),
+    path("webhooks/ledger/<session:session_id>/", ledger.session_ledger, name="webhooks-show-ledger"),
 ]

@@ -16,6 +16,7 @@ import time
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
+from sessions_app.runtime import site_store
 from sessions_app.store import DjangoBackend
 from turns_app.rollups import fold
 
@@ -27,8 +28,6 @@ class Command(BaseCommand):
         parser.add_argument("--database", default="default", help="The database alias (default: default).")
 
     def handle(self, *args, **options) -> None:
-        from agents_app.runtime import site_store
-
         using = options["database"]
         # The site's own store on the default database; another database gets a backend of its own.
         backend = site_store().backend if using == "default" else DjangoBackend(using)

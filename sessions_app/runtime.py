@@ -23,7 +23,8 @@ from django.conf import settings
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
-from agents_app import registry
+from sessions_app import registry
+from sessions_app.store import DjangoSessionStore
 
 if TYPE_CHECKING:
     from chatflow_agent.core.engines import BaseEngine
@@ -87,8 +88,6 @@ def build_engine() -> BaseEngine:
 
 def _build_store() -> DjangoSessionStore:
     """The site's DjangoSessionStore (one per process), resolving agent names through the registry."""
-    from sessions_app.store import DjangoSessionStore
-
     store = DjangoSessionStore(
         default_max_turns=settings.CHATFLOW_MAX_TURNS,
         dedup_ttl_hours=settings.CHATFLOW_DEDUP_TTL_HOURS,

@@ -25,14 +25,14 @@ from django.conf import settings
 from django.db import DatabaseError, connections
 from django.utils import timezone
 
-from health_app import report
-from health_app.models import QueueSample, WorkerHeartbeat
 from sessions_app.store import reopen_if_dropped
 from turns_app import rollups
+from webhooks_app import taskqueue
+from webhooks_app.models import QueueSample, WorkerHeartbeat
 
 __all__ = ["start", "stop", "beat", "forget", "sample_queue"]
 
-logger = logging.getLogger("health_app.heartbeat")
+logger = logging.getLogger("webhooks_app.heartbeat")
 
 FORGET_AFTER = timedelta(days=1)
 KEEP_SAMPLES = timedelta(days=2)
@@ -67,7 +67,7 @@ def sample_queue(now: Any) -> QueueSample | None:
     every worker beats, one sample a minute is enough for the site."""
     if QueueSample.objects.filter(at__gt=now - SAMPLE_EVERY).exists():
         return None
-    rows = report.queue()
+    rows = taskqueue.depth()
     QueueSample.objects.filter(at__lt=now - KEEP_SAMPLES).delete()
     return QueueSample.objects.create(at=now, queued=sum(r.queued for r in rows), running=sum(r.running for r in rows))
 

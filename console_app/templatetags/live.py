@@ -2,7 +2,8 @@
 
 from django import template
 
-from sessions_app import listing, live
+from console_app import listing
+from sessions_app import live
 
 register = template.Library()
 

@@ -22,11 +22,10 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect, reselect, reswap, retarget
 
-from agents_app import registry
 from chatflow_agent.jsonsafe import clean_text
-from sessions_app import actions, export, listing
+from console_app import export, listing
+from sessions_app import actions, registry
 from sessions_app.access import DELETE, EXPORT, FORCE_HANDOFF, ROLLBACK, console_required, may
-from sessions_app.fragments import pager_ctx
 from sessions_app.models import ChatMessage, ChatSession, OperatorAction, SessionLease
 from sessions_app.timeline import build_page, label_items, pretty_json
 from takeover_app import page as takeover_page
@@ -460,3 +459,24 @@ def audit_list(request: HttpRequest) -> HttpResponse:
         "next_url": _url("sessions-list-actions", {**filters, "before": entries[-1].id}) if more and entries else None,
     }
     return _render(request, AUDIT, "audit-table", ctx)
+
+
+def pager_ctx(session_id: str, page: int, pages: int, newest_first: bool) -> dict[str, str | None]:
+    """The history toolbar's order and links (``order``, ``prev_url``, ``next_url``, ``older_url``,
+    ``newer_url``, ``toggle_url``) for page ``page`` of ``pages``."""
+    order = "newest" if newest_first else "oldest"
+
+    def page_url(n: int, order: str = order) -> str:
+        return reverse("sessions-show-session", args=[session_id]) + "?" + urlencode({"order": order, "page": n})
+
+    prev_url = page_url(page - 1) if page > 1 else None
+    next_url = page_url(page + 1) if page < pages else None
+    return {
+        "order": order,
+        "prev_url": prev_url,
+        "next_url": next_url,
+        # The conversation reads oldest first whatever the order: older turns load above, newer below.
+        "older_url": next_url if newest_first else prev_url,
+        "newer_url": prev_url if newest_first else next_url,
+        "toggle_url": page_url(1, "oldest" if newest_first else "newest"),
+    }

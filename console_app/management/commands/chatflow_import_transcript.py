@@ -1,7 +1,7 @@
 """`manage.py chatflow_import_transcript PATH [--replace]`: read exported transcripts back into sessions.
 
 PATH is a JSON transcript (``/api/v1/sessions/<id>/transcript?format=json``) or a bulk export
-(``/api/v1/export.jsonl``, one transcript per line, read line by line). See ``sessions_app.restore``.
+(``/api/v1/export.jsonl``, one transcript per line, read line by line). See ``console_app.restore``.
 """
 
 import json
@@ -9,7 +9,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from sessions_app.restore import RestoreError, restore
+from console_app.restore import RestoreError, restore
 
 
 class Command(BaseCommand):

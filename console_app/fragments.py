@@ -13,24 +13,30 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlencode
 
 from django.http import HttpRequest
 from django.template.loader import render_to_string
-from django.urls import reverse
 from django.utils.html import format_html
 
 from chatflow_agent.types import Message, Role, ToolCall, ToolResult
-from sessions_app import listing
+from console_app import export, listing
+from console_app.listing import waiting_count
+from console_app.templatetags.console_nav import waiting_badge
+from console_app.views import _session, detail_ctx, pager_ctx
+from sessions_app import registry
 from sessions_app.access import FORCE_HANDOFF, ROLLBACK, may
+from sessions_app.live import dom_id
 from sessions_app.models import ChatMessage, ChatSession, OperatorAction, SessionLease
+from sessions_app.runtime import site_store
 from sessions_app.timeline import Item, Turn, _parse, handoff_of, label_items, page_count, turn_bounds, turn_items
-from turns_app.console import attach_records
+from takeover_app import page as takeover_page
+from takeover_app.models import OperatorReply
+from turns_app.usage import attach_records
 
 DETAIL = "sessions_app/session_detail.html"
 LIST = "sessions_app/session_list.html"
 
-__all__ = ["DetailView", "list_row_from_db", "list_removed", "pager_ctx", "render_event"]
+__all__ = ["DetailView", "list_row_from_db", "list_removed", "render_event"]
 
 
 def call_dom_id(prefix: str, call_id: str) -> str:
@@ -148,8 +154,6 @@ def committed_from_db(view: DetailView, clear_live: bool = True) -> tuple[str, l
         else:
             chunks[-1][1].append(row)
     if view.tail:
-        from agents_app.runtime import site_store
-
         ctx = {"s": _S(view.session_id), "history": {"turn_count": len(bounds)},
                "can_rollback": may(view.user, ROLLBACK),
                "window_start": len(bounds) - site_store().default_max_turns}
@@ -179,9 +183,6 @@ def committed_from_db(view: DetailView, clear_live: bool = True) -> tuple[str, l
 def takeover_from_db(view: DetailView) -> str:
     """:func:`takeover_from_ctx` for ``view``'s session read now (its unread count after held customer
     messages, its mode); ``""`` when the session is gone."""
-    from agents_app import registry
-    from takeover_app import page as takeover_page
-
     session = ChatSession.objects.filter(pk=view.session_id).first()
     if session is None:
         return ""
@@ -194,8 +195,6 @@ def takeover_from_db(view: DetailView) -> str:
 
 def _with_takeover(view: DetailView, ctx: dict[str, Any], items: list[Item]) -> None:
     """Operator replies attached to their messages and the ``takeover`` context (Resend for the owner)."""
-    from takeover_app import page as takeover_page
-
     session = ChatSession.objects.filter(pk=view.session_id).first()
     if session is None:
         return
@@ -204,8 +203,6 @@ def _with_takeover(view: DetailView, ctx: dict[str, Any], items: list[Item]) -> 
 
 
 def _turn_agents(session_id: str) -> list[list[str]]:
-    from sessions_app import export
-
     session = ChatSession.objects.filter(pk=session_id).first()
     return export.turn_agents(session) if session is not None else []
 
@@ -229,9 +226,6 @@ def toolbar(view: DetailView, turn_count: int) -> str:
 def facts_from_db(session_id: str, user: Any = None) -> str:
     """The session header's facts (active agent, counts, updated), same partial as the page, and for a
     ``user`` who may force a handoff the handoff select (every agent but the active one)."""
-    from agents_app import registry
-    from sessions_app.views import _session
-
     try:
         session = _session(session_id)
     except Exception:  # Http404: deleted meanwhile
@@ -255,8 +249,6 @@ def history_from_db(view: DetailView, note: str) -> str | None:
     """After another operator's handoff or rollback: the history and header facts re-rendered for
     ``view`` (same partials as the page) and a note; None if the session is gone. The actions form
     and the dialog are left alone, so what an operator is typing there survives."""
-    from sessions_app.views import _session, detail_ctx
-
     try:
         session = _session(view.session_id)
     except Exception:  # Http404
@@ -283,19 +275,12 @@ def takeover_from_ctx(ctx: dict[str, Any], request: HttpRequest | None = None) -
 
 def nav_waiting_from_db() -> str:
     """The navigation's badge of waiting sessions, for an out-of-band swap."""
-    from sessions_app.listing import waiting_count
-    from sessions_app.templatetags.console_nav import waiting_badge
-
     return waiting_badge(waiting_count(), oob=True)
 
 
 def reply_from_db(view: DetailView, reply_id: int) -> str:
     """One operator reply's message re-rendered where the page shows it (its delivery status changed:
     sending → sent / failed); ``""`` when the reply or its message is not stored."""
-    from sessions_app.views import _session
-    from takeover_app import page as takeover_page
-    from takeover_app.models import OperatorReply
-
     reply = OperatorReply.objects.filter(pk=reply_id, session_id=view.session_id).first()
     if reply is None or reply.message_row_id is None:
         return ""
@@ -380,27 +365,5 @@ def _tbody(swap: str, rows: str) -> str:
 
 
 def list_removed(session_id: str) -> str:
-    from sessions_app.live import dom_id
-
     return f'<tr id="row-{dom_id(session_id)}" hx-swap-oob="delete"></tr>'
 
-
-def pager_ctx(session_id: str, page: int, pages: int, newest_first: bool) -> dict[str, str | None]:
-    """The history toolbar's order and links (``order``, ``prev_url``, ``next_url``, ``older_url``,
-    ``newer_url``, ``toggle_url``) for page ``page`` of ``pages``."""
-    order = "newest" if newest_first else "oldest"
-
-    def page_url(n: int, order: str = order) -> str:
-        return reverse("sessions-show-session", args=[session_id]) + "?" + urlencode({"order": order, "page": n})
-
-    prev_url = page_url(page - 1) if page > 1 else None
-    next_url = page_url(page + 1) if page < pages else None
-    return {
-        "order": order,
-        "prev_url": prev_url,
-        "next_url": next_url,
-        # The conversation reads oldest first whatever the order: older turns load above, newer below.
-        "older_url": next_url if newest_first else prev_url,
-        "newer_url": prev_url if newest_first else next_url,
-        "toggle_url": page_url(1, "oldest" if newest_first else "newest"),
-    }

@@ -1,0 +1,18 @@
+from django.apps import AppConfig
+
+
+class ConsoleAppConfig(AppConfig):
+    """The operator console: the session list, the session page, their fragments and consumers, transcript
+    export and restore. No models of its own; it composes the panels of the apps below it."""
+
+    name = "console_app"
+    verbose_name = "Console"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from console_app.listing import register_marker
+        from webhooks_app import ledger
+
+        # The session list's markers for what the webhook pipeline knows of a session.
+        register_marker("failed_delivery", ledger.reply_failed_marker)
+        register_marker("turn_failed", ledger.turn_failed_marker)
