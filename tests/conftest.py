@@ -1,8 +1,8 @@
 """Suite-wide configuration. pytest-django loads chatflow_site.settings (see pyproject.toml).
 
-Run the suite with `python3 dev.py test` (every test on SQLite and, side by side, the tests that use
-Django's test database on PostgreSQL); a bare `pytest` uses whatever DATABASE_URL says (default: SQLite;
-the test database is a per-process file in the temp dir).
+Run the suite with `python3 dev.py test` (a pass on SQLite and, side by side, one on PostgreSQL: both run
+the tests that use Django's test database, and each a share of the others); a bare `pytest` runs every test
+on whatever DATABASE_URL says (default: SQLite; the test database is a per-process file in the temp dir).
 """
 
 from __future__ import annotations
