@@ -2,16 +2,35 @@
 
 State only: the tables (``chatflow_worker_heartbeats``, ``chatflow_queue_samples``, ``chatflow_delivery_traces``)
 stay as they are; health_app's ``0004`` removes the models from its state and keeps a proxy of WorkerHeartbeat for
-its permissions."""
+its permissions. The content types of QueueSample and DeliveryTrace (and so their permissions and any group's
+grant of them) move with the models: relabelled, not made again."""
 
 import django.db.models.deletion
 import django.utils.timezone
 from django.db import migrations, models
 
+MOVED = ("queuesample", "deliverytrace")
+
+
+def _relabel(apps, schema_editor, source: str, target: str) -> None:
+    content_types = apps.get_model("contenttypes", "ContentType").objects.using(schema_editor.connection.alias)
+    for model in MOVED:
+        if not content_types.filter(app_label=target, model=model).exists():
+            content_types.filter(app_label=source, model=model).update(app_label=target)
+
+
+def to_webhooks_app(apps, schema_editor) -> None:
+    _relabel(apps, schema_editor, "health_app", "webhooks_app")
+
+
+def to_health_app(apps, schema_editor) -> None:
+    _relabel(apps, schema_editor, "webhooks_app", "health_app")
+
 
 class Migration(migrations.Migration):
 
     dependencies = [
+        ("contenttypes", "0002_remove_content_type_name"),
         ("health_app", "0003_queue_samples"),
         ("webhooks_app", "0005_reply_held"),
     ]
@@ -60,4 +79,5 @@ class Migration(migrations.Migration):
             ],
             database_operations=[],
         ),
+        migrations.RunPython(to_webhooks_app, to_health_app),
     ]
