@@ -2,8 +2,8 @@
 
 ``python -m chatflow_agent.inspect PATH [--json]`` still runs the inspector, with a
 ``DeprecationWarning``: this module's name shadows the standard library's ``inspect``. Use
-``python -m chatflow_agent.inspector``. Its names (``inspect_database``, ``main`` …) are the inspector's,
-and reading one through this module warns too.
+``python -m chatflow_agent.inspector``. Its public names (``inspect_database``, ``DatabaseReport``, ``main`` …) are
+the inspector's, and reading one through this module warns too.
 """
 
 from __future__ import annotations
@@ -19,10 +19,16 @@ MOVED = ("chatflow_agent.inspect is deprecated and will be removed: use chatflow
 def __getattr__(name: str) -> Any:
     from chatflow_agent import inspector
 
-    if name in inspector.__all__:
+    if not name.startswith("_") and hasattr(inspector, name):  # every public name the module had
         warnings.warn(MOVED, DeprecationWarning, stacklevel=2)
         return getattr(inspector, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    from chatflow_agent import inspector
+
+    return sorted({*globals(), *(n for n in dir(inspector) if not n.startswith("_"))})
 
 
 if __name__ == "__main__":

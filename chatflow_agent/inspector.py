@@ -25,7 +25,7 @@ from chatflow_agent.core._pruning import group_turns
 from chatflow_agent.core.backend import StoredRow, parse_row
 from chatflow_agent.types import Message, Role
 
-__all__ = ["InspectError", "Problem", "SessionReport", "inspect_database", "main"]
+__all__ = ["DatabaseReport", "InspectError", "Problem", "SessionReport", "inspect_database", "main"]
 
 
 class InspectError(Exception):

@@ -173,5 +173,8 @@ def test_names_read_through_the_old_module_warn_and_are_the_inspectors() -> None
 
     with pytest.warns(DeprecationWarning, match="chatflow_agent.inspector"):
         assert old.inspect_database is inspector.inspect_database
+    with pytest.warns(DeprecationWarning, match="chatflow_agent.inspector"):
+        assert old.DatabaseReport is inspector.DatabaseReport  # the report's type, which was never in __all__
+    assert "DatabaseReport" in dir(old)
     with pytest.raises(AttributeError):
         old.nothing_here  # noqa: B018
