@@ -484,8 +484,10 @@ class Runner:
             result = hook(turn.session, turn.human_requested)
             if inspect.isawaitable(result):
                 result = await result
-            if result is not None:  # what the request writes when the turn commits
+            if callable(result):  # what the request writes when the turn commits
                 turn.hooks.add(result)
+            elif result is not None:  # a hook written before hooks could return one: its value means nothing here
+                logger.warning("on_human_request returned %s, not a commit hook: ignored", type(result).__name__)
         return ToolResult(tool_call_id=call.id, name=call.name,
                           content={"status": "HUMAN_REQUESTED", "reason": turn.human_requested})
 

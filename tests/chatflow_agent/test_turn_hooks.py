@@ -142,3 +142,14 @@ async def test_the_gates_decision_and_the_human_request_add_their_hooks_to_the_t
     await runner.run_async("s1", "a person please", hooks=hooks)
     assert hooks.on_commit == [gate_hook, request_hook]
     assert applied == ["gate", "request"]
+
+
+@pytest.mark.asyncio
+async def test_a_human_request_hook_returning_a_value_that_is_no_hook_adds_nothing(caplog) -> None:
+    engine = ScriptedEngine(EngineTurnResult(tool_calls=[ToolCall(id="c1", name=REQUEST_HUMAN, args={"reason": "r"})]))
+    runner = Runner(make_agent(engine, tools=[request_human_tool()]), on_human_request=lambda session, reason: True,
+                    human_request_reply="Someone will answer you here.")
+    hooks = TurnHooks()
+    response = await runner.run_async("s1", "a person please", hooks=hooks)
+    assert response.human_requested == "r" and hooks.on_commit == []
+    assert "on_human_request returned bool, not a commit hook: ignored" in caplog.text
