@@ -32,8 +32,8 @@ urlpatterns = [
     path("agents/", include("agents_app.urls")),
     path("chat/", agents_views.chat_page, name="chat-open-chat"),  # live chat test page (ws/chat/)
     path("chat/send/", agents_views.chat_without_script, name="chat-send-message"),  # the form without JS
-    path("", include("webhooks_app.urls")),
-    path("", include("health_app.urls")),  # /health/ and /metrics  # /webhooks/…: channels and the dedup ledger
+    path("", include("webhooks_app.urls")),  # /webhooks/…: the channels' endpoints
+    path("", include("health_app.urls")),  # /health/ and /metrics
     path("api/v1/", api_v1.urls),  # REST API: sessions and transcript exports, OpenAPI at api/v1/openapi.json
     # The console: "/" redirects to the session list, /sessions/, /actions/…, /audit/.
     path("", include("takeover_app.urls")),  # actions/takeover/…, actions/reply/…: human takeover

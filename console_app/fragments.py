@@ -22,13 +22,13 @@ from chatflow_agent.types import Message, Role, ToolCall, ToolResult
 from console_app import export, listing
 from console_app.listing import waiting_count
 from console_app.templatetags.console_nav import waiting_badge
-from console_app.views import _session, detail_ctx, pager_ctx
+from console_app.views import counted_session, detail_ctx, pager_ctx
 from sessions_app import registry
 from sessions_app.access import FORCE_HANDOFF, ROLLBACK, may
 from sessions_app.live import dom_id
 from sessions_app.models import ChatMessage, ChatSession, OperatorAction, SessionLease
 from sessions_app.runtime import site_store
-from sessions_app.timeline import Item, Turn, _parse, handoff_of, label_items, page_count, turn_bounds, turn_items
+from sessions_app.timeline import Item, Turn, handoff_of, label_items, page_count, parse_rows, turn_bounds, turn_items
 from takeover_app import page as takeover_page
 from takeover_app.models import OperatorReply
 from turns_app.usage import attach_records
@@ -157,7 +157,7 @@ def committed_from_db(view: DetailView, clear_live: bool = True) -> tuple[str, l
         ctx = {"s": _S(view.session_id), "history": {"turn_count": len(bounds)},
                "can_rollback": may(view.user, ROLLBACK),
                "window_start": len(bounds) - site_store().default_max_turns}
-        turns = [Turn(n, turn_items(_parse([r[:4] for r in chunk])), bounds[n - 1][1] if n else None, len(chunk),
+        turns = [Turn(n, turn_items(parse_rows([r[:4] for r in chunk])), bounds[n - 1][1] if n else None, len(chunk),
                       message_ids=[row[0] for row in chunk])
                  for n, chunk in chunks]
         attach_records(view.session_id, turns, bounds)
@@ -227,7 +227,7 @@ def facts_from_db(session_id: str, user: Any = None) -> str:
     """The session header's facts (active agent, counts, updated), same partial as the page, and for a
     ``user`` who may force a handoff the handoff select (every agent but the active one)."""
     try:
-        session = _session(session_id)
+        session = counted_session(session_id)
     except Exception:  # Http404: deleted meanwhile
         return ""
     ctx = {"s": session, "live_oob": True, "lease": SessionLease.objects.filter(pk=session_id).first(),
@@ -250,7 +250,7 @@ def history_from_db(view: DetailView, note: str) -> str | None:
     ``view`` (same partials as the page) and a note; None if the session is gone. The actions form
     and the dialog are left alone, so what an operator is typing there survives."""
     try:
-        session = _session(view.session_id)
+        session = counted_session(view.session_id)
     except Exception:  # Http404
         return None
     ctx = detail_ctx(view.user, session, view.newest_first, view.page, live_oob=True)
@@ -288,11 +288,11 @@ def reply_from_db(view: DetailView, reply_id: int) -> str:
                                                                           "created_at").first()
     if row is None:
         return ""
-    items = [i for i in turn_items(_parse([row[:4]])) if i.kind == "model" and i.author]
+    items = [i for i in turn_items(parse_rows([row[:4]])) if i.kind == "model" and i.author]
     if not items:
         return ""
     try:
-        session = _session(view.session_id)
+        session = counted_session(view.session_id)
     except Exception:  # Http404: deleted meanwhile
         return ""
     item = items[0]

@@ -136,7 +136,7 @@ class SessionGone(Http404):
     """The session does not exist (any more): answered by :func:`session_gone`, never Django's 404 page."""
 
 
-def _session(session_id: str) -> ChatSession:
+def counted_session(session_id: str) -> ChatSession:
     """The session with its message and turn counts (one query), or :class:`SessionGone`."""
     session = listing.counted(ChatSession.objects.all()).filter(pk=session_id).first()
     if session is None:
@@ -315,7 +315,7 @@ def session_detail(request: HttpRequest, session_id: str) -> HttpResponse:
 
     Never cached (``Cache-Control: no-store``): the browser's Back loads it again, so a session deleted
     meanwhile shows as gone, not as it was."""
-    session = _session(session_id)
+    session = counted_session(session_id)
     try:
         newest_first, page = _history_position(request.GET)
     except actions.InvalidAction as err:
@@ -333,7 +333,7 @@ def _action_error(request: HttpRequest, session_id: str, err: actions.ActionErro
         response = render(request, f"{DETAIL}#action-error", {"error": str(err)}, status=err.status)
         reselect(reswap(retarget(response, target), "innerHTML"), "unset")
         return response
-    session = _session(session_id)
+    session = counted_session(session_id)
     return render(request, DETAIL, _detail_ctx(request, session, error=str(err)), status=err.status)
 
 
@@ -347,7 +347,7 @@ def _dialog(request: HttpRequest, partial: str, ctx: dict) -> HttpResponse:
 
 def _after_action(request: HttpRequest, session_id: str, note: str) -> HttpResponse:
     if _fragment_wanted(request):
-        session = _session(session_id)
+        session = counted_session(session_id)
         response = render(request, f"{DETAIL}#session-panel", _detail_ctx(request, session, note=note))
         reswap(retarget(response, "#session-panel"), "outerHTML")
         return response
@@ -373,7 +373,7 @@ def session_handoff(request: HttpRequest, session_id: str) -> HttpResponse:
 @console_required(ROLLBACK)
 @_or_gone
 def session_rollback_preview(request: HttpRequest, session_id: str) -> HttpResponse:
-    session = _session(session_id)
+    session = counted_session(session_id)
     try:
         plan = actions.plan_rollback(session_id, _turn(request.GET.get("turn")))
     except actions.ActionError as err:
@@ -401,7 +401,7 @@ def session_rollback(request: HttpRequest, session_id: str) -> HttpResponse:
 @console_required(DELETE)
 @_or_gone
 def session_delete_confirm(request: HttpRequest, session_id: str) -> HttpResponse:
-    session = _session(session_id)
+    session = counted_session(session_id)
     return _dialog(request, "delete-confirm", _detail_ctx(request, session, confirm_delete=True))
 
 
@@ -426,7 +426,7 @@ def session_delete(request: HttpRequest, session_id: str) -> HttpResponse:
 @_or_gone
 def session_handback_confirm(request: HttpRequest, session_id: str) -> HttpResponse:
     """The hand-back dialog (agent select, private note); its form posts to takeover_app's hand-back."""
-    session = _session(session_id)
+    session = counted_session(session_id)
     return _dialog(request, "handback-dialog", _detail_ctx(request, session, confirm_handback=True))
 
 

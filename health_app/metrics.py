@@ -50,9 +50,9 @@ from prometheus_client.registry import Collector
 from sessions_app.access import VIEW, may
 from turns_app.models import TurnRecord
 from webhooks_app import taskqueue
-from webhooks_app.counters import WEBHOOK_RESPONSES, count_webhook
+from webhooks_app.counters import WEBHOOK_RESPONSES
 
-__all__ = ["DURATION_BUCKETS", "TTFT_BUCKETS", "WEBHOOK_RESPONSES", "DatabaseCollector", "count_webhook",
+__all__ = ["DURATION_BUCKETS", "TTFT_BUCKETS", "WEBHOOK_RESPONSES", "DatabaseCollector",
            "metrics_view"]
 
 #: Histogram bucket upper bounds, seconds.

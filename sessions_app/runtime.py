@@ -29,7 +29,6 @@ from sessions_app.store import DjangoSessionStore
 if TYPE_CHECKING:
     from chatflow_agent.core.engines import BaseEngine
     from chatflow_agent.core.runner import Runner, Subscriber
-    from sessions_app.store import DjangoSessionStore
 
 __all__ = ["add_runner_hook", "build_engine", "reset", "runner_hooks", "site_runner", "site_store", "subscribe"]
 

@@ -25,7 +25,8 @@ from turns_app.usage import attach_records
 
 __all__ = [
     "NOT_IN_TIMELINE", "AgentChange", "TurnPage", "agent_actions", "agent_changes", "agents_by_turn", "build_page",
-    "handoff_of", "label_items", "message_agents", "pretty_json", "turn_bounds", "turn_items", "turns_before",
+    "handoff_of", "label_items", "message_agents", "parse_rows", "pretty_json", "turn_bounds", "turn_items",
+    "turns_before",
 ]
 
 HANDOFF_STATUS = "HANDOFF_SUCCESS"
@@ -122,7 +123,9 @@ class Turn:
                    or i.result.is_error)) for i in self.items)
 
 
-def _parse(rows: list[tuple[int, str, str | None, str]]) -> list[tuple[int, Message | None, str]]:
+def parse_rows(rows: list[tuple[int, str, str | None, str]]) -> list[tuple[int, Message | None, str]]:
+    """``(id, role, content, message_json)`` rows of ``chatflow_messages`` → ``(id, message, content)``; a row
+    that does not parse gives None as its message (shown as it is stored)."""
     out = []
     for rid, role, content, message_json in rows:
         out.append((rid, parse_row(StoredRow(rid, role, content, message_json)), content or ""))
@@ -281,11 +284,11 @@ def build_page(session_id: str, page: int = 1, newest_first: bool = True,
         .order_by("id").values_list("id", "role", "content", "message_json", "created_at")
     )
     times = {r[0]: r[4] for r in system_rows}
-    system = turn_items(_parse([r[:4] for r in system_rows]))
+    system = turn_items(parse_rows([r[:4] for r in system_rows]))
     oldest_page = lo_n <= 1
     leading_rows = _rows(session_id, None, bounds[0][0] if bounds else None) if oldest_page else []
     times.update((r[0], r[4]) for r in leading_rows)
-    leading = turn_items(_parse([r[:4] for r in leading_rows]))
+    leading = turn_items(parse_rows([r[:4] for r in leading_rows]))
     turns: list[Turn] = []
     if total:
         lo_id = bounds[lo_n - 1][0]
@@ -301,7 +304,7 @@ def build_page(session_id: str, page: int = 1, newest_first: bool = True,
             elif chunks:
                 chunks[-1][1].append(row)
         for number, chunk in chunks:
-            turns.append(Turn(number, turn_items(_parse(chunk)), bounds[number - 1][1], len(chunk),
+            turns.append(Turn(number, turn_items(parse_rows(chunk)), bounds[number - 1][1], len(chunk),
                               message_ids=[row[0] for row in chunk]))
     result = TurnPage(system, leading, turns, total, page, pages, newest_first, times=times)
     _attach_events(result, session_id, bounds)
