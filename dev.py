@@ -287,19 +287,12 @@ class Pass(NamedTuple):
     redis_dbs: str  # tests.processes takes three local Redis databases from this list per worker
 
 
-# The tests that never use Django's test database run once, split by module between the passes
-# (tests/shares.py): the PostgreSQL pass's own tests take longer than the same tests on SQLite, so it takes fewer.
-NON_DATABASE_SHARES = ("1,2,3/5", "4,5/5")
-
-
 def passes() -> list[Pass]:
-    """Both passes run every test that uses Django's test database (conftest.py tells them apart); each runs
-    its share of the others, which never reach the database. The two run at once, so each has its own Redis
-    databases and cache."""
-    sqlite, postgresql = (f"--non-database-share={share}" for share in NON_DATABASE_SHARES)
+    """Every test on SQLite; on PostgreSQL, the tests that use Django's test database (conftest.py tells them
+    apart): the others never reach it. The two run at once, so each has its own Redis databases and cache."""
     return [
-        Pass("sqlite", "SQLite", "", [sqlite], PASS_WORKERS, "11,3,4,12,5,6"),
-        Pass("postgresql", "PostgreSQL", POSTGRES_URL, [postgresql], PASS_WORKERS, "13,7,8,14,1,2"),
+        Pass("sqlite", "SQLite", "", [], PASS_WORKERS, "11,3,4,12,5,6"),
+        Pass("postgresql", "PostgreSQL", POSTGRES_URL, ["--database-tests-only"], PASS_WORKERS, "13,7,8,14,1,2"),
     ]
 
 
