@@ -417,6 +417,9 @@ class DjangoBackend:
     def claim_message(self, message_id: str, ttl_seconds: float) -> bool:
         return self._sql.claim_message(message_id, ttl_seconds)
 
+    def release_claim(self, message_id: str) -> None:
+        self._sql.release_claim(message_id)
+
     def is_message_claimed(self, message_id: str, ttl_seconds: float) -> bool:
         return self._sql.is_message_claimed(message_id, ttl_seconds)
 

@@ -699,6 +699,30 @@ def test_the_dedup_ttl_runs_from_the_first_claim(kit: StoreKit) -> None:
     assert results == [True, False, False]
 
 
+def test_a_released_webhook_id_can_be_claimed_again_and_only_that_one(kit: StoreKit) -> None:
+    store = kit.make()
+    assert store.record_processed_message("failed") is True
+    assert store.record_processed_message("kept") is True
+    store.release_processed_message("failed")
+    assert store.is_message_processed("failed") is False
+    assert store.is_message_processed("kept") is True  # another id's claim stays
+    assert store.record_processed_message("failed") is True  # claim -> release -> claim again wins
+    assert store.record_processed_message("failed") is False  # ...once
+    store.release_processed_message("never-claimed")  # an id without a claim: nothing changes
+    assert store.is_message_processed("never-claimed") is False
+    assert [store.is_message_processed(m) for m in ("failed", "kept")] == [True, True]
+    assert store.record_processed_message("kept") is False
+
+
+@pytest.mark.asyncio
+async def test_the_awaitable_release_releases_the_claim(kit: StoreKit) -> None:
+    store = kit.make()
+    assert await store.arecord_processed_message("m") is True
+    await store.arelease_processed_message("m")
+    assert await store.arecord_processed_message("m") is True
+    assert await store.arecord_processed_message("m") is False
+
+
 class Receipt(BaseModel):
     total: Decimal
     at: datetime

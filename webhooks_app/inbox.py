@@ -23,7 +23,6 @@ from django.db import DatabaseError, OperationalError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from sessions_app.models import ProcessedMessage
 from sessions_app.runtime import site_store
 from sessions_app.store import driver_cursor
 from webhooks_app import embedded, tracing
@@ -249,8 +248,9 @@ def retry(delivery_id: int) -> InboundDelivery:
 
 
 def release_claim(key: str) -> None:
-    """Release a claim (a failure before the turn committed: invariant 6); call inside the failing transaction."""
-    ProcessedMessage.objects.filter(pk=key).delete()
+    """Release a claim (a failure before the turn committed: invariant 6) with the store's one-statement
+    release (``release_processed_message``, written beside its claim); call inside the failing transaction."""
+    site_store().release_processed_message(key)
 
 
 def _wake_workers() -> None:

@@ -290,6 +290,10 @@ class PersistentSessionStore(BaseSessionStore):
         """Claim ``message_id`` in one atomic statement: True only for the first claim in the TTL."""
         return self.backend.claim_message(message_id, self.dedup_ttl_seconds)
 
+    def release_processed_message(self, message_id: str) -> None:
+        """Release ``message_id``'s claim in one statement (``SessionBackend.release_claim``)."""
+        self.backend.release_claim(message_id)
+
     def mark_message_processed(self, message_id: str) -> None:
         self.backend.claim_message(message_id, self.dedup_ttl_seconds)
 

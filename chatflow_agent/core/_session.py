@@ -340,7 +340,8 @@ class BaseSessionStore(ABC):
     Subclasses implement the five abstract sync methods (0.3.4's interface). Every operation
     has an awaitable twin (``aget_or_create``, ``aget``, ``adelete``, ``alist_sessions``,
     ``aclear``, ``ais_message_processed``, ``amark_message_processed``,
-    ``arecord_processed_message``); :meth:`turn` runs a turn atomically under the session's lock.
+    ``arecord_processed_message``, ``arelease_processed_message``); :meth:`turn` runs a turn
+    atomically under the session's lock.
     """
 
     default_max_turns: int = 40
@@ -393,6 +394,13 @@ class BaseSessionStore(ABC):
         """Claim ``message_id`` atomically: True only for the first caller within the TTL."""
         return True
 
+    def release_processed_message(self, message_id: str) -> None:
+        """Release ``message_id``'s claim, so the next :meth:`record_processed_message` of it wins (its
+        processing failed before its turn committed). Claims carry no owner; an id that is not claimed,
+        and every other id's claim, are left as they are. Call it in the transaction of the failure where
+        the store has transactions. This base keeps no claims: nothing to release."""
+        return None
+
     # awaitable twins: blocking work off the event loop (stores may run it inline if cheap)
     async def _run_blocking(self, fn: Callable[..., _T], *args: Any) -> _T:
         return await asyncio.to_thread(fn, *args)
@@ -424,6 +432,9 @@ class BaseSessionStore(ABC):
 
     async def arecord_processed_message(self, message_id: str) -> bool:
         return await self._run_blocking(self.record_processed_message, message_id)
+
+    async def arelease_processed_message(self, message_id: str) -> None:
+        await self._run_blocking(self.release_processed_message, message_id)
 
     # The session-facing interface: what SessionContext calls on the store that holds it (no-ops for
     # stores that keep objects in memory). Not for applications.
@@ -636,6 +647,10 @@ class SessionStore(BaseSessionStore):
                 self._processed.popitem(last=False)
             self._processed[message_id] = now
             return True
+
+    def release_processed_message(self, message_id: str) -> None:
+        with self._mutex:
+            self._processed.pop(message_id, None)
 
     def mark_message_processed(self, message_id: str) -> None:
         self.record_processed_message(message_id)

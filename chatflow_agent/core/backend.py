@@ -207,6 +207,13 @@ class SessionBackend(Protocol):
         one id: exactly one gets True. May purge expired claims now and then."""
         ...
 
+    def release_claim(self, message_id: str) -> None:
+        """Delete ``message_id``'s claim in one statement, however old, so that the next
+        :meth:`claim_message` of it gets True (a message whose processing failed before its turn
+        committed). Claims carry no owner: the release is of the id. An id without a claim, and
+        every other id's claim, are left as they are."""
+        ...
+
     def is_message_claimed(self, message_id: str, ttl_seconds: float) -> bool:
         """True when ``message_id`` was claimed less than ``ttl_seconds`` ago."""
         ...

@@ -160,6 +160,7 @@ _CLAIM = (
 )
 _CLAIMED = "SELECT 1 FROM chatflow_processed_messages WHERE message_id = ? AND processed_at >= ?"
 _CLAIM_PURGE = "DELETE FROM chatflow_processed_messages WHERE processed_at < ?"
+_CLAIM_RELEASE = "DELETE FROM chatflow_processed_messages WHERE message_id = ?"
 # Sessions and messages (``{json}``: a parameter stored in the metadata column).
 _SESSION_CREATE = (
     "INSERT INTO chatflow_sessions (session_id, active_agent_name, metadata_json, created_at, updated_at) "
@@ -228,6 +229,7 @@ class Dialect:
         self.lease_renew, self.lease_release = r(_LEASE_RENEW), r(_LEASE_RELEASE)
         self.lease_purge, self.waiter_purge = r(_LEASE_PURGE), r(_WAITER_PURGE)
         self.claim, self.claimed, self.claim_purge = r(_CLAIM), r(_CLAIMED), r(_CLAIM_PURGE)
+        self.claim_release = r(_CLAIM_RELEASE)
         self.session_create, self.session_upsert = r(_SESSION_CREATE), r(_SESSION_UPSERT)
         self.session_update, self.session_delete = r(_SESSION_UPDATE), r(_SESSION_DELETE)
         self.messages_delete, self.session_ids = r(_MESSAGES_DELETE), r(_SESSION_IDS)
@@ -547,6 +549,11 @@ class SessionRules:
         cur.execute(self.dialect.claim, (message_id, stamp(now), stamp(now - ttl_seconds)))
         return cur.rowcount == 1
 
+    def release_claim(self, cur: Cursor, message_id: str) -> None:
+        """One statement: delete ``message_id``'s claim, whenever it was made, so the next :meth:`claim` of it
+        wins; an id without a claim changes nothing."""
+        cur.execute(self.dialect.claim_release, (message_id,))
+
     def is_claimed(self, cur: Cursor, message_id: str, ttl_seconds: float) -> bool:
         cur.execute(self.dialect.claimed, (message_id, self.dialect.stamp(time.time() - ttl_seconds)))
         return cur.fetchone() is not None
@@ -577,6 +584,9 @@ class SQLLeasesAndClaims:
 
     def claim_message(self, message_id: str, ttl_seconds: float) -> bool:
         return self._statement(lambda c: self.rules.claim(c, message_id, ttl_seconds))
+
+    def release_claim(self, message_id: str) -> None:
+        self._statement(lambda c: self.rules.release_claim(c, message_id))
 
     def is_message_claimed(self, message_id: str, ttl_seconds: float) -> bool:
         return self._statement(lambda c: self.rules.is_claimed(c, message_id, ttl_seconds))

@@ -125,6 +125,10 @@ class DictBackend:
             self.db.claims[message_id] = now
             return True
 
+    def release_claim(self, message_id: str) -> None:
+        with self.db.lock:
+            self.db.claims.pop(message_id, None)
+
     def is_message_claimed(self, message_id: str, ttl_seconds: float) -> bool:
         with self.db.lock:
             return time.time() - self.db.claims.get(message_id, -1e18) < ttl_seconds
