@@ -12,21 +12,13 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+from tests.settings_reads import SETTINGS, variables_read
+
 REPO = Path(__file__).resolve().parent.parent
 
-# Every variable settings.py reads; a child process starts from none of them unless a test sets it.
-SITE_VARIABLES = (
-    "DEBUG", "SECRET_KEY", "ALLOWED_HOSTS", "CSRF_TRUSTED_ORIGINS", "DATABASE_URL", "REDIS_URL",
-    "SECURE_SSL_REDIRECT", "SESSION_COOKIE_SECURE", "CSRF_COOKIE_SECURE", "SECURE_HSTS_SECONDS",
-    "SECURE_HSTS_INCLUDE_SUBDOMAINS", "SECURE_HSTS_PRELOAD", "SECURE_PROXY_SSL_HEADER",
-    "CHATFLOW_AGENTS", "CHATFLOW_ENGINE", "OPENAI_API_KEY", "OPENAI_BASE_URL", "CHATFLOW_MAX_TURNS",
-    "CHATFLOW_DEDUP_TTL_HOURS", "DJANGO_SETTINGS_MODULE",
-    "WHATSAPP_VERIFY_TOKEN", "WHATSAPP_APP_SECRET", "WHATSAPP_ACCESS_TOKEN", "WHATSAPP_API_BASE",
-    "TELEGRAM_BOT_TOKEN", "TELEGRAM_SECRET_TOKEN", "TELEGRAM_API_BASE", "CHATFLOW_WEBHOOK_SECRET",
-    "CHATFLOW_WEBHOOK_MAX_BYTES", "CHATFLOW_EMBEDDED_WORKER", "CHATFLOW_QUEUE_VISIBILITY_SECONDS",
-    "CHATFLOW_WORKER_SLOTS", "CHATFLOW_LEASE_SECONDS", "CHATFLOW_HEALTH_LONG_TURN_SECONDS",
-    "CHATFLOW_HEARTBEAT_SECONDS", "CHATFLOW_METRICS_TOKEN", "OTEL_EXPORTER_OTLP_ENDPOINT",
-)
+# Every variable settings.py reads (and the settings module's); a child process starts from none of them unless a
+# test sets it.
+SITE_VARIABLES = frozenset(variables_read(SETTINGS.read_text(encoding="utf-8"))) | {"DJANGO_SETTINGS_MODULE"}
 
 
 def redis_databases(listed: str, worker: str) -> tuple[int, int, int]:

@@ -1,54 +1,19 @@
 """Every environment variable settings.py reads is documented on docs/configuration.md and in .env.example.
 
-The variables are read from settings.py's own syntax tree: the first argument of each ``env.<method>(...)``,
-``os.environ``/``os.getenv`` call, and of each call to a settings helper whose first parameter is ``name``
-(``_bool("DEBUG", ...)``), so a variable added there is checked without touching this test.
+The variables are read from settings.py's own syntax tree (``tests.settings_reads``), so a variable added there
+is checked without touching this test; the same reading is the list of variables a child process of the tests
+starts without (``tests.processes.SITE_VARIABLES``).
 """
 
 from __future__ import annotations
 
-import ast
 import re
 
-from tests.processes import REPO
+from tests.processes import REPO, SITE_VARIABLES, site_env
+from tests.settings_reads import SETTINGS, variables_read
 
-SETTINGS = REPO / "chatflow_site" / "settings.py"
 CONFIGURATION_PAGE = REPO / "docs" / "configuration.md"
 ENV_EXAMPLE = REPO / ".env.example"
-NOT_A_VARIABLE = {"read_env", "db_url_config"}  # env methods whose first argument is a path or a URL
-
-
-def _is_env_read(func: ast.expr, helpers: set[str]) -> bool:
-    if isinstance(func, ast.Name):
-        return func.id in helpers or func.id == "getenv"
-    if isinstance(func, ast.Attribute):
-        owner = func.value
-        if isinstance(owner, ast.Name) and owner.id == "env":  # env.str(...), env.bool(...), ...
-            return func.attr not in NOT_A_VARIABLE
-        if isinstance(owner, ast.Name) and owner.id == "os" and func.attr == "getenv":
-            return True
-        if isinstance(owner, ast.Attribute) and owner.attr == "environ" and func.attr == "get":
-            return True
-    return False
-
-
-def variables_read(source: str) -> set[str]:
-    """The environment variables a settings module reads (string constants only)."""
-    tree = ast.parse(source)
-    helpers = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)
-               and node.args.args and node.args.args[0].arg == "name"}
-    found: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and node.args and _is_env_read(node.func, helpers):
-            first = node.args[0]
-            if isinstance(first, ast.Constant) and isinstance(first.value, str):
-                found.add(first.value)
-        elif isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute) \
-                and node.value.attr == "environ" and isinstance(node.slice, ast.Constant):
-            found.add(node.slice.value)
-    return found
-
-
 def documented_on_the_page(text: str) -> set[str]:
     """Variables named in the first column of the page's tables."""
     names: set[str] = set()
@@ -105,3 +70,11 @@ def test_the_page_and_env_example_name_no_variable_settings_does_not_read() -> N
     read = variables_read(SETTINGS.read_text(encoding="utf-8"))
     assert listed_in_env_example(ENV_EXAMPLE.read_text(encoding="utf-8")) - read == set()
     assert documented_on_the_page(CONFIGURATION_PAGE.read_text(encoding="utf-8")) - read == set()
+
+
+def test_a_child_process_starts_from_none_of_the_variables_settings_reads(monkeypatch) -> None:
+    read = variables_read(SETTINGS.read_text(encoding="utf-8"))
+    for name in read:
+        monkeypatch.setenv(name, "from-the-parent")
+    assert read <= SITE_VARIABLES
+    assert {name for name, value in site_env().items() if value == "from-the-parent"} == set()
