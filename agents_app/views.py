@@ -13,7 +13,7 @@ from django.views.decorators.http import require_GET, require_POST
 from agents_app.graph import layout
 from chatflow_agent.core.agent import handoff_tool_name
 from sessions_app import registry
-from sessions_app.access import console_required
+from sessions_app.access import CHAT, console_required
 from sessions_app.ids import id_problem
 from sessions_app.models import SESSION_ID_MAX_LENGTH, ChatSession
 from sessions_app.timeline import build_page, pretty_json
@@ -53,8 +53,6 @@ def agent_list(request: HttpRequest) -> HttpResponse:
     return render(request, "agents_app/agent_list.html", ctx)
 
 
-#: Playing turns from the live chat page writes sessions: operators, not read-only viewers.
-CHAT = "sessions_app.add_chatmessage"
 
 def chat_refusal(session_id: str, metadata: Any) -> str:
     """Why the live chat (and ``chatflow_chat``) may not play a turn on ``session_id`` with ``metadata`` (its

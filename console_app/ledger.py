@@ -13,7 +13,7 @@ from console_app.views import session_gone
 from sessions_app.access import console_required
 from sessions_app.models import ChatSession
 from webhooks_app import inbox, ledger
-from webhooks_app.ledger import RESEND, RETRY
+from webhooks_app.access import RESEND, RETRY
 from webhooks_app.models import InboundDelivery
 
 LEDGER = "webhooks_app/ledger.html"

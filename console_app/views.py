@@ -25,7 +25,7 @@ from django_htmx.http import HttpResponseClientRedirect, reselect, reswap, retar
 from chatflow_agent.jsonsafe import clean_text
 from console_app import export, listing
 from sessions_app import actions, registry
-from sessions_app.access import DELETE, EXPORT, FORCE_HANDOFF, ROLLBACK, console_required, may
+from sessions_app.access import CHAT, DELETE, EXPORT, FORCE_HANDOFF, ROLLBACK, console_required, may
 from sessions_app.models import ChatMessage, ChatSession, OperatorAction, SessionLease
 from sessions_app.timeline import build_page, label_items, pretty_json
 from takeover_app import page as takeover_page
@@ -283,7 +283,7 @@ def detail_ctx(user: Any, session: ChatSession, newest_first: bool = True, page_
                         .order_by("-created_at", "-id")[:5]),
         "lease": lease,
         "takeover": takeover_page.takeover_ctx(user, session, lease, agent_names),
-        "can_chat": may(user, "sessions_app.add_chatmessage"),  # the live chat page (agents_app)
+        "can_chat": may(user, CHAT),  # the live chat page (agents_app)
         # Live updates: the page has every message up to last_id; new turns are inserted only on the
         # page that shows the newest turn (tail).
         "ws_url": live_url(sid),

@@ -18,6 +18,7 @@ from django.conf import settings
 from django.core.paginator import Page, Paginator
 from django.utils import timezone
 
+from health_app.access import CANCEL
 from health_app.models import WorkerHeartbeat
 from sessions_app.access import may
 from sessions_app.models import ChatSession, SessionLease, SessionWaiter
@@ -25,12 +26,12 @@ from takeover_app.access import REPLY  # the session page's Resend of an operato
 from takeover_app.models import OperatorReply
 from turns_app.models import TurnRecord
 from webhooks_app import ledger, taskqueue
+from webhooks_app.access import RESEND, RETRY
 from webhooks_app.models import InboundDelivery
 
-__all__ = ["PAGE_SIZE", "CANCEL", "long_turns", "context", "process_of"]
+__all__ = ["PAGE_SIZE", "long_turns", "context", "process_of"]
 
 PAGE_SIZE = 25
-CANCEL = "health_app.cancel_turn"
 Status = InboundDelivery.Status
 
 
@@ -92,8 +93,8 @@ def context(request: Any, note: str = "", refused: bool = False) -> dict[str, An
         "long_turn_seconds": settings.CHATFLOW_HEALTH_LONG_TURN_SECONDS,
         "stale_before": WorkerHeartbeat.stale_before(),
         "can_cancel": may(user, CANCEL),
-        "can_retry": may(user, "webhooks_app.retry_delivery"),
-        "can_resend": may(user, "webhooks_app.resend_reply"),
+        "can_retry": may(user, RETRY),
+        "can_resend": may(user, RESEND),
         "can_resend_operator": may(user, REPLY),
         "health_note": note, "health_refused": refused,
     }

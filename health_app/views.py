@@ -22,13 +22,14 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from health_app import dashboard, report
+from health_app.access import CANCEL
 from sessions_app.access import console_required
 from sessions_app.actions import ActionError
 from takeover_app import service
 from takeover_app.access import REPLY
 from takeover_app.models import OperatorReply
 from webhooks_app import inbox, ledger
-from webhooks_app.ledger import RESEND, RETRY
+from webhooks_app.access import RESEND, RETRY
 from webhooks_app.models import InboundDelivery
 
 logger = logging.getLogger("health_app.views")
@@ -187,7 +188,7 @@ def _take_lease(request: HttpRequest, session_id: str, reason: str, done: str, n
 
 
 @require_POST
-@console_required(report.CANCEL)
+@console_required(CANCEL)
 def cancel_turn(request: HttpRequest, session_id: str) -> HttpResponse:
     """Cancel the turn running on the session: it is rolled back (history as before), audited."""
     return _take_lease(request, session_id, "Cancelled from the health page",
@@ -197,7 +198,7 @@ def cancel_turn(request: HttpRequest, session_id: str) -> HttpResponse:
 
 
 @require_POST
-@console_required(report.CANCEL)
+@console_required(CANCEL)
 def release_lease(request: HttpRequest, session_id: str) -> HttpResponse:
     """Release the session's expired lease (its holder stopped renewing it), audited."""
     return _take_lease(request, session_id, "Stale lease released from the health page",

@@ -22,14 +22,21 @@ from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django_htmx.http import HttpResponseClientRedirect
 
-__all__ = ["VIEW", "FORCE_HANDOFF", "ROLLBACK", "DELETE", "EXPORT", "console_required", "login_next", "may",
-           "refusal"]
+__all__ = ["VIEW", "FORCE_HANDOFF", "ROLLBACK", "DELETE", "EXPORT", "CHAT", "codename", "console_required",
+           "login_next", "may", "refusal"]
 
 VIEW = "sessions_app.view_chatsession"
 FORCE_HANDOFF = "sessions_app.force_handoff"
 ROLLBACK = "sessions_app.rollback_session"
 DELETE = "sessions_app.delete_session"
 EXPORT = "sessions_app.export_transcript"
+#: Play turns from the live chat page (agents_app): it writes sessions, so operators, not read-only viewers.
+CHAT = "sessions_app.add_chatmessage"
+
+
+def codename(perm: str) -> str:
+    """The codename of ``perm`` (``"app_label.codename"``): what a group is granted by (``sessions_app.groups``)."""
+    return perm.split(".", 1)[-1]
 
 
 def may(user: Any, perm: str) -> bool:
@@ -43,7 +50,7 @@ def refusal(user: Any, perm: str) -> str:
     if not (user.is_active and user.is_staff):
         return "Your account is not a console (staff) account, so it cannot open console pages."
     missing = next((p for p in (VIEW, perm) if not user.has_perm(p)), perm)
-    return f"You do not have permission to do this: it needs the {missing.split('.', 1)[-1]!r} permission."
+    return f"You do not have permission to do this: it needs the {codename(missing)!r} permission."
 
 
 def _page_of(request: HttpRequest, url: str) -> str:

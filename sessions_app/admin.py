@@ -9,6 +9,7 @@ from django.contrib import admin
 from django.db.models import Count
 
 from sessions_app import actions
+from sessions_app.access import DELETE
 from sessions_app.models import ChatMessage, ChatSession, OperatorAction, ProcessedMessage, SessionLease
 
 
@@ -50,7 +51,7 @@ class ChatSessionAdmin(ReadOnlyAdmin):
     show_full_result_count = False
 
     def has_delete_permission(self, request, obj=None):
-        return request.user.has_perm("sessions_app.delete_session")
+        return request.user.has_perm(DELETE)
 
     def get_deleted_objects(self, objs, request):
         # The confirmation page lists sessions with their message counts, not every message row.

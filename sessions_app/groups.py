@@ -6,10 +6,11 @@ exist in a database emptied by a flush — as transactional tests do between tes
 
 from __future__ import annotations
 
+from sessions_app.access import CHAT, DELETE, EXPORT, FORCE_HANDOFF, ROLLBACK, codename
+
 MODELS = ["chatsession", "chatmessage", "processedmessage", "sessionlease", "operatoraction"]
 VIEW = [f"view_{model}" for model in MODELS]
-ACTIONS = ["force_handoff", "rollback_session", "delete_session", "export_transcript",
-           "add_chatmessage"]  # add_chatmessage: play turns from the live chat page (/chat/)
+ACTIONS = [codename(perm) for perm in (FORCE_HANDOFF, ROLLBACK, DELETE, EXPORT, CHAT)]
 
 
 def grant_console_groups(app_label: str, model: str, operators: list[str], viewers: list[str], *,

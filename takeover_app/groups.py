@@ -5,9 +5,11 @@ A post_migrate receiver (after sessions_app's, which creates the groups), so a f
 
 from __future__ import annotations
 
+from sessions_app.access import codename
 from sessions_app.groups import grant_console_groups
+from takeover_app.access import REPLY, TAKE_OVER
 
-OPERATOR_PERMISSIONS = ["view_sessionmode", "view_operatorreply", "take_over", "reply_as_operator"]
+OPERATOR_PERMISSIONS = ["view_sessionmode", "view_operatorreply", codename(TAKE_OVER), codename(REPLY)]
 VIEWER_PERMISSIONS = ["view_sessionmode", "view_operatorreply"]
 
 

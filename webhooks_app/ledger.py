@@ -26,15 +26,13 @@ from django.utils import timezone
 from sessions_app import actions
 from sessions_app.access import may
 from webhooks_app import inbox, replies, taskqueue
+from webhooks_app.access import RESEND, RETRY
 from webhooks_app.models import InboundDelivery
 
 __all__ = ["context", "retry", "queue_thread", "with_reply_state", "attention_context", "resend", "ResendRefused",
-           "RETRY", "RESEND", "RETRY_ACTION", "RESEND_ACTION", "LEDGER_SIZE", "reply_failed_marker",
+           "RETRY_ACTION", "RESEND_ACTION", "LEDGER_SIZE", "reply_failed_marker",
            "turn_failed_marker"]
 
-#: The permissions the console asks for Retry and Resend.
-RETRY = "webhooks_app.retry_delivery"
-RESEND = "webhooks_app.resend_reply"
 RETRY_ACTION = "retry_delivery"
 RESEND_ACTION = "resend_reply"
 LEDGER_SIZE = 50
@@ -83,8 +81,8 @@ def context(user: Any, session_id: str, note: str = "", refused: bool = False) -
     return {
         "ledger_session_id": session_id,
         "deliveries": found,
-        "can_retry": may(user, "webhooks_app.retry_delivery"),
-        "can_resend": may(user, "webhooks_app.resend_reply"),
+        "can_retry": may(user, RETRY),
+        "can_resend": may(user, RESEND),
         "ledger_note": note,
         "ledger_refused": refused,
     }
@@ -106,8 +104,8 @@ def attention_context(user: Any) -> dict[str, Any]:
     """The cross-session list: the newest deliveries (at most LEDGER_SIZE) whose reply can be resent."""
     qs = with_reply_state().filter(resendable=True).order_by("-id")
     return {"deliveries": list(qs[:LEDGER_SIZE]), "total": qs.count(),
-            "can_retry": may(user, "webhooks_app.retry_delivery"),
-            "can_resend": may(user, "webhooks_app.resend_reply")}
+            "can_retry": may(user, RETRY),
+            "can_resend": may(user, RESEND)}
 
 
 class ResendRefused(Exception):

@@ -4,6 +4,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from api_app.models import ApiToken
+from sessions_app.access import EXPORT
 
 
 class Command(BaseCommand):
@@ -26,8 +27,8 @@ class Command(BaseCommand):
         owner = get_user_model().objects.filter(username=user).first()
         if owner is None:
             raise CommandError(f"No user {user!r}.")
-        if not owner.has_perm("sessions_app.export_transcript"):
-            self.stderr.write(f"Warning: {user!r} lacks sessions_app.export_transcript; the API will answer 403.")
+        if not owner.has_perm(EXPORT):
+            self.stderr.write(f"Warning: {user!r} lacks {EXPORT}; the API will answer 403.")
         _token, secret = ApiToken.issue(name, owner)
         self.stdout.write(secret)
 
