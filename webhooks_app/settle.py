@@ -21,7 +21,10 @@ Two hooks:
   deleted: the turn never re-creates it), :class:`DeliveryLost` otherwise (its lease passed to another
   worker, which plays it).
 
-Other turns carry no such hook and pay nothing.
+- :func:`settle_unrecorded`: the same record, on its own, for a delivery whose turn's commit did not record it
+  (a turn played before a crash, a reset…): the worker calls it after the turn.
+
+Other turns carry no such hook and pay nothing. Nothing else records a turn's answer on its delivery.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from webhooks_app import taskqueue
 from webhooks_app.models import InboundDelivery
 
 __all__ = ["ANSWER_GONE", "CANCELLED_ERROR", "CANCELLED_FAILED", "CANCELLED_REPLY", "DeliveryLost", "Playing",
-           "cancel_deliveries"]
+           "cancel_deliveries", "settle_unrecorded"]
 
 CANCELLED_ERROR = "The session was deleted before this message was played."
 CANCELLED_REPLY = "The session was deleted: the reply is not sent again."
@@ -92,6 +95,13 @@ class Playing:
         if taskqueue.status_of(self.delivery, self.using) == Status.CANCELLED:
             raise SessionDeletedError(commit.session_id)
         raise DeliveryLost(commit.session_id)
+
+
+def settle_unrecorded(delivery: InboundDelivery, owner: str, text: str, reply: str) -> bool:
+    """Record ``text`` (the turn's answer, ``taskqueue.outcome``) and ``reply`` (its reply status) on a delivery
+    whose turn's commit did not, in autocommit (``taskqueue.finish``); False when the delivery is no longer
+    ``owner``'s (its lease passed on, or it was played again since)."""
+    return taskqueue.finish(delivery, owner, text, reply)
 
 
 def cancel_deliveries(session_id: str) -> dict[str, int]:

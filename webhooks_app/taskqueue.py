@@ -230,9 +230,9 @@ def finish(delivery: InboundDelivery, owner: str, answer: str, reply: str, using
     goes out next and the delivery stays running (the sender's next delivery waits) until :func:`complete`.
     False if the lease was lost (or the delivery played again since: its token changed).
 
-    Called on its own after a turn whose commit did not record it, and by ``webhooks_app.settle`` inside the
-    commit's transaction of the delivery's turn (``using``: that commit's database), so what the turn
-    answered is stored with it."""
+    Called only by ``webhooks_app.settle``: inside the commit's transaction of the delivery's turn (``using``:
+    that commit's database), so what the turn answered is stored with it, or on its own after a turn whose
+    commit did not record it."""
     if reply in (InboundDelivery.Reply.NONE, InboundDelivery.Reply.HELD):
         now = connection.ops.adapt_datetimefield_value(timezone.now())
         return _write(_FINISH_DONE, [answer, reply, now, delivery.pk, owner, delivery.token], using) == 1

@@ -357,7 +357,7 @@ class Worker:
         self.processed += 1
         if not settled:  # the turn's commit did not record it (a turn played before a crash, an unsupported type…)
             with self._stage("finish"):
-                if not await db(taskqueue.finish, delivery, self.owner, text, reply):
+                if not await db(settle.settle_unrecorded, delivery, self.owner, text, reply):
                     return None
         return await self._send(delivery, text, slot) if reply == Reply.SENDING else None
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import random
 import threading
@@ -14,6 +15,7 @@ from django.urls import reverse
 
 from sessions_app import actions
 from sessions_app.models import ChatMessage, ChatSession, OperatorAction
+from tests.processes import REPO
 from tests.sessions_app import personas
 from tests.webhooks_app import payloads as p
 from tests.webhooks_app.fakes import FakeProviderAPI
@@ -214,3 +216,16 @@ def test_with_a_running_worker_no_deleted_session_comes_back(client, settings):
     assert not ChatMessage.objects.exists()
     assert set(InboundDelivery.objects.values_list("status", flat=True)) <= {"done", "cancelled"}
     assert not InboundDelivery.objects.exclude(text="").exists()
+
+
+def test_nothing_but_settle_records_a_turns_answer_on_its_delivery() -> None:
+    callers = set()
+    for path in REPO.glob("*_app/**/*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            named = (isinstance(node, ast.Attribute) and node.attr == "finish" and isinstance(node.value, ast.Name)
+                     and node.value.id == "taskqueue")
+            imported = (isinstance(node, ast.ImportFrom) and node.module == "webhooks_app.taskqueue"
+                        and any(alias.name == "finish" for alias in node.names))
+            if named or imported:
+                callers.add(str(path.relative_to(REPO)))
+    assert callers == {"webhooks_app/settle.py"}
