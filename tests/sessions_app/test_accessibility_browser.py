@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.processes import REPO, run_manage, site_env
-from tests.sessions_app.test_console_browser import ARTIFACTS, CHROMIUM, PASSWORD, running_site
+from tests.processes import REPO
+from tests.sessions_app.test_console_browser import ARTIFACTS, PASSWORD, running_site
 from tests.sessions_app.test_live_browser import NO_NETWORK
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
@@ -130,25 +130,15 @@ SCREENS = [
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("a11y-site")
-    with running_site(directory) as base:
-        done = run_manage("shell", "-c", DELIVERIES + TAKEOVER + DASHBOARD,
-                          env=site_env(DATABASE_URL=f"sqlite:///{directory / 'site.db'}", DEBUG="1"))
-        assert done.returncode == 0, done.stderr
+def site(sites, tmp_path_factory):
+    with running_site(sites, tmp_path_factory.mktemp("a11y-site"), seed=DELIVERIES + TAKEOVER + DASHBOARD) as base:
         yield base
 
 
 @pytest.fixture(scope="module")
-def browser(site):
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=NO_NETWORK)
-        try:
-            yield browser
-        finally:
-            browser.close()
+def browser(site, chromium):
+    with chromium.fresh(NO_NETWORK) as browser:
+        yield browser
 
 
 @pytest.fixture(scope="module")
