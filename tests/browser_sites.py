@@ -24,6 +24,8 @@ import pytest
 from tests.processes import REPO, free_port, run_manage, site_env, stop, wait_for_http
 
 CHROMIUM = Path("/usr/bin/chromium")
+#: How long an ``expect`` on a page waits for its condition, in milliseconds (a bound, not a pace).
+EXPECT_TIMEOUT_MS = 20_000
 
 
 def copy_database(source: Path, target: Path) -> None:
@@ -68,10 +70,15 @@ class Chromium:
 
 @pytest.fixture(scope="session")
 def chromium() -> Iterator[Chromium]:
-    """Playwright and its Chromium processes for the whole pytest process. Skips without Debian's chromium."""
+    """Playwright and its Chromium processes for the whole pytest process. Skips without Debian's chromium.
+
+    Playwright's ``expect`` waits up to :data:`EXPECT_TIMEOUT_MS` for its condition (its own default is
+    5 s, which a page on a machine running four test processes on two cores does not always meet)."""
     if not CHROMIUM.exists():
         pytest.skip("Debian's chromium package is not installed")
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import expect, sync_playwright
+
+    expect.set_options(timeout=EXPECT_TIMEOUT_MS)
 
     with sync_playwright() as p:
         browsers = Chromium(p)

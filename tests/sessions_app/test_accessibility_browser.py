@@ -202,7 +202,7 @@ def describe(violations: list[dict]) -> str:
 def test_the_screen_has_no_serious_accessibility_violation(browser, site, login_state, screen, scheme):
     context = browser.new_context(viewport={"width": screen.width, "height": 900},
                                   storage_state=str(login_state) if screen.logged_in else None)
-    context.set_default_timeout(15_000)
+    context.set_default_timeout(30_000)
     try:
         page = context.new_page()
         errors = watch_the_policy(page)
@@ -240,7 +240,7 @@ def tab_to(page, text: str, limit: int = 60) -> None:
 
 def test_the_dashboard_is_reached_and_read_with_the_keyboard(browser, site, login_state):
     context = browser.new_context(viewport={"width": 1366, "height": 900}, storage_state=str(login_state))
-    context.set_default_timeout(15_000)
+    context.set_default_timeout(30_000)
     try:
         page = context.new_page()
         page.goto(f"{site}/sessions/")
@@ -273,7 +273,7 @@ window.addEventListener("htmx:beforeRequest", function (e) {
 def test_the_health_page_holds_its_refresh_while_rows_are_selected(browser, site, login_state):
     """Under the policy the refresh's pause is a script of the site's (it was an evaluated trigger filter)."""
     context = browser.new_context(viewport={"width": 1366, "height": 900}, storage_state=str(login_state))
-    context.set_default_timeout(20_000)
+    context.set_default_timeout(30_000)
     try:
         page = context.new_page()
         errors = watch_the_policy(page)
