@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.browser_sites import chromium, sites  # noqa: F401  (one of each per pytest process)
 from tests.processes import REPO
 
 # pytest-django's fixtures that give a test Django's test database (the others that do request one of these).

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.processes import run_manage, site_env
-from tests.sessions_app.test_console_browser import CHROMIUM, log_in, running_site
+from tests.sessions_app.test_console_browser import log_in, running_site
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
@@ -44,31 +43,23 @@ OperatorReply.objects.create(session_id="+15550100", text="Your parcel is at the
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("health-phone")
-    with running_site(directory) as base:
-        done = run_manage("shell", "-c", ROWS, env=site_env(DATABASE_URL=f"sqlite:///{directory / 'site.db'}",
-                                                             DEBUG="1"))
-        assert done.returncode == 0, done.stderr
+def site(sites, tmp_path_factory):
+    with running_site(sites, tmp_path_factory.mktemp("health-phone"), seed=ROWS) as base:
         yield base
 
 
-def test_the_health_page_fits_a_phone_without_scrolling_sideways(site):
-    from playwright.sync_api import expect, sync_playwright
+def test_the_health_page_fits_a_phone_without_scrolling_sideways(site, chromium):
+    from playwright.sync_api import expect
 
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM))
-        try:
-            page = browser.new_page(viewport={"width": 390, "height": 844})
-            page.set_default_timeout(10_000)
-            log_in(page, site)
-            page.goto(f"{site}/health/")
-            for row in ("tr.long-turn", "tr.expired-lease", "tr.waiter", "tr.failed-delivery", "tr.reply-attention",
-                        "tr.operator-reply-attention", "tr.worker"):
-                expect(page.locator(row).first).to_be_visible()
-            wide = page.evaluate("""() => [...document.querySelectorAll('main *')]
-                .filter(e => e.getBoundingClientRect().right > innerWidth + 0.5).slice(0, 5)
-                .map(e => `${e.tagName}.${e.className} ${Math.round(e.getBoundingClientRect().right)}`)""")
-            assert page.evaluate("document.documentElement.scrollWidth") <= 390, wide
-        finally:
-            browser.close()
+    with chromium.fresh() as browser:
+        page = browser.new_page(viewport={"width": 390, "height": 844})
+        page.set_default_timeout(20_000)
+        log_in(page, site)
+        page.goto(f"{site}/health/")
+        for row in ("tr.long-turn", "tr.expired-lease", "tr.waiter", "tr.failed-delivery", "tr.reply-attention",
+                    "tr.operator-reply-attention", "tr.worker"):
+            expect(page.locator(row).first).to_be_visible()
+        wide = page.evaluate("""() => [...document.querySelectorAll('main *')]
+            .filter(e => e.getBoundingClientRect().right > innerWidth + 0.5).slice(0, 5)
+            .map(e => `${e.tagName}.${e.className} ${Math.round(e.getBoundingClientRect().right)}`)""")
+        assert page.evaluate("document.documentElement.scrollWidth") <= 390, wide

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.processes import REPO, run_manage, site_env
-from tests.sessions_app.test_console_browser import ARTIFACTS, CHROMIUM, PASSWORD, running_site
+from tests.processes import REPO
+from tests.sessions_app.test_console_browser import ARTIFACTS, PASSWORD, running_site
 from tests.sessions_app.test_live_browser import NO_NETWORK
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
@@ -130,25 +130,15 @@ SCREENS = [
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("a11y-site")
-    with running_site(directory) as base:
-        done = run_manage("shell", "-c", DELIVERIES + TAKEOVER + DASHBOARD,
-                          env=site_env(DATABASE_URL=f"sqlite:///{directory / 'site.db'}", DEBUG="1"))
-        assert done.returncode == 0, done.stderr
+def site(sites, tmp_path_factory):
+    with running_site(sites, tmp_path_factory.mktemp("a11y-site"), seed=DELIVERIES + TAKEOVER + DASHBOARD) as base:
         yield base
 
 
 @pytest.fixture(scope="module")
-def browser(site):
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=NO_NETWORK)
-        try:
-            yield browser
-        finally:
-            browser.close()
+def browser(site, chromium):
+    with chromium.fresh(NO_NETWORK) as browser:
+        yield browser
 
 
 @pytest.fixture(scope="module")
@@ -212,7 +202,7 @@ def describe(violations: list[dict]) -> str:
 def test_the_screen_has_no_serious_accessibility_violation(browser, site, login_state, screen, scheme):
     context = browser.new_context(viewport={"width": screen.width, "height": 900},
                                   storage_state=str(login_state) if screen.logged_in else None)
-    context.set_default_timeout(15_000)
+    context.set_default_timeout(30_000)
     try:
         page = context.new_page()
         errors = watch_the_policy(page)
@@ -250,7 +240,7 @@ def tab_to(page, text: str, limit: int = 60) -> None:
 
 def test_the_dashboard_is_reached_and_read_with_the_keyboard(browser, site, login_state):
     context = browser.new_context(viewport={"width": 1366, "height": 900}, storage_state=str(login_state))
-    context.set_default_timeout(15_000)
+    context.set_default_timeout(30_000)
     try:
         page = context.new_page()
         page.goto(f"{site}/sessions/")
@@ -283,7 +273,7 @@ window.addEventListener("htmx:beforeRequest", function (e) {
 def test_the_health_page_holds_its_refresh_while_rows_are_selected(browser, site, login_state):
     """Under the policy the refresh's pause is a script of the site's (it was an evaluated trigger filter)."""
     context = browser.new_context(viewport={"width": 1366, "height": 900}, storage_state=str(login_state))
-    context.set_default_timeout(20_000)
+    context.set_default_timeout(30_000)
     try:
         page = context.new_page()
         errors = watch_the_policy(page)

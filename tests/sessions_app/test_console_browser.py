@@ -8,21 +8,17 @@ detail are saved under test-artifacts/.
 from __future__ import annotations
 
 import contextlib
-import secrets
 import sqlite3
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.processes import REPO, free_port, run_manage, site_env, stop, wait_for_http
+from tests.browser_sites import Sites
+from tests.processes import REPO
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
-CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = REPO / "test-artifacts"
 PASSWORD = "correct horse battery staple 42"
 
@@ -45,56 +41,27 @@ cv.store("xss", story, metadata={{"channel": payloads[0], payloads[1]: payloads[
 """
 
 
-@contextlib.contextmanager
-def running_site(directory: Path, seed: str = "", **variables: str) -> Iterator[str]:
-    """daphne serving the site on a seeded SQLite file in ``directory`` (``seed``: more Python for the
-    shell after ``SEED``; ``variables`` added to its environment, e.g. ``REDIS_URL``); yields its base
-    URL. Skips without Debian's chromium."""
-    if not CHROMIUM.exists():
-        pytest.skip("Debian's chromium package is not installed")
-    env = site_env(DEBUG="1", SECRET_KEY=secrets.token_urlsafe(50), ALLOWED_HOSTS="127.0.0.1",
-                   DATABASE_URL=f"sqlite:///{directory / 'site.db'}", **variables)
-    for args in (("migrate", "--no-input"), ("shell", "-c", SEED + seed)):
-        done = run_manage(*args, env=env)
-        assert done.returncode == 0, done.stderr
-    port = free_port()
-    log = directory / "daphne.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "chatflow_site.asgi:application"],
-            cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-        )
-    try:
-        base = f"http://127.0.0.1:{port}"
-        wait_for_http(f"{base}/healthz/", timeout=30, proc=proc)
-        yield base
-    finally:
-        stop(proc)
-        # pytest shows a test's captured output only when it fails: the server's side of a failure.
-        print(f"--- the site's log ({log}), last lines ---")
-        print("\n".join(log.read_text(errors="replace").splitlines()[-60:]))
+def running_site(sites: Sites, directory: Path, seed: str = "",
+                 **variables: str) -> contextlib.AbstractContextManager[str]:
+    """daphne serving the site on a copy of the database ``SEED`` (and ``seed``: more Python for the shell)
+    makes, in ``directory``; ``variables`` added to its environment, e.g. ``REDIS_URL``. Yields its base URL."""
+    return sites.running(directory, SEED + seed, **variables)
 
 
 @pytest.fixture
-def site(tmp_path):
-    with running_site(tmp_path) as base:
+def site(sites, tmp_path):
+    with running_site(sites, tmp_path) as base:
         yield base
 
 
 @pytest.fixture
-def page(site):
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM))
-        try:
-            page = browser.new_page(viewport={"width": 1366, "height": 900})
-            page.dialogs = []
-            page.on("dialog", lambda d: (page.dialogs.append(d.message), d.dismiss()))
-            page.set_default_timeout(10_000)
-            yield page
-        finally:
-            browser.close()
+def page(site, chromium):
+    with chromium.fresh() as browser:
+        page = browser.new_page(viewport={"width": 1366, "height": 900})
+        page.dialogs = []
+        page.on("dialog", lambda d: (page.dialogs.append(d.message), d.dismiss()))
+        page.set_default_timeout(20_000)
+        yield page
 
 
 def log_in(page, site: str) -> None:

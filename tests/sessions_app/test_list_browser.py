@@ -4,22 +4,18 @@ sessions: more than a page)."""
 
 from __future__ import annotations
 
-import secrets
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-from tests.processes import REPO, free_port, run_manage, site_env, stop, wait_for_http
+from tests.processes import REPO
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
-CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = REPO / "test-artifacts"
 PASSWORD = "correct horse battery staple 42"
 SEED = f"""
 from django.contrib.auth.models import Group, User
+from django.core.management import call_command
+call_command("chatflow_demo", seed=7, sessions=60)
 for name, group, staff in (("olga.operator", "Operators", True), ("victor.viewer", "Viewers", True),
                            ("carla.customer", None, False)):
     u = User.objects.create_user(name, password={PASSWORD!r}, is_staff=staff)
@@ -29,44 +25,21 @@ for name, group, staff in (("olga.operator", "Operators", True), ("victor.viewer
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory):
-    if not CHROMIUM.exists():
-        pytest.skip("Debian's chromium package is not installed")
-    directory = tmp_path_factory.mktemp("list-site")
-    env = site_env(DEBUG="1", SECRET_KEY=secrets.token_urlsafe(50), ALLOWED_HOSTS="127.0.0.1",
-                   DATABASE_URL=f"sqlite:///{directory / 'site.db'}", CHATFLOW_ENGINE="demo")
-    demo = ("chatflow_demo", "--seed", "7", "--sessions", "60")
-    for args in (("migrate", "--no-input"), demo, ("shell", "-c", SEED)):
-        done = run_manage(*args, env=env, timeout=300)
-        assert done.returncode == 0, done.stderr
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "chatflow_site.asgi:application"],
-        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-    )
-    try:
-        base = f"http://127.0.0.1:{port}"
-        wait_for_http(f"{base}/healthz/", timeout=30, proc=proc)
+def site(sites, tmp_path_factory):
+    """daphne on demo data (``chatflow_demo``'s 60 sessions, as ``dev.py serve`` makes them) and three users."""
+    with sites.running(tmp_path_factory.mktemp("list-site"), SEED, seed_variables={"CHATFLOW_ENGINE": "demo"}) as base:
         yield base
-    finally:
-        stop(proc)
 
 
 @pytest.fixture
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM))
-        try:
-            yield b
-        finally:
-            b.close()
+def browser(chromium):
+    with chromium.fresh() as b:
+        yield b
 
 
 def open_as(browser, site: str, username: str, width: int = 1366, height: int = 900):
     page = browser.new_page(viewport={"width": width, "height": height})
-    page.set_default_timeout(10_000)
+    page.set_default_timeout(20_000)
     page.goto(f"{site}/accounts/login/")
     page.fill("#id_username", username)
     page.fill("#id_password", PASSWORD)

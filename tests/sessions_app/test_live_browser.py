@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from tests.processes import BROWSER_REDIS_URL, redis_up
-from tests.sessions_app.test_console_browser import ARTIFACTS, CHROMIUM, log_in, running_site
+from tests.sessions_app.test_console_browser import ARTIFACTS, log_in, running_site
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
@@ -31,30 +31,24 @@ document.addEventListener("htmx:wsClose", () => window.__sockets.close++);"""
 
 
 @pytest.fixture(scope="module", params=["memory", "redis"])
-def site(request, tmp_path_factory):
+def site(request, sites, tmp_path_factory):
     """One daphne per channel layer for the module's tests (they use sessions of their own)."""
     variables = {"CHATFLOW_AGENTS": "tests.sessions_app._slow_demo.build"}
     if request.param == "redis":
         if not redis_up():
             pytest.skip("no Redis server on 127.0.0.1:6379")
         variables["REDIS_URL"] = BROWSER_REDIS_URL
-    with running_site(tmp_path_factory.mktemp(f"site-{request.param}"), **variables) as base:
+    with running_site(sites, tmp_path_factory.mktemp(f"site-{request.param}"), **variables) as base:
         yield base
 
 
 @pytest.fixture
-def browser_context(site):
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=NO_NETWORK)
-        try:
-            context = browser.new_context(viewport={"width": 1366, "height": 900})
-            context.set_default_timeout(15_000)
-            context.add_init_script(COUNT_SOCKETS)
-            yield context
-        finally:
-            browser.close()
+def browser_context(site, chromium):
+    with chromium.fresh(NO_NETWORK) as browser:
+        context = browser.new_context(viewport={"width": 1366, "height": 900})
+        context.set_default_timeout(15_000)
+        context.add_init_script(COUNT_SOCKETS)
+        yield context
 
 
 def test_a_message_sent_from_the_live_chat_shows_up_in_an_open_session_page(browser_context, site):

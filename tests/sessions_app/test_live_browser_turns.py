@@ -6,10 +6,17 @@ from __future__ import annotations
 
 import pytest
 
-from tests.sessions_app.test_console_browser import log_in, site  # noqa: F401
+from tests.sessions_app.test_console_browser import log_in, running_site
 from tests.sessions_app.test_live_browser import browser_context  # noqa: F401
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
+
+
+@pytest.fixture(scope="module")
+def site(sites, tmp_path_factory):
+    """One daphne for the module's tests (each works on a session of its own)."""
+    with running_site(sites, tmp_path_factory.mktemp("live-turns-site")) as base:
+        yield base
 
 
 def test_a_live_turn_updates_the_turn_count_and_adds_the_previous_turns_rollback_link(browser_context, site):  # noqa: F811

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.sessions_app.test_console_browser import CHROMIUM, log_in, running_site
+from tests.sessions_app.test_console_browser import log_in, running_site
 from tests.sessions_app.test_live_browser import NO_NETWORK
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
@@ -21,22 +21,16 @@ IN_VIEW = """el => { const r = el.getBoundingClientRect();
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory):
-    with running_site(tmp_path_factory.mktemp("chat-site"),
+def site(sites, tmp_path_factory):
+    with running_site(sites, tmp_path_factory.mktemp("chat-site"),
                       CHATFLOW_AGENTS="tests.sessions_app._slow_demo.build") as base:
         yield base
 
 
 @pytest.fixture
-def browser(site):
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=NO_NETWORK)
-        try:
-            yield browser
-        finally:
-            browser.close()
+def browser(site, chromium):
+    with chromium.fresh(NO_NETWORK) as browser:
+        yield browser
 
 
 def chat_page(browser, site: str, session: str, width: int = 1366, height: int = 900, **options):

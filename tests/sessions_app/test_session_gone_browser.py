@@ -9,7 +9,7 @@ import sqlite3
 
 import pytest
 
-from tests.sessions_app.test_console_browser import CHROMIUM, log_in, running_site
+from tests.sessions_app.test_console_browser import log_in, running_site
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
@@ -20,26 +20,20 @@ LOCAL_PAGES = ["--disable-features=LocalNetworkAccessChecks"]
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory):
+def site(sites, tmp_path_factory):
     directory = tmp_path_factory.mktemp("session-gone")
-    with running_site(directory) as base:
+    with running_site(sites, directory) as base:
         yield base, directory / "site.db"
 
 
 @pytest.fixture
-def page(site):
-    from playwright.sync_api import sync_playwright
-
+def page(site, chromium):
     base, _db = site
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=LOCAL_PAGES)
-        try:
-            page = browser.new_page(viewport={"width": 1366, "height": 900})
-            page.set_default_timeout(10_000)
-            log_in(page, base)
-            yield page
-        finally:
-            browser.close()
+    with chromium.fresh(LOCAL_PAGES) as browser:
+        page = browser.new_page(viewport={"width": 1366, "height": 900})
+        page.set_default_timeout(20_000)
+        log_in(page, base)
+        yield page
 
 
 def test_back_to_a_session_deleted_from_its_page_shows_it_is_gone(site, page):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.sessions_app.test_console_browser import ARTIFACTS, CHROMIUM, log_in, running_site
+from tests.sessions_app.test_console_browser import ARTIFACTS, log_in, running_site
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
@@ -23,26 +23,20 @@ DEBUG_404 = "Using the URLconf"  # Django's technical 404 page
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory):
-    with running_site(tmp_path_factory.mktemp("session-page"), seed=SEED) as base:
+def site(sites, tmp_path_factory):
+    with running_site(sites, tmp_path_factory.mktemp("session-page"), seed=SEED) as base:
         yield base
 
 
 @pytest.fixture
-def browser(site):
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM))
-        try:
-            yield browser
-        finally:
-            browser.close()
+def browser(site, chromium):
+    with chromium.fresh() as browser:
+        yield browser
 
 
 def new_page(browser, site, width=1366, height=900):
     context = browser.new_context(viewport={"width": width, "height": height})
-    context.set_default_timeout(10_000)
+    context.set_default_timeout(20_000)
     page = context.new_page()
     page.dialogs = []
     page.on("dialog", lambda d: (page.dialogs.append(d.message), d.dismiss()))

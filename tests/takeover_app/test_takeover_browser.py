@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from tests.processes import BROWSER_REDIS_URL, redis_up
-from tests.sessions_app.test_console_browser import ARTIFACTS, CHROMIUM, log_in, running_site
+from tests.sessions_app.test_console_browser import ARTIFACTS, log_in, running_site
 from tests.sessions_app.test_live_browser import NO_NETWORK
 from tests.webhooks_app import payloads as p
 from tests.webhooks_app import servers as s
@@ -34,15 +34,22 @@ def graph():
 
 
 @pytest.fixture(params=["memory"])
-def site(request, graph, tmp_path):
+def site(request, sites, graph, tmp_path):
     """daphne with the in-memory channel layer, or (``redis``) the Redis one."""
     variables = dict(p.SETTINGS, WHATSAPP_API_BASE=graph.base)
     if request.param == "redis":
         if not redis_up():
             pytest.skip("no Redis server on 127.0.0.1:6379")
         variables["REDIS_URL"] = BROWSER_REDIS_URL
-    with running_site(tmp_path, **variables) as base:
+    with running_site(sites, tmp_path, **variables) as base:
         yield base
+
+
+@pytest.fixture
+def browser(site, chromium):
+    """The operator's browser (only loopback reachable); what a test opens in it is closed after the test."""
+    with chromium.fresh(NO_NETWORK) as browser:
+        yield browser
 
 
 def customer_writes(site: str, wamid: str, text: str) -> None:
@@ -65,69 +72,64 @@ REREAD_PANEL = """() => {
 }"""
 
 
-def test_an_operator_takes_over_replies_and_hands_back_to_the_agent(site, graph):
-    from playwright.sync_api import expect, sync_playwright
+def test_an_operator_takes_over_replies_and_hands_back_to_the_agent(site, graph, browser):
+    from playwright.sync_api import expect
 
     customer_writes(site, "wamid.T1", "My parcel is lost. I want to talk to a human")
     s.wait_until(lambda: len(sent_texts(graph)) == 1, 30, "the holding message")
     assert "a person from our team" in sent_texts(graph)[0]
 
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=NO_NETWORK)
-        try:
-            page = browser.new_page(viewport={"width": 1366, "height": 900})
-            page.set_default_timeout(15_000)
-            log_in(page, site)
-            expect(page.locator("#nav-waiting")).to_have_text("1 waiting")
-            page.goto(f"{site}/sessions/{WA_ID}/")
-            expect(page.locator("#mode-badge")).to_have_text("Waiting for a person")
-            expect(page.locator("#live-status")).to_have_text("Live updates on.")
+    page = browser.new_page(viewport={"width": 1366, "height": 900})
+    page.set_default_timeout(15_000)
+    log_in(page, site)
+    expect(page.locator("#nav-waiting")).to_have_text("1 waiting")
+    page.goto(f"{site}/sessions/{WA_ID}/")
+    expect(page.locator("#mode-badge")).to_have_text("Waiting for a person")
+    expect(page.locator("#live-status")).to_have_text("Live updates on.")
 
-            take = page.get_by_role("button", name="Take over", exact=True)
-            take.focus()
-            page.keyboard.press("Enter")
-            expect(page.locator("#mode-badge")).to_contain_text("Operator: olga.operator since")
-            box = page.get_by_role("textbox", name="Reply to the customer on whatsapp")
-            # A workspace re-read while a reply is typed keeps every word, the keys typed between the swap and
-            # its settle too (a wide settle delay makes that window certain here).
-            page.evaluate("htmx.config.defaultSettleDelay = 400")
-            box.fill("Draft line one.")
-            page.evaluate(REREAD_PANEL)
-            page.wait_for_function("() => !document.getElementById('session-panel').dataset.old")  # the new one is in
-            page.keyboard.type(" More.")
-            page.evaluate("window.__rereads")  # both are in
-            page.wait_for_function("() => !document.querySelector('.htmx-settling')")  # the swaps have settled
-            expect(box).to_have_value("Draft line one. More.")
-            page.evaluate("htmx.config.defaultSettleDelay = 20")
-            box.fill("Hello Ana, I am Olga.")
-            box.press("Shift+Enter")  # a new line, not a send
-            box.press_sequentially("Your parcel is found.")
-            box.press("Enter")
-            operator = page.locator("article.msg.operator").last
-            expect(operator.locator(".author")).to_have_text("Operator · olga.operator")
-            expect(operator.locator("[data-delivery]")).to_have_text("sent")
-            assert sent_texts(graph)[-1] == "Hello Ana, I am Olga.\nYour parcel is found."
-            expect(page.locator("#reply-text")).to_have_value("")
-            page.screenshot(path=str(ARTIFACTS / "takeover-human.png"), full_page=True)
+    take = page.get_by_role("button", name="Take over", exact=True)
+    take.focus()
+    page.keyboard.press("Enter")
+    expect(page.locator("#mode-badge")).to_contain_text("Operator: olga.operator since")
+    box = page.get_by_role("textbox", name="Reply to the customer on whatsapp")
+    # A workspace re-read while a reply is typed keeps every word, the keys typed between the swap and
+    # its settle too (a wide settle delay makes that window certain here).
+    page.evaluate("htmx.config.defaultSettleDelay = 400")
+    box.fill("Draft line one.")
+    page.evaluate(REREAD_PANEL)
+    page.wait_for_function("() => !document.getElementById('session-panel').dataset.old")  # the new one is in
+    page.keyboard.type(" More.")
+    page.evaluate("window.__rereads")  # both are in
+    page.wait_for_function("() => !document.querySelector('.htmx-settling')")  # the swaps have settled
+    expect(box).to_have_value("Draft line one. More.")
+    page.evaluate("htmx.config.defaultSettleDelay = 20")
+    box.fill("Hello Ana, I am Olga.")
+    box.press("Shift+Enter")  # a new line, not a send
+    box.press_sequentially("Your parcel is found.")
+    box.press("Enter")
+    operator = page.locator("article.msg.operator").last
+    expect(operator.locator(".author")).to_have_text("Operator · olga.operator")
+    expect(operator.locator("[data-delivery]")).to_have_text("sent")
+    assert sent_texts(graph)[-1] == "Hello Ana, I am Olga.\nYour parcel is found."
+    expect(page.locator("#reply-text")).to_have_value("")
+    page.screenshot(path=str(ARTIFACTS / "takeover-human.png"), full_page=True)
 
-            page.get_by_role("link", name="Hand back to an agent…").click()
-            dialog = page.locator("#handback-dialog")
-            expect(dialog).to_be_visible()
-            expect(page.locator("#hb-agent")).to_have_value("Support")
-            page.fill("#hb-note", "Parcel found by the courier; confirm the new delivery date.")
-            dialog.get_by_role("button", name="Hand back").click()
-            expect(page.locator("#mode-badge")).to_have_text("Bot")
-            expect(page.locator("#takeover-panel .private-note")).to_contain_text("Parcel found by the courier")
-            assert "data-composer" not in page.content()
+    page.get_by_role("link", name="Hand back to an agent…").click()
+    dialog = page.locator("#handback-dialog")
+    expect(dialog).to_be_visible()
+    expect(page.locator("#hb-agent")).to_have_value("Support")
+    page.fill("#hb-note", "Parcel found by the courier; confirm the new delivery date.")
+    dialog.get_by_role("button", name="Hand back").click()
+    expect(page.locator("#mode-badge")).to_have_text("Bot")
+    expect(page.locator("#takeover-panel .private-note")).to_contain_text("Parcel found by the courier")
+    assert "data-composer" not in page.content()
 
-            before = len(sent_texts(graph))
-            customer_writes(site, "wamid.T2", "Thanks! Where is my order A-1234?")
-            s.wait_until(lambda: len(sent_texts(graph)) == before + 1, 30, "the agent's answer")
-            answer = sent_texts(graph)[-1]
-            assert "A-1234" in answer and "Parcel found" not in answer  # the note is private
-            expect(page.locator("#turns .msg.model.answer").last).to_contain_text("A-1234")
-        finally:
-            browser.close()
+    before = len(sent_texts(graph))
+    customer_writes(site, "wamid.T2", "Thanks! Where is my order A-1234?")
+    s.wait_until(lambda: len(sent_texts(graph)) == before + 1, 30, "the agent's answer")
+    answer = sent_texts(graph)[-1]
+    assert "A-1234" in answer and "Parcel found" not in answer  # the note is private
+    expect(page.locator("#turns .msg.model.answer").last).to_contain_text("A-1234")
 
 
 # A browser without Element.moveBefore (htmx then moves a preserved element through a detached fragment).
@@ -141,26 +143,22 @@ SAME_BOX = """() => { const box = document.getElementById('reply-text');
 
 
 @contextlib.contextmanager
-def waiting_session_page(site: str, graph: FakeProviderAPI, wamid: str, init_script: str = "") -> Iterator[Any]:
-    """A customer asked for a person (the holding message went out); yields the operator's browser page on
-    that session, its live updates on. ``init_script``: run in the page before its own scripts."""
-    from playwright.sync_api import expect, sync_playwright
+def waiting_session_page(browser: Any, site: str, graph: FakeProviderAPI, wamid: str,
+                         init_script: str = "") -> Iterator[Any]:
+    """A customer asked for a person (the holding message went out); yields the operator's page in
+    ``browser`` on that session, its live updates on. ``init_script``: run in the page before its own scripts."""
+    from playwright.sync_api import expect
 
     customer_writes(site, wamid, "My parcel is lost. I want to talk to a human")
     s.wait_until(lambda: len(sent_texts(graph)) == 1, 30, "the holding message")
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=NO_NETWORK)
-        try:
-            page = browser.new_page(viewport={"width": 1366, "height": 900})
-            if init_script:
-                page.add_init_script(init_script)
-            page.set_default_timeout(30_000)
-            log_in(page, site)
-            page.goto(f"{site}/sessions/{WA_ID}/")
-            expect(page.locator("#live-status")).to_have_text("Live updates on.")
-            yield page
-        finally:
-            browser.close()
+    page = browser.new_page(viewport={"width": 1366, "height": 900})
+    if init_script:
+        page.add_init_script(init_script)
+    page.set_default_timeout(30_000)
+    log_in(page, site)
+    page.goto(f"{site}/sessions/{WA_ID}/")
+    expect(page.locator("#live-status")).to_have_text("Live updates on.")
+    yield page
 
 
 def take_over_on(page: Any) -> None:
@@ -174,7 +172,7 @@ def take_over_on(page: Any) -> None:
 
 @pytest.mark.parametrize(("site", "move_before"), [("memory", True), ("redis", True), ("memory", False)],
                          ids=["memory", "redis", "memory-no-moveBefore"], indirect=["site"])
-def test_the_composer_keeps_what_is_typed_while_the_workspace_is_re_rendered(site, graph, move_before):
+def test_the_composer_keeps_what_is_typed_while_the_workspace_is_re_rendered(site, graph, move_before, browser):
     """The operator sends a reply with Enter and types the next one while the first is on its way (the fake
     Graph API holds it) and a customer message arrives live; the sent reply's answer and the workspace's
     re-read swap the panel meanwhile. Every key typed stays in the box, in order, at the caret, and the box
@@ -182,7 +180,7 @@ def test_the_composer_keeps_what_is_typed_while_the_workspace_is_re_rendered(sit
     the keys interleave the way they do on a loaded machine."""
     from playwright.sync_api import expect
 
-    with waiting_session_page(site, graph, "wamid.K1", "" if move_before else NO_MOVE_BEFORE) as page:
+    with waiting_session_page(browser, site, graph, "wamid.K1", "" if move_before else NO_MOVE_BEFORE) as page:
         take_over_on(page)
         box = page.get_by_role("textbox", name="Reply to the customer on whatsapp")
         page.context.new_cdp_session(page).send("Emulation.setCPUThrottlingRate", {"rate": 6})
@@ -230,13 +228,13 @@ REPLACE_PANEL_ON_SEND = """() => { let done = false;
   }); }"""
 
 
-def test_an_actions_answer_after_a_live_update_replaced_its_form_still_re_reads_the_workspace(site, graph):
+def test_an_actions_answer_after_a_live_update_replaced_its_form_still_re_reads_the_workspace(site, graph, browser):
     """htmx looks for the answer's target from the form that was sent; once a live update has replaced that
     form it finds none and drops the answer. The page re-reads the workspace all the same: the operator sees
     the session taken over and gets the composer."""
     from playwright.sync_api import expect
 
-    with waiting_session_page(site, graph, "wamid.R1") as page:
+    with waiting_session_page(browser, site, graph, "wamid.R1") as page:
         errors: list[str] = []
         page.on("pageerror", lambda err: errors.append(str(err)))
         page.evaluate(REPLACE_PANEL_ON_SEND)
@@ -257,13 +255,13 @@ REPLACE_PANEL_ON_DIALOG = """() => { let done = false;
   }); }"""
 
 
-def test_hand_back_opens_its_dialog_when_a_live_update_replaced_its_link_meanwhile(site, graph):
+def test_hand_back_opens_its_dialog_when_a_live_update_replaced_its_link_meanwhile(site, graph, browser):
     """htmx looks for the dialog's answer's target from the link that was clicked; once a live update has
     replaced that link it finds none ("Invalid re-target #dialog") and the click did nothing. The dialog
     opens all the same, and hands the session back."""
     from playwright.sync_api import expect
 
-    with waiting_session_page(site, graph, "wamid.D1") as page:
+    with waiting_session_page(browser, site, graph, "wamid.D1") as page:
         take_over_on(page)
         errors: list[str] = []
         page.on("pageerror", lambda err: errors.append(str(err)))
@@ -278,12 +276,12 @@ def test_hand_back_opens_its_dialog_when_a_live_update_replaced_its_link_meanwhi
         assert errors == []
 
 
-def test_a_dialog_opened_while_the_workspace_is_re_read_stays_open_with_what_was_typed(site, graph):
+def test_a_dialog_opened_while_the_workspace_is_re_read_stays_open_with_what_was_typed(site, graph, browser):
     """A reply's answer makes the page re-read its workspace; "Hand back…" clicked before that re-read came
     back opens its dialog, and the re-read's new workspace keeps it open, the note typed in it and all."""
     from playwright.sync_api import expect
 
-    with waiting_session_page(site, graph, "wamid.D2") as page:
+    with waiting_session_page(browser, site, graph, "wamid.D2") as page:
         take_over_on(page)
         held: list = []
         holding = [True]
