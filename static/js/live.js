@@ -190,7 +190,7 @@
     }
   }
 
-  function find(q) {
+  function find(q, keepScroll) {
     q = q.trim().toLowerCase();
     var items = document.querySelectorAll("#turns .msg, #turns .call, #turns .chip");
     var hits = 0;
@@ -206,8 +206,15 @@
     });
     var c = $("find-count");
     if (c) c.textContent = q ? hits + " of " + items.length + " match" : "";
-    var first = document.querySelector("#turns .find-hit");
+    var first = keepScroll ? null : document.querySelector("#turns .find-hit");
     if (first) first.scrollIntoView({block: "center"});
+  }
+
+  // A live update or an action's answer re-renders turns: the reader's find is marked on them again, where
+  // the reader is (no jump to the first hit).
+  function findAgain() {
+    var box = $("find-q");
+    if (box && box.value.trim()) find(box.value, true);
   }
 
   document.addEventListener("click", function (e) {
@@ -308,6 +315,7 @@
   document.addEventListener("htmx:afterSwap", function (e) {
     var t = e.detail.target;
     if (t && t.id === "dialog") { openDialog(); return; }
+    findAgain();
     var panel = $("session-panel");
     if (panel && !panel.dataset.ready) { // an action's answer replaced the workspace
       setup();
@@ -327,6 +335,7 @@
       disable();
       return;
     }
+    findAgain();
     var y = window.scrollY + window.innerHeight, h = document.documentElement.scrollHeight;
     if (h - y < 400) toEnd(); // the reader was at the end: stay there
   });

@@ -64,3 +64,25 @@ def test_the_live_chat_opens_a_telegram_customers_session_read_only(browser_cont
     expect(page.locator("#c-send")).to_be_disabled()
     page.click("#chat-refusal >> text=Take over this session")
     expect(page.locator("#takeover-panel")).to_be_visible()
+
+
+def test_find_in_session_marks_the_messages_a_live_turn_brings(browser_context, site):  # noqa: F811
+    from playwright.sync_api import expect
+
+    console = browser_context.new_page()
+    log_in(console, site)
+    console.goto(f"{site}/sessions/web-998877/")
+    expect(console.locator("#live-status")).to_have_text("Live updates on.")
+    console.fill("#find-q", "zebra crossing")
+    expect(console.locator("#find-count")).to_contain_text("0 of")  # nothing said it yet
+
+    chat = browser_context.new_page()
+    chat.goto(f"{site}/chat/?session=web-998877")
+    expect(chat.locator("#chat-status")).to_have_text("Connected.")
+    chat.fill("#c-message", "Is the shop by the zebra crossing open?")
+    chat.click("#c-send")
+    expect(chat.locator("#chat-1-state")).to_have_text("answered")
+
+    # The live turn's messages arrive after the find ran: the reader's find marks them too.
+    expect(console.locator("#turns .msg.find-hit").first).to_contain_text("zebra crossing")
+    expect(console.locator("#find-count")).not_to_contain_text("0 of")
