@@ -65,7 +65,8 @@ def group_turns(history: Sequence[Message]) -> tuple[list[Message], list[list[Me
     system = [msg for msg in history if msg.role == _SYSTEM]
     turns: list[list[Message]] = []
     leading: list[Message] = []
-    for number, chunk in numbered_turns((msg for msg in history if msg.role != _SYSTEM), _role_of):
+    for number, chunk in numbered_turns([msg for msg in history if msg.role != _SYSTEM] if system else history,
+                                        _role_of):
         if number:
             turns.append(chunk)
         else:
