@@ -45,7 +45,6 @@ import dataclasses
 import io
 import json
 import re
-from bisect import bisect_right
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -54,6 +53,7 @@ from typing import Any
 from urllib.parse import quote
 
 from chatflow_agent.core.backend import StoredRow, parse_row
+from chatflow_agent.core.memory import turn_number
 from chatflow_agent.jsonsafe import clean_text, json_safe
 from chatflow_agent.types import Message, Role
 from console_app import listing
@@ -66,6 +66,7 @@ from sessions_app.timeline import (
     handoff_of,
     label_items,
     message_agents,
+    row_turns,
     turn_bounds,
     turn_items,
 )
@@ -210,17 +211,10 @@ def parse(row: Row, started: datetime) -> Message | None:
 
 
 def segments(rows: Iterable[Row]) -> Iterator[Segment]:
-    """Rows grouped into turns as the console numbers them: a turn starts at each USER row."""
+    """Rows grouped into turns as the console numbers them (``sessions_app.timeline.row_turns``), one at a time."""
     started = datetime.now(UTC)
-    current = Segment(0)
-    for row in rows:
-        if row[1] == Role.USER.value:
-            if current.number or current.parsed:
-                yield current
-            current = Segment(current.number + 1)
-        current.parsed.append((row, parse(row, started)))
-    if current.number or current.parsed:
-        yield current
+    for number, chunk in row_turns(rows):
+        yield Segment(number, [(row, parse(row, started)) for row in chunk])
 
 
 def with_usage(session_id: str, segs: Iterable[Segment]) -> Iterator[tuple[Segment, dict[str, Any] | None]]:
@@ -362,7 +356,7 @@ def turn_agents(session: ChatSession) -> list[list[str]]:
             .order_by("id").values_list(*_ROW))
     for row in rows:
         msg = parse_row(StoredRow(*row))
-        n = bisect_right(starts, row[0])
+        n = turn_number(starts, row[0])
         if msg is None or n == 0:
             continue
         handoffs[n - 1].extend(h for r in msg.tool_results or [] if (h := handoff_of(r)))

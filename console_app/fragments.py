@@ -18,6 +18,7 @@ from django.http import HttpRequest
 from django.template.loader import render_to_string
 from django.utils.html import format_html
 
+from chatflow_agent.core.memory import turn_number
 from chatflow_agent.types import Message, Role, ToolCall, ToolResult
 from console_app import export, listing
 from console_app.listing import waiting_count
@@ -28,7 +29,17 @@ from sessions_app.access import FORCE_HANDOFF, ROLLBACK, may
 from sessions_app.live import dom_id
 from sessions_app.models import ChatMessage, ChatSession, OperatorAction, SessionLease
 from sessions_app.runtime import site_store
-from sessions_app.timeline import Item, Turn, handoff_of, label_items, page_count, parse_rows, turn_bounds, turn_items
+from sessions_app.timeline import (
+    Item,
+    Turn,
+    handoff_of,
+    label_items,
+    page_count,
+    parse_rows,
+    row_turns,
+    turn_bounds,
+    turn_items,
+)
 from takeover_app import page as takeover_page
 from takeover_app.models import OperatorReply
 from turns_app.usage import attach_records
@@ -143,16 +154,10 @@ def committed_from_db(view: DetailView, clear_live: bool = True) -> tuple[str, l
         return html, []
     ids = [r[0] for r in rows]
     bounds = turn_bounds(view.session_id)
-    had = sum(1 for rid, _at in bounds if rid <= view.cursor)  # turns the page has
+    had = turn_number([rid for rid, _at in bounds], view.cursor)  # turns the page has
     view.cursor = ids[-1]
-    numbers = {rid: n for n, (rid, _at) in enumerate(bounds, start=1)}
-    chunks: list[tuple[int, list]] = []
-    for row in rows:
-        if row[0] in numbers or not chunks:
-            number = numbers.get(row[0]) or sum(1 for rid, _at in bounds if rid < row[0])
-            chunks.append((number, [row]))
-        else:
-            chunks[-1][1].append(row)
+    # The new rows continue turn ``had`` until the next USER row starts turn had + 1.
+    chunks = list(row_turns(rows, first=had + 1))
     if view.tail:
         ctx = {"s": _S(view.session_id), "history": {"turn_count": len(bounds)},
                "can_rollback": may(view.user, ROLLBACK),

@@ -373,12 +373,15 @@ def session_handoff(request: HttpRequest, session_id: str) -> HttpResponse:
 @console_required(ROLLBACK)
 @_or_gone
 def session_rollback_preview(request: HttpRequest, session_id: str) -> HttpResponse:
-    session = counted_session(session_id)
+    """The rollback's plan (``actions.plan_rollback``: the rollback itself, not committed) in the dialog; for
+    htmx the dialog alone, from the plan and the session's id, else the whole page with it open."""
     try:
         plan = actions.plan_rollback(session_id, _turn(request.GET.get("turn")))
     except actions.ActionError as err:
         return _action_error(request, session_id, err)
-    return _dialog(request, "rollback-preview", _detail_ctx(request, session, plan=plan))
+    if _fragment_wanted(request):
+        return _dialog(request, "rollback-preview", {"s": {"session_id": session_id}, "plan": plan})
+    return _dialog(request, "rollback-preview", _detail_ctx(request, counted_session(session_id), plan=plan))
 
 
 @require_POST

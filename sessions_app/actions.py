@@ -5,11 +5,13 @@ uses; never raw SQL), runs in one database transaction together with its audit e
 with :class:`SessionBusy` (HTTP 409) when a turn holds the session. Permission checks are the
 views' job; these functions take the acting user only to write the audit entry.
 
-Rollback is planned from the stored rows (:func:`plan_rollback`) and the confirmed rollback checks,
-under the turn lock, that the session is still the one the plan was made from (its *fingerprint*,
-mandatory; checked before the turn number, so a confirmation that lost a race says "changed since
-the preview") and, after the store committed, that exactly the planned rows are gone; otherwise the
-transaction is rolled back and nothing changes. So what the preview shows is what happens.
+Rollback is one operation on the live session, in one turn of the store: its preview
+(:func:`plan_rollback`) and its confirmation (:func:`rollback`) plan it with the same function, under
+the same locks, from the stored rows numbered as the page numbers them and the live history they must
+match; the preview leaves the turn before its commit, the confirmation applies the plan and commits it,
+if the session is still the one the preview was made from (its *fingerprint*, mandatory; checked
+before the turn number, so a confirmation that lost a race says "changed since the preview"). So what
+the preview shows is what happens.
 """
 
 from __future__ import annotations
@@ -21,13 +23,12 @@ from django.db import transaction
 from django.http import Http404
 
 from chatflow_agent.core.backend import StoredRow, parse_row
-from chatflow_agent.core.memory import group_turns
 from chatflow_agent.exceptions import SessionBusyError
 from chatflow_agent.jsonsafe import json_safe
 from chatflow_agent.types import Message, Role
 from sessions_app import holdings, registry, runtime
 from sessions_app.models import ChatMessage, ChatSession, OperatorAction
-from sessions_app.timeline import handoff_of, pretty_json
+from sessions_app.timeline import handoff_of, pretty_json, row_turns
 from turns_app.usage import mark_rolled_back
 
 __all__ = [
@@ -154,6 +155,11 @@ class RollbackPlan:
         """The row id of turn ``turn``'s USER message (None for turn 0): unlike the turn number, it never shifts."""
         return self.turn_first_ids[turn - 1] if 1 <= turn <= len(self.turn_first_ids) else None
 
+    @property
+    def removed_first_ids(self) -> list[int]:
+        """The row id of each removed turn's USER message, in ``removed_turns`` order."""
+        return [i for n in self.removed_turns if (i := self.first_message_id(n)) is not None]
+
     def summary(self) -> dict[str, Any]:
         """JSON-safe description (for the audit log).
 
@@ -174,14 +180,13 @@ class RollbackPlan:
         }
 
 
-def _stored(session_id: str) -> tuple[list[tuple[int, Message | None]], str]:
+def _stored_rows(session_id: str) -> tuple[list[tuple[int, str, str | None, str]], str]:
+    """The session's rows, oldest first, and their fingerprint (the last row id and the row count)."""
     rows = list(
         ChatMessage.objects.filter(session_id=session_id).order_by("id")
         .values_list("id", "role", "content", "message_json")
     )
-    parsed = [(r[0], parse_row(StoredRow(*r))) for r in rows]
-    fingerprint = f"{rows[-1][0] if rows else 0}-{len(rows)}"
-    return parsed, fingerprint
+    return rows, f"{rows[-1][0] if rows else 0}-{len(rows)}"
 
 
 def _agent_after(turns: list[list[Message]], n: int, current: str) -> str:
@@ -199,45 +204,61 @@ def _agent_after(turns: list[list[Message]], n: int, current: str) -> str:
     return current
 
 
-def plan_rollback(session_id: str, turn: int, fingerprint: str | None = None) -> RollbackPlan:
-    """The plan for rolling back to ``turn``; :class:`InvalidAction` for a turn it cannot go to.
+class _Previewed(Exception):
+    """Leaves the rollback's turn without its commit: the preview's way out, carrying its plan."""
 
-    With ``fingerprint`` (a preview's), :class:`StalePlan` first when the stored rows are no longer
-    those the preview was made from, whatever ``turn`` is. The store keeps the newest
-    ``default_max_turns`` turns in memory and removes older rows with its next commit, so those
-    ("pruned") turns are removed too and cannot be a rollback target.
+    def __init__(self, plan: RollbackPlan) -> None:
+        super().__init__(plan.session_id)
+        self.plan = plan
+
+
+def _plan(store: Any, session: Any, row: ChatSession, turn: int, fingerprint: str | None) -> RollbackPlan:
+    """Inside the session's turn: the plan for rolling the live ``session`` back to ``turn``.
+
+    The stored rows are numbered into turns (``sessions_app.timeline.row_turns``, the page's and the
+    exports' numbering); the live history holds the newest of them (the runtime's window), each of its
+    messages the object of one of those rows (``store.message_row_id``). :class:`StalePlan` when
+    ``fingerprint`` is not the rows', or when the live history is not exactly the rows' SYSTEM rows and
+    newest turns (then the store would not remove what the plan says); :class:`InvalidAction` for a turn
+    it cannot go to.
     """
-    row = ChatSession.objects.filter(pk=session_id).first()
-    if row is None:
-        raise Http404("No such session.")
-    parsed, current = _stored(session_id)
+    rows, current = _stored_rows(row.session_id)
     if fingerprint is not None and fingerprint != current:
         raise StalePlan("The session changed since the preview was shown; review the new preview.")
-    ids_of = {id(m): rid for rid, m in parsed if m is not None}
-    _system, turns, leading = group_turns([m for _rid, m in parsed if m is not None])
-    total, window = len(turns), site_store().default_max_turns
-    offset = max(0, total - window)
+    # A row that does not parse is kept on disk, never in memory: it is numbered, but no rollback removes it.
+    parsed = {r[0]: parse_row(StoredRow(*r)) for r in rows}
+    system = [r for r in rows if r[1] == Role.SYSTEM.value]
+    numbered = list(row_turns(r for r in rows if r[1] != Role.SYSTEM.value))
+    leading = [r for n, chunk in numbered if n == 0 for r in chunk if parsed[r[0]] is not None]
+    turns = [chunk for n, chunk in numbered if n]
+    total, window, live = len(turns), session.max_turns, session.turns
+    offset = total - len(live)
+    in_memory = [store.message_row_id(session, m) for m in session.history]
+    expected = [r[0] for r in (*system, *(r for t in turns[offset:] for r in t)) if parsed[r[0]] is not None]
+    if offset < 0 or None in in_memory or sorted(in_memory) != sorted(expected):  # (SYSTEM first in memory)
+        raise StalePlan("The session's history in the store differs from the stored rows; reload and retry.")
     low = 0 if offset == 0 else offset + 1
     if not (low <= turn < total):
         raise InvalidAction(f"Cannot roll back to turn {turn}: choose a turn from {low} to {total - 1} "
                             f"(the session has {total} turns, the runtime keeps the newest {window}).")
     removed_turns = list(range(1, offset + 1)) + list(range(turn + 1, total + 1))
-    removed_ids = sorted([ids_of[id(m)] for n in removed_turns for m in turns[n - 1]]
-                         + [ids_of[id(m)] for m in leading])
+    messages = [[m for r in t if (m := parsed[r[0]]) is not None] for t in turns]
+    removed_ids = sorted([r[0] for n in removed_turns for r in turns[n - 1] if parsed[r[0]] is not None]
+                         + [r[0] for r in leading])
     gone = set(removed_ids)
-    agent_after = _agent_after(turns, turn, row.active_agent_name)
+    agent_after = _agent_after(messages, turn, row.active_agent_name)
     plan = RollbackPlan(
-        session_id=session_id, turn=turn, turn_count=total, fingerprint=current,
+        session_id=row.session_id, turn=turn, turn_count=total, fingerprint=current,
         agent_before=row.active_agent_name, agent_after=agent_after,
         agent_after_registered=registry.get_agent(agent_after) is not None,
         removed_turns=removed_turns, removed_ids=removed_ids,
-        kept_ids=[rid for rid, _m in parsed if rid not in gone],
-        pruned_turns=list(range(1, offset + 1)), leading_ids=[ids_of[id(m)] for m in leading], window=window,
-        turn_first_ids=[ids_of[id(t[0])] for t in turns],
+        kept_ids=[r[0] for r in rows if r[0] not in gone],
+        pruned_turns=list(range(1, offset + 1)), leading_ids=[r[0] for r in leading], window=window,
+        turn_first_ids=[t[0][0] for t in turns],
     )
     for n in range(turn + 1, total + 1):
-        results = {r.tool_call_id: r for m in turns[n - 1] if m.role == Role.TOOL for r in m.tool_results or []}
-        for m in turns[n - 1]:
+        results = {r.tool_call_id: r for m in messages[n - 1] if m.role == Role.TOOL for r in m.tool_results or []}
+        for m in messages[n - 1]:
             for call in m.tool_calls or []:
                 result = results.get(call.id)
                 handoff = handoff_of(result) if result is not None else None
@@ -247,6 +268,59 @@ def plan_rollback(session_id: str, turn: int, fingerprint: str | None = None) ->
                 outcome = "no result" if result is None else ("error" if result.is_error else "ok")
                 plan.side_effects.append(RemovedCall(n, call.name, pretty_json(call.args), outcome))
     return plan
+
+
+def _apply(store: Any, session: Any, plan: RollbackPlan) -> str:
+    """Inside the turn: keep the messages whose rows ``plan`` keeps, in their rows' order (so the store's
+    commit removes exactly the other rows, by identity, and rewrites none); set the agent that ended turn
+    ``plan.turn``. Returns the active agent's name."""
+    kept = set(plan.kept_ids)
+    by_row = {store.message_row_id(session, m): m for m in session.history}
+    session.history = [by_row[rid] for rid in sorted(by_row) if rid in kept]
+    agent = registry.get_agent(plan.agent_after)
+    if agent is not None and agent.name != session.active_agent.name:
+        session.set_active_agent(agent)
+    return session.active_agent.name
+
+
+def _rollback(user: Any, session_id: str, turn: int, fingerprint: str | None,
+              commit: bool) -> tuple[RollbackPlan, OperatorAction | None]:
+    """The rollback, planned and (with ``commit``) applied in one turn of the site's store on the live session.
+
+    Under the session's row lock and turn lock (``wait=False``: :class:`SessionBusy` while a turn runs) the
+    plan is made by :func:`_plan`; without ``commit`` the turn is left before its commit (nothing is
+    written) and ``(plan, None)`` returned; with it, the plan is applied in memory, the store commits it
+    and the audit entry is written in the same transaction: ``(plan, entry)``. ``Http404`` for no session.
+    """
+    store = site_store()
+    with transaction.atomic():
+        row = _locked_session(session_id)
+        try:
+            with store.sync_turn(session_id, registry.starting_agent(), wait=False) as session:
+                plan = _plan(store, session, row, turn, fingerprint)
+                if not commit:
+                    raise _Previewed(plan)
+                agent_now = _apply(store, session, plan)
+        except SessionBusyError:
+            raise _busy(session_id) from None
+        except _Previewed as previewed:
+            return previewed.plan, None
+        mark_rolled_back(session_id, plan.removed_first_ids)
+        before = {"turn_count": plan.turn_count, "active_agent": plan.agent_before, "fingerprint": plan.fingerprint}
+        after = {**plan.summary(), "turn_count": plan.turn, "active_agent": agent_now}
+        return plan, audit(user, OperatorAction.Kind.ROLLBACK, session_id, before, after)
+
+
+def plan_rollback(session_id: str, turn: int, fingerprint: str | None = None) -> RollbackPlan:
+    """The preview: what :func:`rollback` to ``turn`` would do now, planned as it plans, nothing committed.
+
+    :class:`InvalidAction` for a turn it cannot go to; :class:`SessionBusy` while a turn runs;
+    with ``fingerprint`` (a preview's), :class:`StalePlan` first when the stored rows are no longer
+    those the preview was made from, whatever ``turn`` is. The store keeps the newest
+    ``default_max_turns`` turns in memory and removes older rows with its next commit, so those
+    ("pruned") turns are removed too and cannot be a rollback target.
+    """
+    return _rollback(None, session_id, turn, fingerprint, commit=False)[0]
 
 
 def rollback(user: Any, session_id: str, turn: int, fingerprint: str) -> tuple[RollbackPlan, OperatorAction]:
@@ -260,43 +334,9 @@ def rollback(user: Any, session_id: str, turn: int, fingerprint: str) -> tuple[R
     if not fingerprint:
         raise InvalidAction("The rollback needs the fingerprint of its preview: open the preview "
                             "(Roll back to the end of turn N) and confirm it there.")
-    store = site_store()
-    with transaction.atomic():
-        _locked_session(session_id)
-        try:
-            with store.sync_turn(session_id, registry.starting_agent(), wait=False) as session:
-                plan = plan_rollback(session_id, turn, fingerprint)
-                agent_now = _apply_plan(session, plan)
-        except SessionBusyError:
-            raise _busy(session_id) from None
-        left = list(ChatMessage.objects.filter(session_id=session_id).order_by("id").values_list("id", flat=True))
-        if left != plan.kept_ids:
-            transaction.set_rollback(True)
-            raise StalePlan("The store's result differed from the preview; nothing was changed.")
-        mark_rolled_back(session_id, [i for n in plan.removed_turns if (i := plan.first_message_id(n)) is not None])
-        before = {"turn_count": plan.turn_count, "active_agent": plan.agent_before, "fingerprint": plan.fingerprint}
-        after = {**plan.summary(), "turn_count": plan.turn, "active_agent": agent_now}
-        return plan, audit(user, OperatorAction.Kind.ROLLBACK, session_id, before, after)
-
-
-def _apply_plan(session: Any, plan: RollbackPlan) -> str:
-    """Inside the turn: keep SYSTEM messages and turns up to ``plan.turn``; set the agent that ended it."""
-    history = session.history
-    _system, mem_turns, _ = group_turns(history)
-    offset = len(plan.pruned_turns)
-    if len(mem_turns) != plan.turn_count - offset:
-        raise StalePlan("The session's history in the store differs from the stored rows; reload and retry.")
-    keep_turns = plan.turn - offset
-    if keep_turns < len(mem_turns):
-        first_removed = mem_turns[keep_turns][0]
-        keep = next(i for i, m in enumerate(history) if m is first_removed)
-    else:
-        keep = len(history)
-    session.rollback_to(keep)
-    agent = registry.get_agent(plan.agent_after)
-    if agent is not None and agent.name != session.active_agent.name:
-        session.set_active_agent(agent)
-    return session.active_agent.name
+    plan, entry = _rollback(user, session_id, turn, fingerprint, commit=True)
+    assert entry is not None
+    return plan, entry
 
 
 # ---- delete ----------------------------------------------------------------------------------

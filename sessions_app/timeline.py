@@ -1,6 +1,8 @@
 """A session's stored history as the console shows it: SYSTEM messages pinned, then numbered turns.
 
-Turns are numbered over every stored row (1 = oldest), which is what "roll back to turn N" means.
+Turns are numbered over every stored row (1 = oldest) by :func:`row_turns` (the runtime's
+``numbered_turns`` over the rows' role column): what "turn N" means on the page, in every export and
+for a rollback.
 Only the turns on the requested page are read and parsed: the turn boundaries come from the ids of
 the USER rows (one narrow query on the (session_id, id) index), so a 10,000-message session opens
 by reading one page of rows. Rows are parsed with the runtime's own ``parse_row`` (bad JSON falls
@@ -13,20 +15,22 @@ from __future__ import annotations
 
 import json
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from operator import itemgetter
+from typing import Any, TypeVar
 
 from chatflow_agent.core.backend import StoredRow, parse_row
+from chatflow_agent.core.memory import numbered_turns
 from chatflow_agent.types import Message, Role, ToolCall, ToolResult
 from sessions_app.models import ChatMessage, OperatorAction
 from turns_app.usage import attach_records
 
 __all__ = [
     "NOT_IN_TIMELINE", "AgentChange", "TurnPage", "agent_actions", "agent_changes", "agents_by_turn", "build_page",
-    "handoff_of", "label_items", "message_agents", "parse_rows", "pretty_json", "turn_bounds", "turn_items",
-    "turns_before",
+    "handoff_of", "label_items", "message_agents", "parse_rows", "pretty_json", "row_turns", "turn_bounds",
+    "turn_items", "turns_before",
 ]
 
 HANDOFF_STATUS = "HANDOFF_SUCCESS"
@@ -35,6 +39,22 @@ LONG_CHARS, LONG_LINES = 2000, 40  # a message text above either is collapsed wi
 PREVIEW_CHARS, PREVIEW_LINES = 1200, 12
 #: Audit log actions not shown in the conversation (the inspector lists the session's exports).
 NOT_IN_TIMELINE = ("export",)
+
+
+_R = TypeVar("_R", bound=Sequence[Any])
+_row_role = itemgetter(1)
+
+
+def row_turns(rows: Iterable[_R], first: int = 1) -> Iterator[tuple[int, list[_R]]]:
+    """``chatflow_messages`` rows (tuples ``(id, role, …)`` in id order) as ``(turn number, rows)``: the
+    runtime's ``numbered_turns`` over the role column, the one rule for what "turn N" means.
+
+    Turns are numbered from ``first`` (1 for a whole session; for a slice that starts at turn k's USER
+    row, k); rows before the first USER row come first as ``first - 1`` (0: the rows before turn 1).
+    SYSTEM rows stay where they are: the page pins them, the exports keep them in place, a rollback
+    keeps them. Lazy, so a streamed export holds one turn at a time.
+    """
+    return numbered_turns(rows, _row_role, first)
 
 
 def pretty_json(value: Any) -> str:
@@ -295,15 +315,9 @@ def build_page(session_id: str, page: int = 1, newest_first: bool = True,
         hi_id = bounds[hi_n][0] if hi_n < total else None
         rows = _rows(session_id, lo_id, hi_id)
         times.update((r[0], r[4]) for r in rows)
-        rows = [r[:4] for r in rows]
-        starts = {rid: n for n, (rid, _at) in enumerate(bounds, start=1)}
-        chunks: list[tuple[int, list]] = []
-        for row in rows:
-            if row[0] in starts:
-                chunks.append((starts[row[0]], [row]))
-            elif chunks:
-                chunks[-1][1].append(row)
-        for number, chunk in chunks:
+        for number, chunk in row_turns([r[:4] for r in rows], first=lo_n):
+            if number > hi_n:  # a turn committed since the bounds were read: the next read shows it
+                break
             turns.append(Turn(number, turn_items(parse_rows(chunk)), bounds[number - 1][1], len(chunk),
                               message_ids=[row[0] for row in chunk]))
     result = TurnPage(system, leading, turns, total, page, pages, newest_first, times=times)

@@ -10,12 +10,16 @@ same turn) are never separated.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from bisect import bisect_right
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from operator import attrgetter
+from typing import TypeVar
 
 from chatflow_agent.types import Message, Role
 
-__all__ = ["group_turns", "prune_history", "engine_view"]
+__all__ = ["group_turns", "numbered_turns", "prune_history", "engine_view", "turn_number"]
+
+_T = TypeVar("_T")
 
 # Enum members as module constants: ``Role.USER`` is a class-attribute lookup through the enum's
 # metaclass (~0.2 µs on CPython 3.11), and these loops run over the whole history every turn.
@@ -23,24 +27,50 @@ _SYSTEM, _USER, _MODEL, _TOOL = Role.SYSTEM, Role.USER, Role.MODEL, Role.TOOL
 _role_of = attrgetter("role")
 
 
+def numbered_turns(items: Iterable[_T], role: Callable[[_T], object], first: int = 1) -> Iterator[tuple[int, list[_T]]]:
+    """What "turn N" means, for messages and stored rows alike: ``items`` (in order) as ``(number, items)``.
+
+    A turn starts at each item whose ``role(item)`` is USER (``Role.USER`` or the stored column's
+    ``"user"``) and holds every item after it up to the next one; turns are numbered from ``first``
+    on. Items before the first USER item, if any, come first, numbered ``first - 1`` (for a whole
+    history: 0, the messages before turn 1). Every item is yielded where it stands, SYSTEM ones
+    included (:func:`group_turns` sets those apart). Lazy: a long stream is read one turn at a time.
+    """
+    number = first - 1
+    chunk: list[_T] = []
+    for item in items:
+        if role(item) == _USER:
+            if chunk:
+                yield number, chunk
+            number, chunk = number + 1, [item]
+        else:
+            chunk.append(item)
+    if chunk:
+        yield number, chunk
+
+
+def turn_number(starts: Sequence[int], position: int) -> int:
+    """The number of the turn that holds the item at ``position``, from ``starts``: the positions (row ids,
+    say) of the USER items, ascending. 0 for an item before the first turn; the rule of :func:`numbered_turns`."""
+    return bisect_right(starts, position)
+
+
 def group_turns(history: Sequence[Message]) -> tuple[list[Message], list[list[Message]], list[Message]]:
     """Split ``history`` into ``(system_messages, turns, leading)``.
 
-    ``turns`` is a list of turns, each starting with a USER message; ``leading`` holds the
-    non-SYSTEM messages that came before the first USER message (pruning drops them).
+    ``turns`` is a list of turns (:func:`numbered_turns`: turn N is ``turns[N - 1]``), each starting
+    with a USER message; ``leading`` holds the non-SYSTEM messages that came before the first USER
+    message (pruning drops them).
     """
-    system: list[Message] = []
+    system = [msg for msg in history if msg.role == _SYSTEM]
     turns: list[list[Message]] = []
     leading: list[Message] = []
-    for msg in history:
-        if msg.role == _SYSTEM:
-            system.append(msg)
-        elif msg.role == _USER:
-            turns.append([msg])
-        elif turns:
-            turns[-1].append(msg)
+    for number, chunk in numbered_turns([msg for msg in history if msg.role != _SYSTEM] if system else history,
+                                        _role_of):
+        if number:
+            turns.append(chunk)
         else:
-            leading.append(msg)
+            leading = chunk
     return system, turns, leading
 
 

@@ -9,7 +9,7 @@ does to the sessions it holds.
 """
 
 from chatflow_agent.core._persistent import PersistentSessionStore
-from chatflow_agent.core._pruning import engine_view, group_turns, prune_history
+from chatflow_agent.core._pruning import engine_view, group_turns, numbered_turns, prune_history, turn_number
 from chatflow_agent.core._session import (
     DEFAULT_DEDUP_TTL_HOURS,
     DEFAULT_DEDUP_TTL_SECONDS,
@@ -36,5 +36,7 @@ __all__ = [
     "_BLOCKING_IO_WORKERS",
     "engine_view",
     "group_turns",
+    "numbered_turns",
     "prune_history",
+    "turn_number",
 ]

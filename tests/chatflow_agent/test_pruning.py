@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 from chatflow_agent import Message, Role, ToolCall, ToolResult
-from chatflow_agent.core.memory import engine_view, group_turns, prune_history
+from chatflow_agent.core.memory import engine_view, group_turns, numbered_turns, prune_history, turn_number
 
 
 def user(text: str) -> Message:
@@ -41,6 +41,23 @@ def test_group_turns_splits_system_turns_and_leading_messages() -> None:
     assert shape(sys_msgs) == ["system:rules", "system:late rule"]
     assert [shape(t) for t in turns] == [["user:u1", "model:a1"], ["user:u2"]]
     assert shape(leading) == ["model:greeting"]
+
+
+def test_numbered_turns_numbers_messages_and_stored_rows_alike() -> None:
+    history = [model("greeting"), system("rules"), user("u1"), model("a1"), system("late rule"), user("u2")]
+    rows = [(10 + k, m.role.value, m.content) for k, m in enumerate(history)]
+
+    by_message = [(n, shape(chunk)) for n, chunk in numbered_turns(history, lambda m: m.role)]
+    by_row = [(n, [r[0] for r in chunk]) for n, chunk in numbered_turns(rows, lambda r: r[1])]
+
+    assert by_message == [(0, ["model:greeting", "system:rules"]), (1, ["user:u1", "model:a1", "system:late rule"]),
+                          (2, ["user:u2"])]
+    assert by_row == [(0, [10, 11]), (1, [12, 13, 14]), (2, [15])]
+    # A slice that starts inside turn 4: its first rows continue turn 4, its USER row starts turn 5.
+    assert [(n, [r[0] for r in c]) for n, c in numbered_turns(rows[3:], lambda r: r[1], first=5)] == [
+        (4, [13, 14]), (5, [15])]
+    starts = [r[0] for r in rows if r[1] == "user"]
+    assert [turn_number(starts, r[0]) for r in rows] == [0, 0, 1, 1, 1, 2]
 
 
 def test_pruning_moves_system_messages_to_the_front_and_drops_what_precedes_the_first_user() -> None:

@@ -106,5 +106,4 @@ def session_totals(session_id: str):
 
 @register.simple_tag
 def rollback_usage(plan):
-    ids = [i for n in plan.removed_turns if (i := plan.first_message_id(n)) is not None]
-    return discarded_usage(plan.session_id, ids)
+    return discarded_usage(plan.session_id, plan.removed_first_ids)
