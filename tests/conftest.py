@@ -7,7 +7,12 @@ the test database is a per-process file in the temp dir).
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
+from django.core.management import call_command
+from django.db import connections, transaction
+from django.test import TransactionTestCase
 
 from tests.browser_sites import chromium, sites  # noqa: F401  (one of each per pytest process)
 from tests.processes import REPO
@@ -38,6 +43,64 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if len(kept) < len(items):
         config.hook.pytest_deselected(items=[item for item in items if not uses_the_database(item)])
         items[:] = kept
+
+
+# Per database alias: the rows of the test database right after it was migrated, as
+# ``[(table, columns, rows)]`` (the content types, permissions and groups post_migrate wrote).
+_MIGRATED_ROWS: dict[str, list[tuple[str, list[str], list[tuple[Any, ...]]]]] = {}
+
+
+def _migrated_rows(alias: str) -> list[tuple[str, list[str], list[tuple[Any, ...]]]]:
+    connection = connections[alias]
+    quote = connection.ops.quote_name
+    tables = []
+    with connection.cursor() as cursor:
+        for table in connection.introspection.django_table_names(only_existing=True, include_views=False):
+            cursor.execute(f"SELECT * FROM {quote(table)}")  # noqa: S608 - Django's own table names
+            rows = [tuple(row) for row in cursor.fetchall()]
+            if rows:
+                tables.append((table, [column[0] for column in cursor.description], rows))
+    return tables
+
+
+def _restore_migrated_rows(alias: str) -> None:
+    connection = connections[alias]
+    quote = connection.ops.quote_name
+    with transaction.atomic(using=alias), connection.cursor() as cursor:
+        for table, columns, rows in _MIGRATED_ROWS[alias]:
+            cursor.executemany(
+                f"INSERT INTO {quote(table)} ({', '.join(map(quote, columns))}) "  # noqa: S608 - as above
+                f"VALUES ({', '.join(['%s'] * len(columns))})", rows)
+    from django.contrib.contenttypes.models import ContentType
+
+    ContentType.objects.clear_cache()
+
+
+_flush_and_migrate = TransactionTestCase._fixture_teardown
+
+
+def _flush_and_restore(self: TransactionTestCase) -> None:
+    """A transactional test's teardown: flush every table, then write back the rows the database
+    held after its migration, instead of running every post_migrate handler again after each test."""
+    aliases = list(self._databases_names(include_mirrors=False))
+    if self.available_apps is not None or self.serialized_rollback or any(a not in _MIGRATED_ROWS for a in aliases):
+        _flush_and_migrate(self)
+        return
+    for alias in aliases:
+        call_command("flush", verbosity=0, interactive=False, database=alias, reset_sequences=False,
+                     inhibit_post_migrate=True)
+        _restore_migrated_rows(alias)
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup, django_db_blocker):
+    """pytest-django's test databases, their migrated rows kept for the transactional tests' teardown."""
+    with django_db_blocker.unblock():
+        for alias in connections:
+            _MIGRATED_ROWS[alias] = _migrated_rows(alias)
+    TransactionTestCase._fixture_teardown = _flush_and_restore  # type: ignore[method-assign]
+    yield
+    TransactionTestCase._fixture_teardown = _flush_and_migrate  # type: ignore[method-assign]
 
 
 @pytest.fixture(scope="session")

@@ -3,20 +3,21 @@
 from __future__ import annotations
 
 import pytest
+from django.core.exceptions import ImproperlyConfigured
 
+from tests.chatflow_site.test_settings import settings_from
 from tests.processes import run_manage, site_env
 from tests.webhooks_app.servers import database_url
-
-pytestmark = pytest.mark.slow
 
 
 @pytest.mark.parametrize("value", ["0", "65", "four"])
 def test_a_slot_count_out_of_range_stops_start_up_with_the_range(value):
-    result = run_manage("check", env=site_env(CHATFLOW_WORKER_SLOTS=value))
-    assert result.returncode != 0
-    assert "CHATFLOW_WORKER_SLOTS must be a whole number of slots from 1 to 64" in result.stderr
+    with pytest.raises(ImproperlyConfigured) as refused:
+        settings_from({"CHATFLOW_WORKER_SLOTS": value})
+    assert "CHATFLOW_WORKER_SLOTS must be a whole number of slots from 1 to 64" in str(refused.value)
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_a_worker_started_without_slots_takes_the_setting():
     """The embedded worker is ``chatflow_worker --embedded`` without ``--slots``: the setting decides."""

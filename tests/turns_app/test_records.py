@@ -15,6 +15,7 @@ import pytest
 
 from chatflow_agent import Agent, PriceBook, Runner
 from chatflow_agent.core.engines.base import BaseEngine, EngineTurnResult
+from chatflow_agent.core.engines.scripted import ScriptedEngine
 from chatflow_agent.core.reports import TurnReport
 from sessions_app.models import ChatMessage
 from sessions_app.store import DjangoSessionStore
@@ -29,11 +30,6 @@ def store() -> Iterator[DjangoSessionStore]:
     s = DjangoSessionStore()
     yield s
     s.close()
-
-
-class Boom(BaseEngine):
-    async def generate_turn_async(self, agent, history):
-        raise RuntimeError("the model is down")
 
 
 class Slow(BaseEngine):
@@ -88,7 +84,8 @@ def test_an_unpriced_model_leaves_the_cost_unknown_not_zero(server, store):
 
 
 def test_a_failed_turn_leaves_a_failed_record_with_the_customer_message(store):
-    runner = Runner(Agent(name="Bot", instructions="x", engine=Boom()), session_store=store)
+    down = ScriptedEngine(RuntimeError("the model is down"))
+    runner = Runner(Agent(name="Bot", instructions="x", engine=down), session_store=store)
 
     with pytest.raises(RuntimeError):
         asyncio.run(runner.run_async("s1", "are you there?"))
@@ -128,7 +125,7 @@ def test_the_next_turn_marks_a_dead_turns_record_interrupted(store, settings):
     assert dead.status == "running" and dead.owner == report.owner
 
     time.sleep(0.4)
-    runner = Runner(Agent(name="Bot", instructions="x", engine=Echo()), session_store=store)
+    runner = Runner(Agent(name="Bot", instructions="x", engine=ScriptedEngine("echo: anyone?")), session_store=store)
     asyncio.run(runner.run_async("s1", "anyone?"))
 
     first, second = records("s1")
@@ -136,15 +133,11 @@ def test_the_next_turn_marks_a_dead_turns_record_interrupted(store, settings):
     assert second.status == "completed"
 
 
-class Echo(BaseEngine):
-    async def generate_turn_async(self, agent, history):
-        return EngineTurnResult(text="echo: " + (history[-1].content or ""))
-
-
 def test_deleting_a_session_keeps_its_records_figures_but_not_the_customers_text(store, django_user_model):
     from sessions_app.actions import delete_session
 
-    ok = Runner(Agent(name="Bot", instructions="x", engine=Boom()), session_store=store)
+    down = ScriptedEngine(RuntimeError("the model is down"))
+    ok = Runner(Agent(name="Bot", instructions="x", engine=down), session_store=store)
     with pytest.raises(RuntimeError):
         asyncio.run(ok.run_async("gone", "my card number is 4242"))
     store.get_or_create("gone", ok.starting_agent)  # the session row the delete removes

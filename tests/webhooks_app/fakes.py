@@ -47,7 +47,8 @@ class FakeProviderAPI:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.base = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        # A short poll so that shutdown() returns at once instead of after serve_forever's half-second poll.
+        self._thread = threading.Thread(target=self.server.serve_forever, args=(0.01,), daemon=True)
 
     def __enter__(self) -> FakeProviderAPI:
         self._thread.start()

@@ -36,8 +36,10 @@ def request(base: str, method: str, path: str, body: bytes | None = None,
         conn.close()
 
 
-@pytest.fixture
-def daphne(tmp_path):
+@pytest.fixture(scope="module")
+def daphne(tmp_path_factory, django_db_setup):
+    """One daphne on the test database for the module's tests: none of them changes the server."""
+    tmp_path = tmp_path_factory.mktemp("lean")
     with FakeProviderAPI() as wa, FakeProviderAPI() as tg:
         env = s.child_env(wa.base, tg.base, tmp_path, CHATFLOW_EMBEDDED_WORKER="off")
         proc, base = s.start_daphne(env, tmp_path / "daphne.log")
