@@ -71,6 +71,9 @@ class TurnRecord(models.Model):
     # Cancelled by an operator while its turn had not reported its figures yet (turns_app.records.cancel_turn);
     # cleared by the turn's own late close, or by the lease purge once that close can no longer come.
     awaiting_report = models.BooleanField(default=False, db_default=False)
+    # Cancelled by an operator so that its message is played again (a takeover "now"), not for good: a webhook
+    # delivery whose turn this was is played again instead of ending failed (turns_app.records.cancel_of).
+    replay = models.BooleanField(default=False, db_default=False)
 
     class Meta:
         db_table = "chatflow_turn_records"

@@ -389,7 +389,7 @@ class Worker:
             logger.info("Delivery %s: its turn committed before a crash; not played again", delivery.pk)
             if fixed is not None:
                 return fixed, False
-            held = await db(takeover.ends_with_customer, delivery.session_id)
+            held = await db(taskqueue.ends_with_customer, delivery.session_id)
             return (None if held else await db(taskqueue.last_answer, delivery.session_id)), False
         # Its commit records the answer on the delivery, or is refused (the session deleted, the delivery lost).
         play = settle.Playing(delivery, self.owner, replies_out, fixed, using=runtime.site_store().using)
@@ -415,8 +415,9 @@ class Worker:
 
     @staticmethod
     async def _unless_cancelled(delivery: InboundDelivery, db: Any, report: TurnReport) -> None:
-        """Raise ``CancelledByOperator`` when an operator's Cancel turn stopped the turn ``report`` played."""
-        cancelled = await db(takeover.cancelled_by_operator, delivery.session_id, report.owner)
+        """Raise ``CancelledByOperator`` when an operator's Cancel turn stopped the turn ``report`` played: the
+        store says so from the lease the cancel took away (``DjangoSessionStore.cancel_of``)."""
+        cancelled = await db(runtime.site_store().cancel_of, delivery.session_id, report.owner)
         if cancelled is not None:
             raise CancelledByOperator(cancelled)
 
@@ -447,7 +448,8 @@ class Worker:
     async def _watch_lease(delivery: InboundDelivery, report: TurnReport, db: Any) -> None:
         while True:  # polled: the lease is taken away in the database, by a process that cannot reach this one
             try:
-                lost = bool(report.owner) and await db(takeover.lease_lost, delivery.session_id, report.owner)
+                lost = bool(report.owner) and not await db(runtime.site_store().holds_lease, delivery.session_id,
+                                                           report.owner)
             except Exception as err:  # noqa: BLE001 - a database hiccup: look again at the next check (one line)
                 logger.warning("Delivery %s: looking at its session's lease failed (%s: %s); looking again in %s s",
                                delivery.pk, type(err).__name__, err, STOP_CHECK_SECONDS)
