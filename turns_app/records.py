@@ -66,7 +66,7 @@ CANCELLED_UNREPORTED_ERROR = "(The turn's process stopped before it reported its
 _UNREPORTED = ("UPDATE chatflow_turn_records SET error = error || ' ' || ?, awaiting_report = FALSE "
                "WHERE awaiting_report AND finished_at < ? RETURNING session_id, error")
 _CANCEL = ("UPDATE chatflow_turn_records SET status = 'cancelled', finished_at = ?, error = ?, "
-           "awaiting_report = TRUE, replay = ? "
+           "awaiting_report = TRUE, cancelled_for_good = ? "
            "WHERE session_id = ? AND owner = ? AND status = 'running'")
 _INTERRUPT = "UPDATE chatflow_turn_records SET status = 'interrupted', finished_at = ?, error = ? "
 _INTERRUPT_SESSION = _INTERRUPT + "WHERE status = 'running' AND session_id = ? AND owner <> ?"
@@ -268,7 +268,7 @@ def cancel_turn(cursor: Any, dialect: Dialect, session_id: str, owner: str, now:
     totals once; a turn whose process died is counted by :func:`mark_interrupted` (``cancelled_before``),
     as an ``interrupted`` one is: a turn of unknown spend.
     True when a record was running; False (nothing written) otherwise."""
-    cursor.execute(_sql(dialect, _CANCEL), (_stamp(dialect, now), error, replay, session_id, owner))
+    cursor.execute(_sql(dialect, _CANCEL), (_stamp(dialect, now), error, not replay, session_id, owner))
     if not cursor.rowcount:
         return False
     _add_totals(cursor, dialect, session_id, None, error, now)
@@ -277,13 +277,14 @@ def cancel_turn(cursor: Any, dialect: Dialect, session_id: str, owner: str, now:
 
 def cancel_of(session_id: str, owner: str, using: str = "default") -> str | None:
     """The error :func:`cancel_turn` wrote (who cancelled it and why) when an operator cancelled ``owner``'s turn
-    of ``session_id`` for good (not to play its message again); None when none did. What the stopped turn's
+    of ``session_id`` for good (not to play its message again); None when none did (a takeover "now", a lease
+    lost otherwise: the turn's own close says ``cancelled`` too, but not for good). What the stopped turn's
     process reads to learn it was cancelled: the record is keyed by the lease owner, so a turn that took the
     session's lease since changes nothing, and a deleted session's records (no session id any more) say nothing."""
     if not owner:
         return None
     return (TurnRecord.objects.using(using)
-            .filter(session_id=session_id, owner=owner, status=TurnRecord.Status.CANCELLED, replay=False)
+            .filter(session_id=session_id, owner=owner, status=TurnRecord.Status.CANCELLED, cancelled_for_good=True)
             .values_list("error", flat=True).first())
 
 
