@@ -573,8 +573,8 @@ class DjangoSessionStore(PersistentSessionStore):
         lease (expired: its holder died or stalled) is only released; its turn is played again if it was a
         delivery's. ``only_expired``: only an expired lease is taken; ``owner``: only that owner's lease.
         ``audited(lease, expired)`` runs in the same transaction (the operator's audit entry; ``expired``: the
-        lease was stale). Returns the lease taken
-        away (a deleted ``SessionLease``), None when no such lease held the session."""
+        lease was stale). Returns the lease taken away (a deleted ``SessionLease``), None when no such lease
+        held the session."""
         with transaction.atomic(using=self.using):
             leases = SessionLease.objects.using(self.using).select_for_update().filter(session_id=session_id)
             if only_expired:
