@@ -2,10 +2,11 @@
 
 Actions (POST, CSRF, audited by the functions they call, which run in one transaction with their audit
 entry): bulk Retry of failed deliveries and bulk Resend of replies (``webhooks_app.ledger``), bulk Resend
-of operator replies (``takeover_app.service.resend``, as on the session page), Cancel a
-running turn and Release a stale lease (``takeover_app.service.cancel_turn``, the one place that takes a
-session's lease away). htmx gets the page's ``health`` partial with a note; a plain POST is redirected to
-the page with a message. The page polls its partial, so every open health page shows the change.
+of operator replies (``takeover_app.service.resend``, as on the session page), Cancel a running turn and
+Release a stale lease (``takeover_app.service.cancel_turn``, audited, over the site store's ``cancel_turn``:
+the one place that takes a session's lease away). htmx gets the page's ``health`` partial with a note; a
+plain POST is redirected to the page with a message. The page polls its partial, so every open health page
+shows the change.
 """
 
 from __future__ import annotations
@@ -171,7 +172,7 @@ def resend_operator_replies(request: HttpRequest) -> HttpResponse:
 
 
 def _cancel_turn(user: Any, session_id: str, reason: str, only_expired: bool, owner: str) -> bool:
-    # the one place that takes a session's lease away
+    # audited, over the store's cancel_turn: the one place that takes a session's lease away
     return service.cancel_turn(user, session_id, reason, only_expired=only_expired, owner=owner)
 
 

@@ -68,6 +68,7 @@ from chatflow_agent.core.sql import (
 from chatflow_agent.jsonsafe import json_object
 from chatflow_agent.types import Role
 from sessions_app import holdings
+from sessions_app.models import SessionLease
 from turns_app import records
 
 __all__ = ["IDLE_CHECK_SECONDS", "DjangoBackend", "DjangoSessionStore", "driver_cursor", "recheck_connections",
@@ -400,11 +401,14 @@ class DjangoBackend:
                             lambda c: records.mark_interrupted(c, self._dialect, time.time(), cancelled_before=before))
             return self._rules.purge_leases(self._transaction, before)
 
-    def cancel_record(self, session_id: str, owner: str, now: float, error: str = records.CANCELLED_ERROR) -> bool:
+    def cancel_record(self, session_id: str, owner: str, now: float, error: str = records.CANCELLED_ERROR,
+                      replay: bool = False) -> bool:
         """Close ``owner``'s running turn record of ``session_id`` as ``cancelled`` with ``error`` (who and why;
-        ``turns_app.records.cancel_turn``), in the caller's transaction (a savepoint of it): call it from sync
-        code where the lease is taken away. True when a record was running."""
-        return self._transaction(lambda c: records.cancel_turn(c, self._dialect, session_id, owner, now, error))
+        ``replay``: its message is to be played again; ``turns_app.records.cancel_turn``), in the caller's
+        transaction (a savepoint of it): call it from sync code where the lease is taken away. True when a
+        record was running."""
+        return self._transaction(
+            lambda c: records.cancel_turn(c, self._dialect, session_id, owner, now, error, replay))
 
     def mark_interrupted(self, now: float, cancelled_before: float | None = None) -> int:
         """Mark ``interrupted`` the ``running`` turn records whose lease is gone or expired at ``now``
@@ -558,6 +562,54 @@ class DjangoSessionStore(PersistentSessionStore):
 
         self.delete_with(session_id, delete_rows)
         return done[0]
+
+    # ---- cancelling a turn -----------------------------------------------------------------------
+    def cancel_turn(self, session_id: str, error: str, *, replay: bool = False, only_expired: bool = False,
+                    owner: str = "", audited: Callable[[SessionLease, bool], object] | None = None
+                    ) -> SessionLease | None:
+        """Stop the turn holding ``session_id``'s lease, in this process or another: the lease is taken away
+        (deleted), so that turn's commit is refused and it is rolled back — at once in this process
+        (:meth:`stop_turn`), else when its process finds the lease gone (:meth:`holds_lease`; a queue worker
+        looks every second) or at its next renewal. A live lease's turn record ends ``cancelled`` with
+        ``error`` (who and why) in the same transaction, and that is what the stopped turn learns from
+        (:meth:`cancel_of`) unless ``replay`` (its message is to be played again: a takeover "now"). A stale
+        lease (expired: its holder died or stalled) is only released; its turn is played again if it was a
+        delivery's. ``only_expired``: only an expired lease is taken; ``owner``: only that owner's lease.
+        ``audited(lease, expired)`` runs in the same transaction (the operator's audit entry; ``expired``: the
+        lease was stale). Returns the lease taken away (a deleted ``SessionLease``), None when no such lease
+        held the session."""
+        with transaction.atomic(using=self.using):
+            leases = SessionLease.objects.using(self.using).select_for_update().filter(session_id=session_id)
+            if only_expired:
+                leases = leases.filter(expires_at__lt=time.time())
+            if owner:
+                leases = leases.filter(owner=owner)
+            lease = leases.first()
+            if lease is None:
+                return None
+            expired = lease.expired
+            lease.delete()
+            if not expired:  # (a stale lease's holder died: its record ends interrupted, as any such)
+                # The turn's record ends cancelled now: a turn that takes the lease before this one has rolled
+                # back would mark it interrupted, and this one's own close then finds nothing running.
+                self.backend.cancel_record(session_id, lease.owner, time.time(), error, replay)
+            if audited is not None:
+                audited(lease, expired)
+        self.stop_turn(session_id, owner=lease.owner)  # that turn, not one that began since
+        return lease
+
+    def holds_lease(self, session_id: str, owner: str) -> bool:
+        """True while ``owner`` holds ``session_id``'s lease. False once its turn was stopped from another process
+        (:meth:`cancel_turn`) or its lease was taken after it ran out: a process running that turn calls
+        :meth:`stop_turn` then, instead of waiting for the lease's next renewal to find out."""
+        return SessionLease.objects.using(self.using).filter(session_id=session_id, owner=owner).exists()
+
+    def cancel_of(self, session_id: str, owner: str) -> str | None:
+        """Who cancelled ``owner``'s turn of ``session_id`` and why (the ``error`` of :meth:`cancel_turn`) when a
+        cancel without ``replay`` stopped it; None otherwise (a takeover "now" stopped it, or it lost its lease
+        otherwise: its message is to be played again). Read from the turn's record, keyed by its lease owner
+        (``turns_app.records.cancel_of``)."""
+        return records.cancel_of(session_id, owner, self.using)
 
     async def run_blocking(self, session_id: str, fn: Callable[..., _T], *args: Any) -> _T:
         """Await blocking ``fn(*args)`` (ORM queries of a turn hook, e.g. a turn gate) on the thread this

@@ -14,9 +14,11 @@ class TakeoverAppConfig(AppConfig):
         from takeover_app import gate
         from takeover_app.groups import grant_takeover_permissions
         from takeover_app.models import OperatorReply, SessionMode
+        from webhooks_app import policy
 
         post_migrate.connect(grant_takeover_permissions, sender=self, dispatch_uid="takeover_app.groups")
         runtime.add_runner_hook(gate.install)
+        policy.install(gate.POLICY)  # what a webhook delivery's turn asks: held sessions, failed turns
         # A turn's commit writes the mode row before the session row: so does the delete. A deleted session's
         # mode (its owner, its notes) and its operators' replies go with it.
         holdings.register(SessionMode, before_session_row=True)

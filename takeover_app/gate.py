@@ -13,6 +13,8 @@ Installed on the site's Runner (``sessions_app.runtime.add_runner_hook``) by the
 A message with a fixed answer and no model call (one the bot cannot read: an image, a voice message) is
 played with :func:`answered_gate` as its turn's gate: held by the same rule while an operator has the
 session, otherwise answered with its fixed text (no phrase, note or failure count applies: no model sees it).
+A webhook delivery's turn asks these rules through :class:`TakeoverPolicy`, the queue worker's turn policy
+(``webhooks_app.policy``), which the app's ``ready()`` installs: the worker never imports this app.
 
 What a turn changes in the mode row travels with the turn: the gate's decision carries it as its commit
 hook (``TurnDecision.on_commit``), and so does what ``on_human_request`` returns (``chatflow_agent.core.hooks``),
@@ -43,8 +45,8 @@ from sessions_app.store import driver_cursor
 from takeover_app import service
 from takeover_app.models import OperatorReply, SessionMode
 
-__all__ = ["HELD_SESSION_SQL", "ModeChange", "answered_gate", "asks_for_human", "install", "on_human_request",
-           "turn_gate"]
+__all__ = ["HELD_SESSION_SQL", "POLICY", "ModeChange", "TakeoverPolicy", "answered_gate", "asks_for_human", "install",
+           "on_human_request", "turn_gate"]
 
 Mode, Trigger = SessionMode.Mode, SessionMode.Trigger
 
@@ -184,6 +186,26 @@ def on_human_request(session: Any, reason: str) -> CommitHook:
     """The site Runner's ``on_human_request``: the session starts waiting when the turn commits (the returned
     commit hook, which the turn carries)."""
     return ModeChange(runtime.site_store().using, request=(Trigger.TOOL, reason)).apply
+
+
+class TakeoverPolicy:
+    """Takeover's rules for a webhook delivery's turn (``webhooks_app.policy.TurnPolicy``), installed by the app's
+    ``ready()``: a session that waits for or is owned by an operator is held (:data:`HELD_SESSION_SQL`,
+    :func:`answered_gate`), and enough failed turns in a row make it wait (``service.note_failed_turn``)."""
+
+    held_session_sql = HELD_SESSION_SQL
+
+    def answered_gate(self, answer: str) -> TurnGate:
+        """:func:`answered_gate`."""
+        return answered_gate(answer)
+
+    def note_failed_turn(self, session_id: str) -> bool:
+        """``takeover_app.service.note_failed_turn``."""
+        return service.note_failed_turn(session_id)
+
+
+#: The policy the app installs (``webhooks_app.policy.install``).
+POLICY = TakeoverPolicy()
 
 
 def install(runner: Any) -> None:

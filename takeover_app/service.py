@@ -7,7 +7,7 @@ Public functions (the views, the webhook worker, the health page and the runtime
 - :func:`hand_back` — back to ``bot``, with the agent to answer next and a private note for it.
 - :func:`send_reply` / :func:`resend` — an operator's message to the customer through the session's channel.
 - :func:`request_human` — the customer or an agent asked for a person (mode ``waiting``).
-- :func:`cancel_turn` — stop the turn running on a session, in whatever process it runs (rolled back).
+- :func:`cancel_turn` — an operator's Cancel turn (audited; the site store's ``cancel_turn`` stops it).
 
 Every change of mode runs under the session's turn lock (the site store's ``sync_turn``) and in one
 database transaction with its audit entry (``OperatorAction``), which is broadcast live once committed.
@@ -38,15 +38,14 @@ from chatflow_agent.jsonsafe import clean_text
 from chatflow_agent.types import Message, Role
 from sessions_app import live, registry
 from sessions_app.actions import ActionError, InvalidAction, SessionBusy, audit, site_store
-from sessions_app.models import ChatMessage, ChatSession, OperatorAction, SessionLease
+from sessions_app.models import ChatMessage, ChatSession, SessionLease
 from takeover_app.models import OperatorReply, SessionMode
 from webhooks_app import replies, taskqueue
 from webhooks_app.arrival import Arrival, arrival_of
 from webhooks_app.models import SENDING_PROVIDERS
 
-__all__ = ["ACTIONS", "TakenOver", "WHATSAPP_WINDOW", "arrival", "cancel_turn", "cancelled_by_operator",
-           "ends_with_customer", "hand_back", "idle_sweep", "lease_lost", "mode_of", "note_failed_turn",
-           "request_human", "resend", "send_reply", "start_waiting", "take_over"]
+__all__ = ["ACTIONS", "TakenOver", "WHATSAPP_WINDOW", "arrival", "cancel_turn", "hand_back", "idle_sweep", "mode_of",
+           "note_failed_turn", "request_human", "resend", "send_reply", "start_waiting", "take_over"]
 
 logger = logging.getLogger("takeover_app")
 
@@ -332,59 +331,26 @@ def idle_sweep(now: Any = None) -> int:
 # ---- cancel a running turn ----------------------------------------------------------------------
 def cancel_turn(user: Any, session_id: str, reason: str, *, only_expired: bool = False,
                 replay: bool = False, owner: str = "") -> bool:
-    """Stop the turn running on ``session_id``, in this process or another: its lease is taken away, so
-    its commit is refused (nothing half-written) and the turn is rolled back: at once when it runs in
-    this process, within about a second in a webhook worker (which polls :func:`lease_lost`), else at its
-    next lease renewal. A stale lease (its holder died) is released. Audited.
-    ``only_expired``: only an expired lease is released (a live turn is left alone). ``owner``: only the
-    turn holding the lease as ``owner`` is stopped (the one a page showed, not one that began since). ``replay``: a
-    webhook delivery whose turn this stops is played again (a takeover: it is then held for the
-    operator); otherwise it ends failed with the operator's reason (:func:`cancelled_by_operator`).
-    Returns True when a lease was taken away, False when no (expired, with ``only_expired``; ``owner``'s,
-    with ``owner``) lease held the session.
+    """An operator's Cancel turn: stop the turn running on ``session_id``, in this process or another, and audit
+    it (the site store's ``cancel_turn``: its lease is taken away, so its commit is refused and the turn is rolled
+    back; a stale lease is released). ``only_expired``: only an expired lease is released (a live turn is left
+    alone). ``owner``: only the turn holding the lease as ``owner`` is stopped (the one a page showed, not one
+    that began since). ``replay``: a webhook delivery whose turn this stops is played again (a takeover: it is
+    then held for the operator); otherwise it ends failed with who cancelled it and why, which the worker reads
+    from the store (``cancel_of``). Returns True when a lease was taken away, False when no (expired, with
+    ``only_expired``; ``owner``'s, with ``owner``) lease held the session.
     """
-    with transaction.atomic():
-        leases = SessionLease.objects.select_for_update().filter(session_id=session_id)
-        if only_expired:
-            leases = leases.filter(expires_at__lt=time.time())
-        if owner:
-            leases = leases.filter(owner=owner)
-        lease = leases.first()
-        if lease is None:
-            return False
-        before = {"lease_owner": lease.owner, "expired": lease.expired,
+    def audited(lease: SessionLease, expired: bool) -> None:
+        before = {"lease_owner": lease.owner, "expired": expired,
                   "acquired_at": lease.acquired.isoformat() if lease.acquired else None}
-        lease.delete()
-        if not lease.expired:  # (a stale lease's holder died: its record ends interrupted, as any such)
-            # The turn's record ends cancelled now: a turn that takes the lease before this one has rolled
-            # back would mark it interrupted, and this one's own close then finds nothing running.
-            site_store().backend.cancel_record(session_id, lease.owner, time.time(),
-                                               _cancelled_text(getattr(user, "username", ""), reason))
         # A released stale lease's turn (its holder stalled, if alive) would have lost it anyway: replayed.
         audit(user, "cancel_turn", session_id, before, {"reason": clean_text(reason or "")[:2000],
-                                                          "replay": replay or lease.expired})
-    site_store().stop_turn(session_id, owner=before["lease_owner"])  # that turn, not one that began since
-    return True
+                                                          "replay": replay or expired})
 
-
-def lease_lost(session_id: str, owner: str) -> bool:
-    """True when ``owner`` no longer holds ``session_id``'s lease: its turn was stopped from another process
-    (:func:`cancel_turn`, a takeover "now"), or its lease ran out. A process running that turn calls
-    its store's ``stop_turn`` then, instead of waiting for the lease's next renewal to find out."""
-    return not SessionLease.objects.filter(session_id=session_id, owner=owner).exists()
-
-
-def cancelled_by_operator(session_id: str, owner: str) -> str | None:
-    """``"Cancelled by <operator>: <reason>"`` when an operator's :func:`cancel_turn` (without ``replay``)
-    stopped the turn that held ``session_id``'s lease as ``owner``; None when none did (a takeover
-    stopped it, or it lost its lease otherwise: it is to be played again)."""
-    if not owner:
-        return None
-    entry = (OperatorAction.objects.filter(action="cancel_turn", session_id=session_id, before__lease_owner=owner)
-             .order_by("-id").values_list("actor_username", "after").first())
-    if entry is None or entry[1].get("replay"):
-        return None
-    return _cancelled_text(entry[0], entry[1].get("reason"))
+    text = _cancelled_text(getattr(user, "username", ""), reason)
+    taken = site_store().cancel_turn(session_id, text, replay=replay, only_expired=only_expired, owner=owner,
+                                     audited=audited)
+    return taken is not None
 
 
 def _cancelled_text(username: str | None, reason: str | None) -> str:
@@ -393,12 +359,6 @@ def _cancelled_text(username: str | None, reason: str | None) -> str:
 
 
 # ---- operator replies ---------------------------------------------------------------------------
-def ends_with_customer(session_id: str) -> bool:
-    """True when the session's newest message is the customer's (a USER row nothing answered: a held turn)."""
-    role = ChatMessage.objects.filter(session_id=session_id).order_by("-id").values_list("role", flat=True).first()
-    return role == Role.USER.value
-
-
 def _customer_last_at(session_id: str) -> Any:
     return ChatMessage.objects.filter(session_id=session_id, role=Role.USER.value).order_by("-id").values_list(
         "created_at", flat=True).first()

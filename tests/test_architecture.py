@@ -67,14 +67,6 @@ DJANGO_APPS = STACK[:-1]
 #: ``AppConfig`` module is imported before any model is loaded; its ``ready()`` is where Django has an app import its
 #: models and connect signals), and imports of the runtime (``chatflow_agent`` loads engines and their SDKs lazily).
 CYCLE_MARKER = "# import cycle: "
-#: The upward imports not removed yet, each with the reason it is still there: (importer, imported module) → reason.
-#: The test fails on any other upward import, and on an entry here that no longer occurs.
-UPWARD_FOR_NOW: dict[tuple[str, str], str] = {
-    # The worker asks takeover's rules during a delivery's turn (held sessions, the operator's cancel, a lost lease):
-    # per-turn work that is to travel with the turn as hooks the turn carries, passed in from above.
-    ("webhooks_app.worker", "takeover_app.gate"): "the held-session rule and the answered gate of a delivery's turn",
-    ("webhooks_app.worker", "takeover_app.service"): "a delivery's turn asks whether an operator cancelled or holds it",
-}
 
 
 @dataclass(frozen=True)
@@ -223,8 +215,7 @@ def test_every_app_imports_only_apps_below_it() -> None:
     imports = project_imports(REPO, STACK, DJANGO_APPS)
     assert len({i.importer for i in imports}) > 80  # the walk found the apps
     assert {_app(i.importer) for i in imports} == set(DJANGO_APPS)
-    assert _shown([i for i in upward_imports(imports, STACK) if (i.importer, i.target) not in UPWARD_FOR_NOW]) == []
-    assert sorted(UPWARD_FOR_NOW) == sorted({(i.importer, i.target) for i in upward_imports(imports, STACK)})
+    assert _shown(upward_imports(imports, STACK)) == []
 
 
 def test_no_module_imports_itself_through_a_cycle() -> None:

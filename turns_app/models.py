@@ -71,6 +71,10 @@ class TurnRecord(models.Model):
     # Cancelled by an operator while its turn had not reported its figures yet (turns_app.records.cancel_turn);
     # cleared by the turn's own late close, or by the lease purge once that close can no longer come.
     awaiting_report = models.BooleanField(default=False, db_default=False)
+    # Cancelled by an operator for good (turns_app.records.cancel_turn without replay): a webhook delivery whose
+    # turn this was ends failed with ``error`` instead of being played again (turns_app.records.cancel_of). Not
+    # set for a turn a takeover "now" stopped, nor for one that closed itself cancelled (its lease lost).
+    cancelled_for_good = models.BooleanField(default=False, db_default=False)
 
     class Meta:
         db_table = "chatflow_turn_records"

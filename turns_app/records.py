@@ -15,7 +15,8 @@
 - :func:`cancel_turn` runs when an operator takes a turn's lease away, in that transaction: the
   record ends ``cancelled`` at once, so a turn that takes the lease before the cancelled one has
   rolled back does not mark it ``interrupted``. The cancelled turn's own close, when its process gets
-  to it, still fills in its figures (status kept) and counts it in the totals, as any close does.
+  to it, still fills in its figures (status kept) and counts it in the totals, as any close does. It is
+  also how that turn's process learns it was cancelled, and by whom (:func:`cancel_of`).
 
 Every function takes a DB-API cursor of the driver's connection and the connection's
 ``chatflow_agent.core.sql.Dialect`` (statements are written with ``?`` and rendered by it); none
@@ -43,7 +44,7 @@ from chatflow_agent.types import ModelCallUsage
 from turns_app.models import SessionTotals, TurnRecord
 
 __all__ = ["CANCELLED_ERROR", "CANCELLED_UNREPORTED_ERROR", "DELETED_ERROR", "INTERRUPTED_ERROR", "call_json",
-           "cancel_turn", "close_turn", "forget_session", "lease_closing_turn", "lease_opening_turn",
+           "cancel_of", "cancel_turn", "close_turn", "forget_session", "lease_closing_turn", "lease_opening_turn",
            "mark_interrupted", "open_turn"]
 
 #: The error text of a record marked ``interrupted``.
@@ -65,7 +66,7 @@ CANCELLED_UNREPORTED_ERROR = "(The turn's process stopped before it reported its
 _UNREPORTED = ("UPDATE chatflow_turn_records SET error = error || ' ' || ?, awaiting_report = FALSE "
                "WHERE awaiting_report AND finished_at < ? RETURNING session_id, error")
 _CANCEL = ("UPDATE chatflow_turn_records SET status = 'cancelled', finished_at = ?, error = ?, "
-           "awaiting_report = TRUE "
+           "awaiting_report = TRUE, cancelled_for_good = ? "
            "WHERE session_id = ? AND owner = ? AND status = 'running'")
 _INTERRUPT = "UPDATE chatflow_turn_records SET status = 'interrupted', finished_at = ?, error = ? "
 _INTERRUPT_SESSION = _INTERRUPT + "WHERE status = 'running' AND session_id = ? AND owner <> ?"
@@ -257,20 +258,34 @@ def _add_totals(cursor: Any, dialect: Dialect, session_id: str, report: TurnRepo
 
 
 def cancel_turn(cursor: Any, dialect: Dialect, session_id: str, owner: str, now: float,
-                error: str = CANCELLED_ERROR) -> bool:
+                error: str = CANCELLED_ERROR, replay: bool = False) -> bool:
     """End ``owner``'s ``running`` record of ``session_id`` as ``cancelled`` with ``error`` (who cancelled it
     and why; :data:`CANCELLED_ERROR` by default), finished at ``now`` (unix seconds), and set the session's
-    ``last_error`` to it; the turn's own close keeps that error. Call it in the transaction that
+    ``last_error`` to it; the turn's own close keeps that error. ``replay``: the turn's message is to be played
+    again (a takeover "now"), so :func:`cancel_of` does not report it. Call it in the transaction that
     takes the turn's lease away. The turn's own close (:func:`close_turn`, :func:`lease_closing_turn`), if
     its process gets to it, then writes its figures (the status stays ``cancelled``) and counts it in the
     totals once; a turn whose process died is counted by :func:`mark_interrupted` (``cancelled_before``),
     as an ``interrupted`` one is: a turn of unknown spend.
     True when a record was running; False (nothing written) otherwise."""
-    cursor.execute(_sql(dialect, _CANCEL), (_stamp(dialect, now), error, session_id, owner))
+    cursor.execute(_sql(dialect, _CANCEL), (_stamp(dialect, now), error, not replay, session_id, owner))
     if not cursor.rowcount:
         return False
     _add_totals(cursor, dialect, session_id, None, error, now)
     return True
+
+
+def cancel_of(session_id: str, owner: str, using: str = "default") -> str | None:
+    """The error :func:`cancel_turn` wrote (who cancelled it and why) when an operator cancelled ``owner``'s turn
+    of ``session_id`` for good (not to play its message again); None when none did (a takeover "now", a lease
+    lost otherwise: the turn's own close says ``cancelled`` too, but not for good). What the stopped turn's
+    process reads to learn it was cancelled: the record is keyed by the lease owner, so a turn that took the
+    session's lease since changes nothing, and a deleted session's records (no session id any more) say nothing."""
+    if not owner:
+        return None
+    return (TurnRecord.objects.using(using)
+            .filter(session_id=session_id, owner=owner, status=TurnRecord.Status.CANCELLED, cancelled_for_good=True)
+            .values_list("error", flat=True).first())
 
 
 def mark_interrupted(cursor: Any, dialect: Dialect, now: float, cancelled_before: float | None = None) -> int:

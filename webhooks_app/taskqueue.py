@@ -41,7 +41,7 @@ from webhooks_app.models import InboundDelivery
 __all__ = ["QueueRow", "depth", "MARKER_KEY", "answer_of", "claim_next", "claim", "renew", "finish", "fail", "complete",
            "complete_and_claim_next", "outcome",
            "release", "status_of", "turn_committed", "played_before", "playing_since_before", "last_answer",
-           "pending"]
+           "ends_with_customer", "pending"]
 
 Status = InboundDelivery.Status
 MARKER_KEY = "webhook_delivery"  # session metadata: the marker of the last delivery whose turn committed
@@ -351,6 +351,13 @@ def last_answer(session_id: str) -> str:
     answers = ChatMessage.objects.filter(session_id=session_id, role="model").order_by("-id")
     content = answers.values_list("content", flat=True).first()
     return content or ""
+
+
+def ends_with_customer(session_id: str) -> bool:
+    """True when the session's newest message is the customer's (a USER row nothing answered: a held turn, as
+    that of a delivery recovered after a crash may have been)."""
+    role = ChatMessage.objects.filter(session_id=session_id).order_by("-id").values_list("role", flat=True).first()
+    return role == "user"
 
 
 def playing_since_before(session_id: str, since: Any) -> bool:

@@ -21,20 +21,23 @@ its own database connection). Per delivery:
 A message the bot cannot read (an image, a voice message, a location…) calls no model: its turn stores
 its placeholder line (``[image]``) and the fixed answer (:data:`UNSUPPORTED_REPLY`) with the marker, so
 the conversation and the transcript show what the customer sent and what they were told. It is a turn of
-the site's Runner with the takeover gate's ``answered_gate``: while an operator has the session it is
-held like any message (the placeholder stored and counted unread, nothing sent).
+the site's Runner with the turn policy's ``answered_gate`` (see below): while an operator has the session it
+is held like any message (the placeholder stored and counted unread, nothing sent).
 
 Engine failure: the turn is rolled back, one fallback reply is sent, and the delivery is marked failed
-(the claim on its id is released in the same transaction); the console can retry it. After
-``CHATFLOW_HUMAN_AFTER_FAILED_TURNS`` failures in a row the session waits for an operator and the
-holding message is sent instead of the fallback.
+(the claim on its id is released in the same transaction); the console can retry it. When the turn policy
+counts the failure as the one that makes the session wait for an operator (takeover's: after
+``CHATFLOW_HUMAN_AFTER_FAILED_TURNS`` in a row), the holding message is sent instead of the fallback.
 
-Human takeover: while the session waits for or is owned by an operator, the site Runner's turn gate
-holds the turn (the message is stored with the marker, no model call); the delivery is done with
+The turn policy (``webhooks_app.policy``, the worker's ``policy``) is what a delivery's turn asks of the app
+that holds sessions for operators: ``takeover_app`` installs its own from its ``ready()``; without one no
+session is held. Human takeover: while the session waits for or is owned by an operator, the site Runner's
+turn gate holds the turn (the message is stored with the marker, no model call); the delivery is done with
 ``reply_status=held`` and nothing is sent. A turn stopped because an operator took the session over
 ("now") is played again once, in line behind the operator: it is then held, never answered with the
 fallback. A turn an operator cancelled (Cancel turn on the health or session page) is not played again:
-the delivery ends failed with who cancelled it and why, nothing is sent, and the console can retry it.
+the delivery ends failed with who cancelled it and why (the store says so: ``DjangoSessionStore.cancel_of``),
+nothing is sent, and the console can retry it.
 """
 
 from __future__ import annotations
@@ -56,16 +59,15 @@ from chatflow_agent.core.reports import TurnReport
 from chatflow_agent.exceptions import SessionBusyError, SessionDeletedError
 from sessions_app import runtime
 from sessions_app.store import dropped_connections, reopen_if_dropped
-from takeover_app import service as takeover
-from takeover_app.gate import HELD_SESSION_SQL, answered_gate
 from webhooks_app import embedded, heartbeat, replies, settle, taskqueue, tracing
 from webhooks_app.arrival import arrival_metadata
 from webhooks_app.costs import Costs
 from webhooks_app.models import SENDING_PROVIDERS, InboundDelivery
 from webhooks_app.outage import DatabaseOutage
+from webhooks_app.policy import TurnPolicy, installed
 from webhooks_app.providers import placeholder
 
-__all__ = ["Worker", "FALLBACK_REPLY", "UNSUPPORTED_REPLY", "RESET_REPLY"]
+__all__ = ["Worker", "FALLBACK_REPLY", "UNSUPPORTED_REPLY", "RESET_REPLY", "no_model_call"]
 
 logger = logging.getLogger("webhooks_app.worker")
 
@@ -74,10 +76,7 @@ UNSUPPORTED_REPLY = "Sorry, I can only read text messages for now. Could you typ
 RESET_REPLY = "Done: I have forgotten our conversation. How can I help?"
 #: How often (seconds) a running turn looks whether its session's lease was taken away from another process.
 STOP_CHECK_SECONDS = 1.0
-#: The deliveries the held lane takes (SQL on the delivery's row ``c``): they need no model call — a message to
-#: a session an operator holds (stored and counted, no answer), an unsupported type, a reset.
-NO_MODEL_CALL = (f"c.kind IN ('{InboundDelivery.Kind.UNSUPPORTED.value}', '{InboundDelivery.Kind.RESET.value}') "
-                 f"OR {HELD_SESSION_SQL}")
+_FIXED_KINDS = f"c.kind IN ('{InboundDelivery.Kind.UNSUPPORTED.value}', '{InboundDelivery.Kind.RESET.value}')"
 
 Kind = InboundDelivery.Kind
 Reply = InboundDelivery.Reply
@@ -118,24 +117,35 @@ def _checked_call(fn: Any, *args: Any) -> Any:
     return fn(*args)
 
 
+def no_model_call(policy: TurnPolicy | None = None) -> str:
+    """The deliveries the held lane takes (SQL on the delivery's row ``c``): they need no model call — an
+    unsupported type, a reset, and a message to a session ``policy`` (default: the installed one,
+    ``webhooks_app.policy``) holds for an operator (stored and counted, no answer)."""
+    held = (installed() if policy is None else policy).held_session_sql
+    return f"{_FIXED_KINDS} OR {held}" if held else _FIXED_KINDS
+
+
 class CancelledByOperator(Exception):
     """The delivery's turn was stopped by an operator's Cancel turn (its message: who and why)."""
 
 
 class Worker:
-    """``Worker(slots=CHATFLOW_WORKER_SLOTS, poll=0.5, visibility=CHATFLOW_LEASE_SECONDS, costs=None)``;
-    ``await run()``.
+    """``Worker(slots=CHATFLOW_WORKER_SLOTS, poll=0.5, visibility=CHATFLOW_LEASE_SECONDS, costs=None,
+    policy=None)``; ``await run()``.
 
     ``slots``: deliveries played at once, at least 1 (``ValueError`` otherwise); None takes the setting.
     ``costs``: an installed ``webhooks_app.costs.Costs`` to time the stages of every delivery in.
+    ``policy``: what a delivery's turn asks about held sessions and failed turns (``webhooks_app.policy``);
+    None takes the one installed when the worker is built.
     """
 
     def __init__(self, slots: int | None = None, poll: float = 0.5, visibility: float | None = None,
-                 costs: Costs | None = None) -> None:
+                 costs: Costs | None = None, policy: TurnPolicy | None = None) -> None:
         self.slots = settings.CHATFLOW_WORKER_SLOTS if slots is None else slots
         if isinstance(self.slots, bool) or not isinstance(self.slots, int) or self.slots < 1:
             raise ValueError(f"A worker needs at least one slot (a whole number), not {self.slots!r}")
         self.costs = costs
+        self.policy = installed() if policy is None else policy
         self.poll = poll
         self.visibility = float(visibility or settings.CHATFLOW_LEASE_SECONDS)
         self.owner = f"worker:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -171,7 +181,7 @@ class Worker:
         delivery's last write (:meth:`process`); it is idle only when that finds nothing.
 
         While every slot is busy, a lane of its own (one more thread) claims only deliveries that need no model
-        call (``NO_MODEL_CALL``), one at a time: a message to a session an operator holds is stored at once
+        call (:func:`no_model_call`), one at a time: a message to a session an operator holds is stored at once
         instead of waiting behind slow bot turns.
         """
         loop = self._loop = asyncio.get_running_loop()
@@ -180,6 +190,7 @@ class Worker:
         idle = list(executors)  # slots without a delivery; each slot has its own thread and connection
         lane = ThreadPoolExecutor(1, thread_name_prefix="chatflow-queue-held")  # deliveries with no model call
         lane_free = [lane]
+        held_lane = no_model_call(self.policy)
         in_hand: set[asyncio.Future[InboundDelivery | None]] = set()
 
         def start(delivery: InboundDelivery, ex: ThreadPoolExecutor) -> None:
@@ -231,7 +242,7 @@ class Worker:
                     try:  # every slot is busy: a delivery that needs no model call need not wait for them
                         with self._stage("claim"):
                             held = await loop.run_in_executor(
-                                lane, taskqueue.claim_next, self.owner, self.visibility, NO_MODEL_CALL)
+                                lane, taskqueue.claim_next, self.owner, self.visibility, held_lane)
                     except DatabaseError as err:
                         retry_in = self.outage.failed(err)
                     else:
@@ -348,7 +359,7 @@ class Worker:
                 logger.warning("Delivery %s failed: %s: %s", delivery.pk, type(err).__name__, err)
                 error = f"{type(err).__name__}: {err}"
                 fallback = settings.CHATFLOW_HOLDING_MESSAGE if await db(
-                    takeover.note_failed_turn, delivery.session_id) else FALLBACK_REPLY
+                    self.policy.note_failed_turn, delivery.session_id) else FALLBACK_REPLY
                 with self._stage("finish"):
                     failed = await db(taskqueue.fail, delivery, self.owner, error, fallback, reply)
                 return await self._send(delivery, fallback, slot) if failed and replies_out else None
@@ -389,7 +400,7 @@ class Worker:
             logger.info("Delivery %s: its turn committed before a crash; not played again", delivery.pk)
             if fixed is not None:
                 return fixed, False
-            held = await db(takeover.ends_with_customer, delivery.session_id)
+            held = await db(taskqueue.ends_with_customer, delivery.session_id)
             return (None if held else await db(taskqueue.last_answer, delivery.session_id)), False
         # Its commit records the answer on the delivery, or is refused (the session deleted, the delivery lost).
         play = settle.Playing(delivery, self.owner, replies_out, fixed, using=runtime.site_store().using)
@@ -415,8 +426,9 @@ class Worker:
 
     @staticmethod
     async def _unless_cancelled(delivery: InboundDelivery, db: Any, report: TurnReport) -> None:
-        """Raise ``CancelledByOperator`` when an operator's Cancel turn stopped the turn ``report`` played."""
-        cancelled = await db(takeover.cancelled_by_operator, delivery.session_id, report.owner)
+        """Raise ``CancelledByOperator`` when an operator's Cancel turn stopped the turn ``report`` played: the
+        store says so from the lease the cancel took away (``DjangoSessionStore.cancel_of``)."""
+        cancelled = await db(runtime.site_store().cancel_of, delivery.session_id, report.owner)
         if cancelled is not None:
             raise CancelledByOperator(cancelled)
 
@@ -447,7 +459,8 @@ class Worker:
     async def _watch_lease(delivery: InboundDelivery, report: TurnReport, db: Any) -> None:
         while True:  # polled: the lease is taken away in the database, by a process that cannot reach this one
             try:
-                lost = bool(report.owner) and await db(takeover.lease_lost, delivery.session_id, report.owner)
+                lost = bool(report.owner) and not await db(runtime.site_store().holds_lease, delivery.session_id,
+                                                           report.owner)
             except Exception as err:  # noqa: BLE001 - a database hiccup: look again at the next check (one line)
                 logger.warning("Delivery %s: looking at its session's lease failed (%s: %s); looking again in %s s",
                                delivery.pk, type(err).__name__, err, STOP_CHECK_SECONDS)
@@ -470,7 +483,7 @@ class Worker:
         if delivery.kind == Kind.UNSUPPORTED:
             # No model call: the placeholder and the fixed answer, or the placeholder alone, held for the
             # operator who has the session (the gate's rule for any message).
-            text, gate = delivery.text or placeholder(""), answered_gate(UNSUPPORTED_REPLY)
+            text, gate = delivery.text or placeholder(""), self.policy.answered_gate(UNSUPPORTED_REPLY)
         response = await runner.run_async(delivery.session_id, text, delivery.metadata,
                                           turn_metadata=_turn_metadata(delivery), report=report, turn_gate=gate,
                                           hooks=play.hooks())

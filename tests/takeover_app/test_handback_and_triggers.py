@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from console_app import export
 from sessions_app.models import ChatMessage, ChatSession, OperatorAction
+from sessions_app.runtime import site_store
 from takeover_app import service
 from takeover_app.gate import asks_for_human
 from takeover_app.models import SessionMode
@@ -164,6 +165,28 @@ def test_a_delivery_whose_turn_is_stopped_by_a_takeover_is_held_not_answered_wit
     assert (d.status, d.reply_status) == ("done", "held")
     assert texts(SID) == [("user", "hello"), ("model", "echo: hello"), ("user", "slow one [block]")]
     assert [b["text"]["body"] for b in env.wa.bodies()] == ["echo: hello"]  # no fallback
+
+
+def test_a_delivery_whose_turn_is_cancelled_learns_who_cancelled_it_from_the_store_not_the_audit_log(client, env):
+    """The worker learns that its turn was cancelled for good, by whom and why, from the lease the cancel took
+    away (the store's ``cancel_of``): with no audit entry at all, the delivery ends failed with the cancel's
+    text, is not played again and nothing is sent."""
+    wa_message(client, "wamid.1", "hello")
+    drain()
+    env.block.touch()
+    wa_message(client, "wamid.2", "slow one [block]")
+    worker = threading.Thread(target=drain)
+    worker.start()
+    wait_until(lambda: len(env.engine_calls()) == 2 and _leased(), "the delivery's turn to reach the engine")
+    assert site_store().cancel_turn(SID, "Cancelled by olga.operator: stuck") is not None
+    worker.join(60)
+    env.block.unlink()
+    assert not OperatorAction.objects.exists()
+    d = InboundDelivery.objects.get(provider_message_id="wamid.2")
+    assert (d.status, d.error, d.reply_status) == ("failed", "Cancelled by olga.operator: stuck", "none")
+    assert texts(SID) == [("user", "hello"), ("model", "echo: hello")]
+    assert len(env.engine_calls()) == 2  # not played again
+    assert [b["text"]["body"] for b in env.wa.bodies()] == ["echo: hello"]
 
 
 @pytest.mark.slow

@@ -23,7 +23,7 @@ from tests.takeover_app.conftest import drain, texts, wa_message
 from tests.takeover_app.test_api_export import bearer, body
 from turns_app.models import TurnRecord
 from webhooks_app import taskqueue
-from webhooks_app.worker import NO_MODEL_CALL
+from webhooks_app.worker import no_model_call
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -210,5 +210,5 @@ def test_a_mode_left_by_such_a_process_does_not_send_the_next_message_to_the_hel
 
     wa_message(client, "wamid.3", "a new conversation")
 
-    assert taskqueue.claim_next("held-lane", 30.0, NO_MODEL_CALL) is None
+    assert taskqueue.claim_next("held-lane", 30.0, no_model_call()) is None
     assert taskqueue.claim_next("a-slot", 30.0).provider_message_id == "wamid.3"
