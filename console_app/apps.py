@@ -10,9 +10,9 @@ class ConsoleAppConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from console_app.listing import register_marker
+        from console_app.listing import register_flag
         from webhooks_app import ledger
 
-        # The session list's markers for what the webhook pipeline knows of a session.
-        register_marker("failed_delivery", ledger.reply_failed_marker)
-        register_marker("turn_failed", ledger.turn_failed_marker)
+        # The session list's flags for what the webhook pipeline knows of a session.
+        register_flag("failed_delivery", ledger.reply_failed_flag)
+        register_flag("turn_failed", ledger.turn_failed_flag)

@@ -3,8 +3,8 @@
 Each page is one query with ``LIMIT per_page + 1`` (the extra row says whether there is a next page):
 no COUNT, no OFFSET. The cursor is the last row's (sort timestamp, session_id), so a deep page costs
 what the first one costs on the ``(updated_at, session_id)`` index. Per-row numbers (messages, turns,
-last message preview, whether a turn holds the lease, the markers other apps register with
-:func:`register_marker`) are correlated subqueries the database evaluates only for the rows of the page.
+last message preview, whether a turn holds the lease, the flags other apps register with
+:func:`register_flag`) are correlated subqueries the database evaluates only for the rows of the page.
 The previous page is the same query run backwards from the first row (``before``). The result count is
 bounded: one ``COUNT`` over at most ``COUNT_LIMIT + 1`` rows, shown as "500+" beyond.
 """
@@ -35,7 +35,7 @@ from turns_app.usage import usage_columns, usage_sort_key
 __all__ = ["CHANNELS", "COUNT_LIMIT", "MODES", "ListQuery", "Page", "SORTS", "after_cursor", "bounded_count",
            "FILTERS", "customer_name", "decode_cursor", "encode_cursor", "fetch_page", "fetch_window", "filtered",
            "filters_of", "one",
-           "parse_query", "register_marker", "valid_day", "waiting_count"]
+           "parse_query", "register_flag", "valid_day", "waiting_count"]
 
 #: ``sort`` parameter → (column, descending). Every sort ends with ``session_id`` (the keyset's tie-break).
 SORTS = {
@@ -71,17 +71,17 @@ CHANNELS = ("whatsapp", "telegram", "web", "generic")
 #: Metadata keys holding the customer's name, first found wins.
 NAME_KEYS = ("display_name", "profile_name", "name", "username")
 
-_markers: dict[str, Callable[[], Any]] = {}
+_flags: dict[str, Callable[[], Any]] = {}
 
 
-def register_marker(name: str, expression: Callable[[], Any]) -> None:
-    """Add a boolean per-row marker ``name`` to the list's rows (and :func:`one`).
+def register_flag(name: str, expression: Callable[[], Any]) -> None:
+    """Add a boolean per-row flag ``name`` to the list's rows (and :func:`one`).
 
     ``expression()`` returns a Django expression over the session row (``OuterRef("pk")`` is its
     session_id), e.g. ``Exists(...)``; it is called per query, so it may read the clock. Apps register
-    their markers in ``AppConfig.ready`` (the webhook inbox adds ``failed_delivery`` and ``turn_failed``).
+    their flags in ``AppConfig.ready`` (the webhook inbox adds ``failed_delivery`` and ``turn_failed``).
     """
-    _markers[name] = expression
+    _flags[name] = expression
 
 
 def customer_name(metadata: Any) -> str:
@@ -294,7 +294,7 @@ def _annotated(qs):
         running=Exists(SessionLease.objects.filter(session_id=OuterRef("pk"), expires_at__gt=time.time())),
         **usage_columns(),
         **_mode_columns(),
-        **{name: expression() for name, expression in _markers.items()},
+        **{name: expression() for name, expression in _flags.items()},
     )
 
 

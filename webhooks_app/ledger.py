@@ -30,8 +30,8 @@ from webhooks_app.access import RESEND, RETRY
 from webhooks_app.models import InboundDelivery
 
 __all__ = ["context", "retry", "queue_thread", "with_reply_state", "attention_context", "resend", "ResendRefused",
-           "RETRY_ACTION", "RESEND_ACTION", "LEDGER_SIZE", "reply_failed_marker",
-           "turn_failed_marker"]
+           "RETRY_ACTION", "RESEND_ACTION", "LEDGER_SIZE", "reply_failed_flag",
+           "turn_failed_flag"]
 
 RETRY_ACTION = "retry_delivery"
 RESEND_ACTION = "resend_reply"
@@ -62,13 +62,13 @@ def with_reply_state(qs: QuerySet | None = None) -> QuerySet:
                        resendable=ExpressionWrapper(_resendable(now), output_field=BooleanField()))
 
 
-def reply_failed_marker() -> Exists:
-    """For the session list (``console_app.listing.register_marker``): the session has a reply that failed
+def reply_failed_flag() -> Exists:
+    """For the session list (``console_app.listing.register_flag``): the session has a reply that failed
     or may not have reached the customer (one Resend would send it)."""
     return Exists(InboundDelivery.objects.filter(_resendable(timezone.now()), session_id=OuterRef("pk")))
 
 
-def turn_failed_marker() -> Exists:
+def turn_failed_flag() -> Exists:
     """For the session list: the session's newest delivery failed (its turn raised; Retry queues it again)."""
     later = InboundDelivery.objects.filter(session_id=OuterRef("session_id"), id__gt=OuterRef("id"))
     return Exists(InboundDelivery.objects.filter(session_id=OuterRef("pk"), status=Status.FAILED)

@@ -1,4 +1,4 @@
-"""The session list's columns and filters: customer name, markers, bounded count, sort headers, the channel
+"""The session list's columns and filters: customer name, flags, bounded count, sort headers, the channel
 select, refused filter values (400 with the reasons), previous and next pages."""
 
 from __future__ import annotations
@@ -144,7 +144,7 @@ def test_search_as_you_type_is_debounced_and_pushes_the_url(op_client):
     assert 'hx-push-url="true"' in form and "keyup changed delay:300ms" in form
 
 
-def test_the_row_partial_renders_for_live_updates_with_markers(op_client):
+def test_the_row_partial_renders_for_live_updates_with_flags(op_client):
     from console_app.fragments import list_row_from_db
 
     cv.store("+1", [cv.user("hi")], metadata={"channel": "whatsapp", "profile_name": "Ana"})
