@@ -1,11 +1,13 @@
-"""What the browser tests share within one pytest process: Chromium and the site's seeded databases.
+"""What the browser tests share: Chromium within a module, the site's seeded databases within a pytest process.
 
-``chromium`` (session scope) launches Debian's chromium once per set of command-line switches and hands
+``chromium`` (module scope) launches Debian's chromium once per set of command-line switches and hands
 each test a browser whose contexts (cookies, storage, pages) are closed after the test, so tests never see
 each other's logins. ``sites`` (session scope) migrates a SQLite database once, seeds a copy once per seed
 script, and gives every site a copy of that template (SQLite's backup API: a consistent file even in WAL
 mode) instead of running ``migrate`` and the seed again; :meth:`Sites.running` then serves the copy with
-daphne. Both are conftest fixtures (imported by ``tests/conftest.py``) so that every module shares one.
+daphne. Both are conftest fixtures (imported by ``tests/conftest.py``). Chromium lives no longer than a
+module: Playwright's sync API keeps an event loop on the main thread while it runs, and the asyncio tests
+that follow in the same process need that thread's loop to themselves.
 """
 
 from __future__ import annotations
@@ -68,9 +70,9 @@ class Chromium:
         self._browsers.clear()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def chromium() -> Iterator[Chromium]:
-    """Playwright and its Chromium processes for the whole pytest process. Skips without Debian's chromium.
+    """Playwright and its Chromium processes for one test module. Skips without Debian's chromium.
 
     Playwright's ``expect`` waits up to :data:`EXPECT_TIMEOUT_MS` for its condition (its own default is
     5 s, which a page on a machine running four test processes on two cores does not always meet)."""

@@ -27,7 +27,8 @@ def bare_clone(root: Path) -> Path:
     for entry in REPO.iterdir():
         if entry.name not in {"tests", "var", ".git", ".venv"}:
             (clone / entry.name).symlink_to(entry)
-    for module in ["tests/__init__.py", "tests/conftest.py", "tests/processes.py", *map(str, OUTSIDE)]:
+    for module in ["tests/__init__.py", "tests/conftest.py", "tests/processes.py", "tests/browser_sites.py",
+                   "tests/settings_reads.py", *map(str, OUTSIDE)]:
         (clone / module).parent.mkdir(parents=True, exist_ok=True)
         (clone / module).parent.joinpath("__init__.py").touch()
         shutil.copyfile(REPO / module, clone / module)
