@@ -135,6 +135,9 @@ def test_ctrl_c_while_serve_bootstraps_stops_it_with_one_line(tmp_path):
         [sys.executable, "dev.py", "serve", "--port", str(free_port())],
         cwd=copy, env=site_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         start_new_session=True,  # dev.py's group stands for the terminal's foreground group
+        # As in a terminal's foreground: Ctrl+C not ignored, even when the suite itself runs in the background
+        # (a shell starts background jobs with SIGINT ignored, and a process inherits that).
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         while not (running := children(proc.pid)) and proc.poll() is None:
