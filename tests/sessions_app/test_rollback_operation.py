@@ -15,6 +15,7 @@ from sessions_app import actions, registry
 from sessions_app.models import ChatMessage, ChatSession, OperatorAction, SessionLease
 from tests.sessions_app import conversations as cv
 from tests.sessions_app import personas
+from turns_app.models import TurnRecord
 
 pytestmark = pytest.mark.django_db
 
@@ -48,6 +49,7 @@ def test_the_preview_is_the_rollback_without_its_commit(op_client, olga):
     dialog = op_client.get("/actions/rollback-preview/s/?turn=1", HTTP_HX_REQUEST="true").content.decode()
 
     assert stored("s") == before and not OperatorAction.objects.exists() and not SessionLease.objects.exists()
+    assert not TurnRecord.objects.exists()  # a preview is no turn of the session's
     assert f"Messages removed: <strong>{len(preview.removed_ids)}</strong>" in dialog
     assert f'name="fingerprint" value="{preview.fingerprint}"' in dialog
 
