@@ -20,7 +20,8 @@
 
 Every function that writes takes a DB-API cursor of the driver's connection and the connection's
 ``chatflow_agent.core.sql.Dialect`` (statements are written with ``?`` and rendered by it); none
-opens a transaction of its own (:func:`cancel_of`, a read, uses the ORM). Records are keyed by the lease owner (unique per turn).
+opens a transaction of its own (:func:`cancel_of`, a read, uses the ORM). Records are keyed by the
+lease owner (unique per turn).
 ``chatflow_session_totals`` is kept in step: a closed turn adds its tokens and cost (what was spent,
 whatever the status), and sets ``last_error`` (cleared by a completed turn); an interrupted turn counts
 as a turn whose spend is unknown (the session's cost is then known only as "at least"). Unknown figures
