@@ -13,7 +13,8 @@ the site (the session list, a session, the live chat) watches its connection whi
 * **the channel layer** (Redis; the in-memory layer cannot fail) — a consumer that listens to a group sends
   itself a probe message through the layer every :data:`WATCH_SECONDS` (and joins its group again: a Redis
   server that restarted empty has forgotten it). When a probe cannot be sent within :data:`WATCH_SECONDS`,
-  or the previous one has not come back, or any other use of the layer in this process found it unreachable
+  or one sent has not come back after :data:`PROBE_PATIENCE` watches (a busy process delivers late: one
+  watch is too short to tell late from lost), or any other use of the layer in this process found it unreachable
   since the socket connected (:attr:`LayerOutage.failures`), the socket closes with
   :data:`~sessions_app.live.CLOSE_LAYER_UNREACHABLE` (1013, "try again later"): the page says so and
   reconnects, and a session page's reconnect replays what it missed. Without it a socket whose layer went
@@ -49,6 +50,8 @@ CLOSE_UNCHECKED = 1011
 WATCH_SECONDS = 5.0
 
 PROBE = {"type": "live.probe"}
+#: Watches a probe may stay out before the socket counts it lost (no new probe is sent meanwhile).
+PROBE_PATIENCE = 3
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +87,7 @@ class SocketWatch:
         self.user_id = consumer.scope["user"].pk
         self.serving = True
         self._outages = outage.failures
-        self._probe_out = False
+        self._probe_sent_at: float | None = None  # the event loop's time the probe still out was sent
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -109,7 +112,7 @@ class SocketWatch:
 
     def probe_arrived(self) -> None:
         """The consumer's ``live_probe`` handler: the layer delivered the last probe."""
-        self._probe_out = False
+        self._probe_sent_at = None
 
     async def _watch(self) -> None:
         while self.serving:
@@ -129,9 +132,12 @@ class SocketWatch:
         layer = self.consumer.channel_layer
         if not self.group or isinstance(layer, InMemoryChannelLayer):
             return True
-        if self._probe_out:  # the layer took the last probe and never delivered it: the socket is deaf
-            outage.failed(TimeoutError(f"a probe sent through the channel layer {WATCH_SECONDS:g} s ago "
-                                       "never came back"))
+        now = asyncio.get_running_loop().time()
+        if self._probe_sent_at is not None:  # the layer took the last probe and has not delivered it yet
+            waited = now - self._probe_sent_at
+            if waited >= PROBE_PATIENCE * WATCH_SECONDS:  # lost, not late: the socket is deaf
+                outage.failed(TimeoutError(f"a probe sent through the channel layer {waited:.1f} s ago "
+                                           "never came back"))
         elif outage.failures == self._outages:
             try:
                 async with asyncio.timeout(WATCH_SECONDS):
@@ -140,7 +146,7 @@ class SocketWatch:
             except (*UNREACHABLE, TimeoutError) as err:
                 outage.failed(err)
             else:
-                self._probe_out = True
+                self._probe_sent_at = now
         if outage.failures == self._outages:
             return True
         await self._close(CLOSE_LAYER_UNREACHABLE)

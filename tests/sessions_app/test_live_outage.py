@@ -3,6 +3,7 @@ turns go on, the process logs one warning per outage (no traceback) and one line
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import shutil
@@ -11,6 +12,7 @@ import uuid
 
 import pytest
 from channels.layers import channel_layers, get_channel_layer
+from channels_redis.core import RedisChannelLayer
 
 import chatflow_site.asgi  # noqa: F401  (imported here: its first import sets logging up again, dropping caplog's)
 from chatflow_site.layers import redis_layer
@@ -128,6 +130,74 @@ async def test_open_websockets_close_try_again_later_when_the_layer_stops_answer
                     server.send_signal(signal.SIGCONT)
     finally:
         await layer.close_pools()
+
+
+class LateProbes(RedisChannelLayer):
+    """The site's Redis layer in a process too busy to read its messages on time: each probe a socket sends
+    itself is delivered ``late_by`` seconds after it reached Redis, or never (``None``)."""
+
+    late_by: float | None = 0.0
+
+    async def receive(self, channel):
+        while True:
+            message = await super().receive(channel)
+            if message.get("type") != "live.probe":
+                return message
+            if LateProbes.late_by is not None:
+                await asyncio.sleep(LateProbes.late_by)
+                return message
+
+
+@pytest.fixture
+def late_probes(layer_on_a_port_of_its_own, settings, monkeypatch):
+    from sessions_app import sockets
+
+    monkeypatch.setattr(sockets, "WATCH_SECONDS", 0.5)
+    settings.CHANNEL_LAYERS["default"]["BACKEND"] = f"{__name__}.LateProbes"
+    channel_layers.backends.clear()
+    with redis_server(layer_on_a_port_of_its_own):
+        yield LateProbes
+    LateProbes.late_by = 0.0
+
+
+async def test_a_probe_that_comes_back_late_keeps_the_websocket_open(late_probes):
+    """A probe delivered a watch or two late (a busy process) is late, not lost: the page stays open and
+    nothing is counted as an outage (an outage would close every page of the process)."""
+    from sessions_app.live import outage
+    from sessions_app.sockets import PROBE_PATIENCE, WATCH_SECONDS
+    from tests.sessions_app import personas
+    from tests.sessions_app.live_support import connected, cookie_for
+
+    late_probes.late_by = late_by = 0.8
+    assert WATCH_SECONDS < late_by < (PROBE_PATIENCE - 1) * WATCH_SECONDS
+    failures = outage.failures
+    cookie = await db(cookie_for, await db(personas.operator))
+    try:
+        async with connected("/ws/sessions/", cookie) as page:
+            assert (await page.connect())[0]
+            assert await page.receive_nothing(timeout=8 * WATCH_SECONDS, interval=0.1)
+            assert outage.failures == failures
+    finally:
+        await get_channel_layer().close_pools()
+
+
+async def test_a_probe_that_never_comes_back_closes_the_websocket_try_again_later(late_probes):
+    """A layer that takes the probe and never delivers it leaves the page deaf: it is closed with 1013."""
+    from sessions_app.live import CLOSE_LAYER_UNREACHABLE, outage
+    from tests.sessions_app import personas
+    from tests.sessions_app.live_support import connected, cookie_for
+
+    late_probes.late_by = None
+    outage.sent()
+    cookie = await db(cookie_for, await db(personas.operator))
+    try:
+        async with connected("/ws/sessions/", cookie) as page:
+            assert (await page.connect())[0]
+            closed = await page.receive_output(timeout=15)
+            assert closed == {"type": "websocket.close", "code": CLOSE_LAYER_UNREACHABLE}
+    finally:
+        await get_channel_layer().close_pools()
+        outage.sent()
 
 
 async def test_a_websocket_whose_login_cannot_be_read_closes_with_a_code_and_one_line(caplog):
