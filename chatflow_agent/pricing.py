@@ -146,10 +146,17 @@ class PriceBook:
                 return cost, "genai-prices", name
         return None, None, None
 
-    def priced(self, usage: ModelCallUsage, configured_model: str | None = None) -> ModelCallUsage:
-        """``usage`` with its ``cost``, ``price_source`` and ``priced_as`` set from this book."""
+    def priced(self, usage: ModelCallUsage, configured_model: str | None = None, *,
+               agent_name: str | None = None) -> ModelCallUsage:
+        """``usage`` with its ``cost``, ``price_source`` and ``priced_as`` set from this book (and its
+        ``agent_name``, when given); ``usage`` itself when that changes nothing (it is immutable)."""
         cost, source, name = self.price(usage, configured_model)
-        return usage.model_copy(update={"cost": cost, "price_source": source, "priced_as": name})
+        update: dict[str, object] = {"cost": cost, "price_source": source, "priced_as": name}
+        if agent_name is not None:
+            update["agent_name"] = agent_name
+        if all(getattr(usage, field) == value for field, value in update.items()):
+            return usage
+        return usage.model_copy(update=update)
 
 
 def _library_cost(usage: ModelCallUsage, model: str, provider_id: str) -> Decimal | None:

@@ -126,6 +126,7 @@ class SessionContext:
         # thread's change starts (otherwise two threads' writes interleave and storage diverges).
         # A persistent store replaces it by its lock of the session id (``StoreSide.bind``).
         self._mutex: threading.RLock = threading.RLock()
+        self._store_side: StoreSide | None = None
 
     # -- state -------------------------------------------------------------------------------
     def _check(self) -> None:
@@ -304,8 +305,11 @@ class SessionContext:
     @property
     def store_side(self) -> StoreSide:
         """This session's store-facing interface (see :class:`StoreSide`): for stores, not applications."""
-        return StoreSide(bind=self._bind, load=self._load, check=self._check, mutate=self._mutate,
-                         atomic=self._atomic, mark_committed=self._mark_committed, mark_deleted=self._mark_deleted)
+        if self._store_side is None:  # built once: a store reaches it several times per turn
+            self._store_side = StoreSide(bind=self._bind, load=self._load, check=self._check, mutate=self._mutate,
+                                         atomic=self._atomic, mark_committed=self._mark_committed,
+                                         mark_deleted=self._mark_deleted)
+        return self._store_side
 
     def _bind(self, store: BaseSessionStore, mutex: threading.RLock | None = None) -> None:
         self._store = store
@@ -524,7 +528,7 @@ class BaseSessionStore(ABC):
             with side.atomic():
                 yield session
                 side.check()
-                if hooks is not None:
+                if hooks is not None and hooks.on_commit:
                     hooks.committing(session.session_id, dict(session.metadata), report)
                 if report is not None:
                     report.end("completed")

@@ -406,7 +406,7 @@ class Runner:
         if not isinstance(usage, ModelCallUsage):  # an engine that reports no usage: the call's is unknown
             usage = _unreported_call(engine, agent)
         # Priced now: the cost is the one at the time of the turn.
-        turn.calls.append(self.prices.priced(usage, agent.model).model_copy(update={"agent_name": agent.name}))
+        turn.calls.append(self.prices.priced(usage, agent.model, agent_name=agent.name))
         return result
 
     async def _run_tools(self, turn: _Turn, agent: Agent, calls: list[ToolCall]) -> list[ToolResult]:
