@@ -48,7 +48,7 @@ STAMP = VENV / ".requirements.sha256"
 ARTIFACTS = ROOT / "test-artifacts"
 POSTGRES_URL = "postgres://postgres@127.0.0.1:5432/test"
 # pytest-xdist workers of each test pass (two passes run at once).
-PASS_WORKERS = 1
+PASS_WORKERS = 2
 NO_TESTS_COLLECTED = 5  # pytest's exit status when the selection holds no test
 # Compatibility step: chatflow-agent 0.3.4's session, runner, agent, tool and type tests, run against our package.
 UPSTREAM_VERSION = "0.3.4"
