@@ -10,7 +10,9 @@ rows + session update in one ``BEGIN IMMEDIATE`` transaction, WAL, synchronous=N
 ``SQLiteSessionStore`` on a file, ``DjangoSessionStore`` on a SQLite file and, with ``--database``,
 on PostgreSQL (a scratch database ``chatflow_bench_<pid>`` created on that server and dropped
 afterwards). Workload as bench/turns.py: an instant engine; "sequential" = N turns on one session,
-"concurrent" = N turns over 20 sessions under asyncio.gather.
+"concurrent" = N turns over 20 sessions under asyncio.gather. Beside each store's wall time per turn, this
+process's CPU time per turn (every thread; PostgreSQL's own processes not included), which other load on the
+machine moves much less than wall time.
 
 Then one more sequential pass per store, instrumented, gives the **cost breakdown per turn**:
 database round trips and write transactions (counted on the driver's connection: every
@@ -254,6 +256,7 @@ def measure(args: argparse.Namespace, tmp: Path, scratch: str | None) -> dict[st
             if name in stores:
                 stores[f"{name}_no_records"] = lambda using=using: no_records_store(using)
     samples: dict[str, list[float]] = {}
+    cpu_samples: dict[str, list[float]] = {}  # this process's CPU (every thread), less sensitive to others' load
     for _ in range(args.rounds):
         for name, floor in floors.items():
             samples.setdefault(f"{name}/sequential", []).append(floor() * 1000 / n)
@@ -261,11 +264,15 @@ def measure(args: argparse.Namespace, tmp: Path, scratch: str | None) -> dict[st
             for label, sessions in (("sequential", 1), ("concurrent", SESSIONS)):
                 store = make()
                 store.clear()
+                cpu = time.process_time()
                 seconds = asyncio.run(run_turns(store, n, sessions))
+                cpu = time.process_time() - cpu
                 store.clear()
                 store.close()
                 samples.setdefault(f"{name}/{label}", []).append(seconds * 1000 / n)
+                cpu_samples.setdefault(f"{name}/{label}", []).append(cpu * 1000 / n)
     ms = {key: round(statistics.median(v), 3) for key, v in samples.items()}
+    cpu_ms = {key: round(statistics.median(v), 3) for key, v in cpu_samples.items()}
 
     breakdown: dict[str, Any] = {}
     from django.conf import settings
@@ -298,7 +305,7 @@ def measure(args: argparse.Namespace, tmp: Path, scratch: str | None) -> dict[st
         }
         if name == "django_sqlite" and written is not None:  # PostgreSQL writes in its own processes
             breakdown[name]["kib_written"] = round(written / turns / 1024, 1)
-    return {"turns": n, "rounds": args.rounds, "ms_per_turn": ms, "breakdown": breakdown}
+    return {"turns": n, "rounds": args.rounds, "ms_per_turn": ms, "cpu_ms_per_turn": cpu_ms, "breakdown": breakdown}
 
 
 def bytes_written() -> int | None:
@@ -342,9 +349,10 @@ def report(out: dict[str, Any]) -> None:
             ms["django_pg/sequential"] / ms["psycopg_floor/sequential"], 2)
         out["django_pg_concurrent_turns_per_s"] = round(1000 / ms["django_pg/concurrent"])
     out["ratios"] = ratios
-    print(f"{'path':34} {'ms/turn':>9} {'turns/s':>9}")
+    print(f"{'path':34} {'ms/turn':>9} {'turns/s':>9} {'CPU ms/turn':>12}")
     for key, value in ms.items():
-        print(f"{key:34} {value:9.3f} {1000 / value:9.0f}")
+        cpu = out["cpu_ms_per_turn"].get(key)
+        print(f"{key:34} {value:9.3f} {1000 / value:9.0f} {'' if cpu is None else f'{cpu:12.3f}'}")
     for key, value in ratios.items():
         print(f"{key:34} {value:9.2f}x")
     for name, b in out["breakdown"].items():
