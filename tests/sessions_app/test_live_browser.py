@@ -97,6 +97,37 @@ def test_a_message_sent_from_the_live_chat_shows_up_in_an_open_session_page(brow
     assert dialogs == []
 
 
+def test_a_live_update_of_the_focused_row_keeps_the_focus_on_its_session(browser_context, site):
+    """An operator moving through the list with the keyboard keeps their place when a turn re-renders the row
+    they are on: the session's link has the focus again, and Enter opens that session."""
+    from playwright.sync_api import expect
+
+    chat = browser_context.new_page()
+    log_in(chat, site)
+    chat.goto(f"{site}/chat/?session=web-focus")
+    expect(chat.locator("#chat-status")).to_have_text("Connected.")
+    chat.fill("#c-message", "first line")
+    chat.click("#c-send")
+    expect(chat.locator("#chat-1-state")).to_have_text("answered")
+
+    listing = browser_context.new_page()
+    listing.goto(f"{site}/sessions/")
+    expect(listing.locator("body")).to_have_attribute("data-live", "open")
+    link = listing.locator("#session-rows td.sid a[href$='/sessions/web-focus/']")
+    link.focus()
+    expect(link).to_be_focused()
+    row = listing.locator("#session-rows tr[data-row]", has=listing.locator("td.sid a[href$='/sessions/web-focus/']"))
+    before = row.inner_text()
+
+    chat.fill("#c-message", "second line")
+    chat.click("#c-send")
+    expect(chat.locator("#chat-2-state")).to_have_text("answered")
+    expect(row).not_to_have_text(before)  # the row was rendered again
+    expect(link).to_be_focused()
+    listing.keyboard.press("Enter")
+    listing.wait_for_url("**/sessions/web-focus/")
+
+
 def test_a_page_that_reconnects_gets_exactly_the_turns_it_missed(browser_context, site):
     from playwright.sync_api import expect
 
