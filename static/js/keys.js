@@ -26,20 +26,25 @@
     return true;
   }
 
-  // A live update replaces rows of the list: the session link that had the focus gets it back (the same
-  // session, wherever its row now is), so "j"/"k" go on from there and Enter opens the session chosen.
+  // A live update (or a search's answer) replaces rows of the list: the session link that had the focus gets
+  // it back (the same session, wherever its row now is), so "j"/"k" go on from there and Enter opens the
+  // session chosen.
   var keptHref = null;
-  document.addEventListener("htmx:oobBeforeSwap", function () {
+  function keep() {
     var el = document.activeElement;
     if (el && rowLinks().indexOf(el) >= 0) keptHref = el.getAttribute("href");
-  });
-  document.addEventListener("htmx:oobAfterSwap", function () {
+  }
+  function refocus() {
     var href = keptHref, el = document.activeElement;
     if (!href) return;
     if (el && el !== document.body) { keptHref = null; return; } // still focused, or moved on purpose
     var again = rowLinks().filter(function (a) { return a.getAttribute("href") === href; })[0];
     if (again) { again.focus({preventScroll: true}); keptHref = null; }
-  });
+  }
+  document.addEventListener("htmx:beforeSwap", keep);
+  document.addEventListener("htmx:oobBeforeSwap", keep);
+  document.addEventListener("htmx:afterSwap", refocus);
+  document.addEventListener("htmx:oobAfterSwap", refocus);
 
   document.addEventListener("keydown", function (evt) {
     if (evt.defaultPrevented || evt.ctrlKey || evt.altKey || evt.metaKey || typing(evt.target)) return;

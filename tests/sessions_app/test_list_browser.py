@@ -4,6 +4,8 @@ sessions: more than a page)."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tests.processes import REPO
@@ -114,7 +116,9 @@ def test_keyboard_shortcuts(browser, site):
     expect(page.locator("#f-q")).to_be_focused()
     page.keyboard.type("j")  # typing in the search box is not a shortcut
     expect(page.locator("#f-q")).to_have_value("j")
+    page.wait_for_url("**q=j**")  # the list searched as typed…
     page.fill("#f-q", "")
+    page.wait_for_url(re.compile(r"[?&]q=(&|$)"))  # …and again when emptied: j/k below move through that list
     page.keyboard.press("Escape")
     page.evaluate("document.activeElement.blur()")
     links = page.locator("#session-rows td.sid a")
