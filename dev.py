@@ -288,10 +288,11 @@ class Pass(NamedTuple):
 
 
 def passes() -> list[Pass]:
-    """Every test on SQLite; on PostgreSQL, the tests that use Django's test database (conftest.py tells them
-    apart): the others never reach it. The two run at once, so each has its own Redis databases and cache."""
+    """On PostgreSQL, the tests that use Django's test database (conftest.py tells them apart) and the few runtime
+    modules of ``tests.conftest.EVENED_OUT``; on SQLite, every other test. The two run at once, so each has its own
+    Redis databases and cache."""
     return [
-        Pass("sqlite", "SQLite", "", [], PASS_WORKERS, "11,3,4,12,5,6"),
+        Pass("sqlite", "SQLite", "", ["--not-evened-out"], PASS_WORKERS, "11,3,4,12,5,6"),
         Pass("postgresql", "PostgreSQL", POSTGRES_URL, ["--database-tests-only"], PASS_WORKERS, "13,7,8,14,1,2"),
     ]
 

@@ -22,11 +22,27 @@ DATABASE_FIXTURES = frozenset({"db", "transactional_db", "django_db_reset_sequen
                                "live_server"})
 
 
+#: Test modules (node id prefixes) that use no test database yet run in ``dev.py test``'s PostgreSQL pass instead
+#: of its SQLite pass, which runs every other such test: so the two passes, side by side, take about as long.
+#: Runtime tests only (no browser, no server process: those would contend with the SQLite pass's).
+EVENED_OUT: tuple[str, ...] = ("tests/chatflow_agent/test_store_contract.py", "tests/chatflow_agent/test_package.py")
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--database-tests-only", action="store_true",
-        help="run only the tests that use Django's test database (dev.py test's pass on another database)",
+        help="run only the tests that use Django's test database, and the modules of EVENED_OUT "
+             "(dev.py test's pass on another database)",
     )
+    parser.addoption(
+        "--not-evened-out", action="store_true",
+        help="leave out the modules of EVENED_OUT (dev.py test's SQLite pass: the other pass runs them)",
+    )
+
+
+def evened_out(item: pytest.Item) -> bool:
+    """True when the test belongs to a module of :data:`EVENED_OUT`."""
+    return item.nodeid.startswith(EVENED_OUT)
 
 
 def uses_the_database(item: pytest.Item) -> bool:
@@ -37,11 +53,15 @@ def uses_the_database(item: pytest.Item) -> bool:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if not config.getoption("--database-tests-only"):
+    if config.getoption("--database-tests-only"):
+        keep = lambda item: uses_the_database(item) or evened_out(item)  # noqa: E731
+    elif config.getoption("--not-evened-out"):
+        keep = lambda item: not evened_out(item)  # noqa: E731
+    else:
         return
-    kept = [item for item in items if uses_the_database(item)]
+    kept = [item for item in items if keep(item)]
     if len(kept) < len(items):
-        config.hook.pytest_deselected(items=[item for item in items if not uses_the_database(item)])
+        config.hook.pytest_deselected(items=[item for item in items if not keep(item)])
         items[:] = kept
 
 

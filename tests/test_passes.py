@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from tests.processes import redis_databases
+from tests.processes import REPO, redis_databases
 
 pytest_plugins = ["pytester"]
 
@@ -72,6 +72,23 @@ def test_the_database_pass_selects_exactly_the_tests_that_use_the_test_database(
 
 def test_without_the_option_every_test_is_selected(pytester):
     assert collected(pytester) == sorted(["test_plain", "test_settings_only", *USING_THE_DATABASE])
+
+
+def test_an_evened_out_module_runs_in_the_database_pass_instead_of_the_sqlite_pass(pytester, monkeypatch):
+    import tests.conftest
+
+    monkeypatch.setattr(tests.conftest, "EVENED_OUT", ("test_sample.py::test_plain",))
+    assert collected(pytester, "--database-tests-only") == sorted(["test_plain", *USING_THE_DATABASE])
+    assert collected(pytester, "--not-evened-out") == sorted(["test_settings_only", *USING_THE_DATABASE])
+
+
+def test_every_evened_out_module_exists_and_uses_no_test_database():
+    from tests.conftest import EVENED_OUT
+
+    for module in EVENED_OUT:
+        source = (REPO / module).read_text(encoding="utf-8")  # a renamed module would run in neither pass's place
+        assert "django_db" not in source and "transactional_db" not in source, module
+        assert "playwright" not in source and "chromium" not in source, module  # would contend with the other pass's
 
 
 @pytest.mark.parametrize(("worker", "expected"), [("", (11, 3, 4)), ("gw0", (11, 3, 4)), ("gw1", (12, 5, 6))])
