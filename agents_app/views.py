@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
@@ -13,15 +14,18 @@ from django.views.decorators.http import require_GET, require_POST
 from agents_app.graph import layout
 from chatflow_agent.core.agent import handoff_tool_name
 from sessions_app import registry
-from sessions_app.access import CHAT, console_required
+from sessions_app.access import CHAT, console_required, may
 from sessions_app.ids import id_problem
 from sessions_app.models import SESSION_ID_MAX_LENGTH, ChatSession
 from sessions_app.timeline import build_page, pretty_json
+from takeover_app.access import TAKE_OVER
+from takeover_app.gate import asks_for_human
 from webhooks_app.arrival import arrival_of, customer_channel
 from webhooks_app.models import SENDING_PROVIDERS
 
 #: The longest message the live chat plays (characters); the page's box and the consumer hold to it.
 MAX_MESSAGE = 4000
+AGENT_LIST = "agents_app/agent_list.html"
 
 
 def _instructions(agent) -> str:
@@ -31,11 +35,16 @@ def _instructions(agent) -> str:
         return f"(instructions could not be computed: {type(err).__name__})"
 
 
-@require_GET
-@console_required()
-def agent_list(request: HttpRequest) -> HttpResponse:
+def _takeover_settings(user: Any) -> dict[str, Any]:
+    """The takeover settings the agents page shows, and whether ``user`` may use the escalation tester."""
+    return {"phrases": settings.CHATFLOW_HUMAN_PHRASES, "holding": settings.CHATFLOW_HOLDING_MESSAGE,
+            "after_failed": settings.CHATFLOW_HUMAN_AFTER_FAILED_TURNS,
+            "idle_minutes": settings.CHATFLOW_TAKEOVER_IDLE_MINUTES, "can_test": may(user, TAKE_OVER)}
+
+
+def _agents_ctx(request: HttpRequest) -> dict[str, Any]:
     agents = list(registry.agents().values())
-    ctx = {
+    return {
         "agents": [
             {
                 "name": a.name,
@@ -49,9 +58,35 @@ def agent_list(request: HttpRequest) -> HttpResponse:
             for i, a in enumerate(agents)
         ],
         "graph": layout(agents),
+        "takeover": _takeover_settings(request.user),
     }
-    return render(request, "agents_app/agent_list.html", ctx)
 
+
+@require_GET
+@console_required()
+def agent_list(request: HttpRequest) -> HttpResponse:
+    return render(request, AGENT_LIST, _agents_ctx(request))
+
+
+@require_GET
+@console_required(TAKE_OVER)
+def escalation_check(request: HttpRequest) -> HttpResponse:
+    """"Would this escalate?": whether a customer's ``text`` would make a bot session wait for a person
+    (``takeover_app.gate.asks_for_human`` with the site's ``CHATFLOW_HUMAN_PHRASES``) and which phrase matched.
+    htmx: the ``escalation-result`` partial; otherwise the agents page with it. 400 for no text or a text
+    longer than a chat message (:data:`MAX_MESSAGE`)."""
+    text = request.GET.get("text", "")
+    check: dict[str, Any] = {"text": text}
+    status = 200
+    if not text.strip():
+        check["error"], status = "Type a customer's message to check.", 400
+    elif len(text) > MAX_MESSAGE:
+        check["error"], status = f"At most {MAX_MESSAGE:,} characters (a chat message's limit).", 400
+    else:
+        check["phrase"] = asks_for_human(text)
+    if getattr(request, "htmx", False):
+        return render(request, f"{AGENT_LIST}#escalation-result", {"check": check}, status=status)
+    return render(request, AGENT_LIST, {**_agents_ctx(request), "check": check}, status=status)
 
 
 def chat_refusal(session_id: str, metadata: Any) -> str:

@@ -386,11 +386,21 @@ if _former_lease_name and _former_lease_name != CHATFLOW_LEASE_SECONDS:
                                "and differs from it; set CHATFLOW_LEASE_SECONDS only")
 
 # --- Human takeover (takeover_app) -------------------------------------------------------------
-# Whole words or phrases (comma-separated, any case) that move a bot session to "waiting" for an operator.
+# Phrases (comma-separated; whole words, any case, accents ignored) with which a customer asks for a person: the
+# bot session then waits for an operator. A site's list replaces these. The defaults ask for a person in
+# English, Portuguese and Spanish, all applied to every message (takeover_app.gate.asks_for_human says why);
+# never bare words like "agent" or "operator", which customers write about other things ("my travel agent").
 CHATFLOW_HUMAN_PHRASES = _list("CHATFLOW_HUMAN_PHRASES", [
-    "human", "agent", "operator", "real person",  # English
-    "atendente", "humano", "pessoa real",  # Portuguese
-    "agente", "operador", "persona real",  # Spanish
+    # English
+    "talk to a human", "speak to a human", "talk to a person", "speak to a person", "talk to someone",
+    "speak to someone", "speak with someone", "talk to a real person", "real person", "want a human", "need a human",
+    "human agent", "live agent", "talk to an agent", "speak to an agent", "talk to an operator", "speak to an operator",
+    # Portuguese
+    "falar com um atendente", "falar com atendente", "falar com uma pessoa", "falar com um humano",
+    "falar com alguem", "quero um humano", "quero um atendente", "atendimento humano", "pessoa real",
+    # Spanish
+    "hablar con una persona", "hablar con un humano", "hablar con un agente", "hablar con alguien",
+    "hablar con un operador", "quiero un humano", "atencion humana", "persona real",
 ])
 # The one answer the customer gets when the session starts waiting for an operator.
 CHATFLOW_HOLDING_MESSAGE = env.str("CHATFLOW_HOLDING_MESSAGE", default="").strip() or (

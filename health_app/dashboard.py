@@ -21,6 +21,8 @@ from typing import Any
 from django.utils import timezone
 
 from health_app import charts
+from takeover_app import escalations
+from takeover_app.models import SessionMode
 from turns_app import rollups
 from webhooks_app.models import QueueSample
 
@@ -149,7 +151,7 @@ def build(range_name: str, now: datetime | None = None) -> Dashboard:
     ended = sum(counts.values())
     charts_ = [
         _turns_chart(buckets, step, per), _latency_chart(buckets, step, per), _failure_chart(buckets, step, per),
-        _cost_chart(days, daily), _handoff_chart(pairs), _queue_chart(now),
+        _cost_chart(days, daily), _handoff_chart(pairs), _escalation_chart(buckets[0], now), _queue_chart(now),
     ]
     return Dashboard(range_name, label, buckets[0], now, ended,
                      sum(counts[s] for s in FAILED) / ended * 100 if ended else None,
@@ -230,6 +232,26 @@ def _handoff_chart(pairs: dict[tuple[str, str], int]) -> Chart:
                  ("From", "To", "Handoffs"), rows, charts.hbars(labels, [n for _, n in ranked],
                                                                  title="Handoffs between agents"),
                  [("bar-handoff", "Handoffs")], empty=not ranked)
+
+
+def _escalation_chart(since: datetime, now: datetime) -> Chart:
+    """Sessions that started waiting for a person in the range, by trigger, with the share operators marked
+    "not needed" (``takeover_app.escalations``)."""
+    labels = dict(SessionMode.Trigger.choices)
+    counted = escalations.counts(since, now)
+    names = [labels.get(c.trigger, c.trigger) for c in counted]
+    rows = [(name, str(c.escalations), str(c.not_needed), _pct(c.not_needed_rate)) for name, c in zip(
+        names, counted, strict=True)]
+    total, needless = sum(c.escalations for c in counted), sum(c.not_needed for c in counted)
+    if counted:
+        rows.append(("All triggers", str(total), str(needless), _pct(needless / total * 100)))
+    return Chart("escalations", "Escalations to a person",
+                 "Bot sessions that started waiting for a person in the range, by what fired it (a phrase the "
+                 "customer wrote, an agent's request_human call, failed turns), and how many of them operators "
+                 "marked not needed.",
+                 ("Trigger", "Escalations", "Not needed", "Not needed rate"), rows,
+                 charts.hbars(names, [c.escalations for c in counted], title="Escalations to a person"),
+                 [("bar-handoff", "Escalations")], empty=not counted)
 
 
 def _queue_chart(now: datetime) -> Chart:

@@ -77,7 +77,7 @@ QUEUE_LIMIT = 10_000
 BROADCAST_ACTIONS = frozenset({"force_handoff", "rollback", "delete", "resend_reply",
                                # human takeover (takeover_app.service.ACTIONS)
                                "take_over", "hand_back", "operator_reply", "human_requested", "cancel_turn",
-                               "takeover_idle"})
+                               "takeover_idle", "escalation_not_needed"})
 #: Session ids whose group names are cached (every run event of a turn names its session's group).
 GROUP_NAME_CACHE = 4096
 

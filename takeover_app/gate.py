@@ -5,7 +5,7 @@ Installed on the site's Runner (``sessions_app.runtime.add_runner_hook``) by the
 - a session in ``waiting`` or ``human`` mode: the turn is held (the customer's message is stored, no
   model call, no answer) and the session's unread count goes up;
 - a session in ``bot`` mode whose customer asks for a person (``CHATFLOW_HUMAN_PHRASES``, whole words,
-  any case): the turn is held with the holding message (``CHATFLOW_HOLDING_MESSAGE``) as its answer, and
+  any case, any accents): the turn is held with the holding message (``CHATFLOW_HOLDING_MESSAGE``) as its answer, and
   the session starts ``waiting``;
 - a hand-back note not yet given to a model: it becomes the turn's one-turn instructions;
 - an agent calling the built-in ``request_human`` tool (``Runner.on_human_request``): ``waiting``.
@@ -28,6 +28,7 @@ driver's cursor: a turn pays for the query, not for building it), under the sess
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -45,8 +46,8 @@ from sessions_app.store import driver_cursor
 from takeover_app import service
 from takeover_app.models import OperatorReply, SessionMode
 
-__all__ = ["HELD_SESSION_SQL", "POLICY", "ModeChange", "TakeoverPolicy", "answered_gate", "asks_for_human", "install",
-           "on_human_request", "turn_gate"]
+__all__ = ["HELD_SESSION_SQL", "POLICY", "ModeChange", "TakeoverPolicy", "answered_gate", "asks_for_human", "fold",
+           "install", "on_human_request", "turn_gate"]
 
 Mode, Trigger = SessionMode.Mode, SessionMode.Trigger
 
@@ -69,6 +70,7 @@ class ModeChange:
     held: bool = False  # the message was held: counted unread
     note: str = ""  # the hand-back note this turn was given (cleared if still the pending one)
     request: tuple[str, str] | None = None  # (trigger, reason): start waiting
+    detail: dict[str, str] | None = None  # what fired, for the audit entry: {"phrase": …} or {"tool": …}
     reset_failures: bool = False
 
     def apply(self, commit: TurnCommit) -> None:
@@ -86,20 +88,39 @@ class ModeChange:
         if self.reset_failures:
             modes.filter(mode=Mode.BOT).update(failed_turns=0)
         if self.request is not None:
-            service.start_waiting(session_id, trigger=self.request[0], reason=self.request[1], using=using)
+            service.start_waiting(session_id, trigger=self.request[0], reason=self.request[1], using=using,
+                                  detail=self.detail)
+
+
+def fold(text: str) -> str:
+    """``text`` as phrases are matched: case folded, accents removed (NFKD without combining marks), so
+    "Atenção" and "atencao" are one word."""
+    return "".join(c for c in unicodedata.normalize("NFKD", text.casefold()) if not unicodedata.combining(c))
 
 
 @lru_cache(maxsize=8)
-def _phrase_pattern(phrases: tuple[str, ...]) -> re.Pattern[str] | None:
-    words = [r"\s+".join(map(re.escape, p.split())) for p in phrases if p.strip()]
-    return re.compile(r"(?<!\w)(?:" + "|".join(words) + r")(?!\w)", re.I) if words else None
+def _phrase_pattern(phrases: tuple[str, ...]) -> tuple[re.Pattern[str], dict[str, str]] | None:
+    """One alternation of every phrase (folded, any spacing between its words), and folded phrase → phrase."""
+    named = {" ".join(fold(p).split()): p.strip() for p in phrases if p.strip()}
+    if not named:
+        return None
+    words = [r"\s+".join(map(re.escape, p.split())) for p in sorted(named, key=len, reverse=True)]
+    return re.compile(r"(?<!\w)(?:" + "|".join(words) + r")(?!\w)"), named
 
 
 def asks_for_human(text: str) -> str:
-    """The ``CHATFLOW_HUMAN_PHRASES`` phrase ``text`` contains (whole words, any case), or ''."""
-    pattern = _phrase_pattern(tuple(settings.CHATFLOW_HUMAN_PHRASES))
-    match = pattern.search(text) if pattern is not None and text else None
-    return match.group(0) if match else ""
+    """The ``CHATFLOW_HUMAN_PHRASES`` phrase (as configured) that ``text`` contains, or ''.
+
+    Whole words; case, accents and the spacing between words do not matter. Every language's phrases apply
+    to every message: a session's language is rarely known (a webhook says nothing of it, customers switch),
+    and phrases of several words that ask for a person in one language do not occur by chance in another,
+    while a message checked against the wrong language's list only would escalate nothing."""
+    compiled = _phrase_pattern(tuple(settings.CHATFLOW_HUMAN_PHRASES))
+    if compiled is None or not text:
+        return ""
+    pattern, named = compiled
+    match = pattern.search(fold(text))
+    return named.get(" ".join(match.group(0).split()), match.group(0)) if match else ""
 
 
 @dataclass(frozen=True)
@@ -145,7 +166,7 @@ def _decide(session_id: str, text: str, using: str) -> TurnDecision | None:
     change = ModeChange(using, reset_failures=row is not None and row.failed_turns > 0)
     phrase = asks_for_human(text)
     if phrase:
-        change.request = (Trigger.PHRASE, f"The customer wrote {phrase!r}.")
+        change.request, change.detail = (Trigger.PHRASE, f"The customer wrote {phrase!r}."), {"phrase": phrase}
         return TurnDecision(hold=True, reply=settings.CHATFLOW_HOLDING_MESSAGE, human_requested=change.request[1],
                             on_commit=change.apply)
     change.note = row.pending_note if row is not None else ""
@@ -185,7 +206,8 @@ def answered_gate(answer: str) -> TurnGate:
 def on_human_request(session: Any, reason: str) -> CommitHook:
     """The site Runner's ``on_human_request``: the session starts waiting when the turn commits (the returned
     commit hook, which the turn carries)."""
-    return ModeChange(runtime.site_store().using, request=(Trigger.TOOL, reason)).apply
+    return ModeChange(runtime.site_store().using, request=(Trigger.TOOL, reason),
+                      detail={"tool": "request_human", "tool_reason": reason}).apply
 
 
 class TakeoverPolicy:

@@ -17,6 +17,7 @@ from typing import Any
 
 from sessions_app.access import may
 from sessions_app.timeline import Item
+from takeover_app import escalations
 from takeover_app.access import REPLY, TAKE_OVER
 from takeover_app.models import OperatorReply, SessionMode
 from webhooks_app.arrival import arrival_of, customer_channel
@@ -34,7 +35,8 @@ def takeover_ctx(user: Any, session: Any, lease: Any, agent_names: list[str]) ->
     now"), ``handback_agent`` (the hand-back select's default: the agent active before the takeover when
     still registered, else the active agent), ``channel`` (the webhook the session's messages arrive
     through, '' for none) and ``transcript_only`` (a reply goes nowhere but the transcript:
-    ``OperatorReply.transcript_only``).
+    ``OperatorReply.transcript_only``), ``escalation`` (the latest ``takeover_app.escalations.Escalation``:
+    what made the session wait for a person and its "not needed" mark; None for a session that never waited).
     """
     row = SessionMode.objects.filter(pk=session.session_id).first()
     mode = row.mode if row is not None else SessionMode.Mode.BOT.value
@@ -55,6 +57,8 @@ def takeover_ctx(user: Any, session: Any, lease: Any, agent_names: list[str]) ->
         # A customer's session: the live chat page would write as the customer; taking over answers them.
         "customer": customer_channel(arrival, session.metadata),
         "transcript_only": OperatorReply.transcript_only(channel),
+        # Only a session with a mode row ever waited (start_waiting writes one): no queries for the others.
+        "escalation": escalations.latest(session.session_id) if row is not None else None,
     }
 
 

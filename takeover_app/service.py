@@ -53,7 +53,8 @@ Mode, Trigger, Status = SessionMode.Mode, SessionMode.Trigger, OperatorReply.Sta
 
 #: The audit log's action values written here (``OperatorAction.action``).
 ACTIONS = {"take_over": "Take over", "hand_back": "Hand back", "operator_reply": "Operator reply",
-           "human_requested": "Human requested", "cancel_turn": "Cancel turn", "takeover_idle": "Back to bot (idle)"}
+           "human_requested": "Human requested", "cancel_turn": "Cancel turn", "takeover_idle": "Back to bot (idle)",
+           "escalation_not_needed": "Escalation not needed"}
 
 #: WhatsApp's customer-service window: a free-form message may be sent only this long after the
 #: customer's last message (developers.facebook.com/docs/whatsapp/pricing#customer-service-windows).
@@ -244,10 +245,14 @@ def _winding_down(session_id: str, row: SessionMode) -> bool:
 
 
 # ---- waiting ------------------------------------------------------------------------------------
-def start_waiting(session_id: str, *, trigger: str, reason: str, using: str = "default") -> SessionMode | None:
+def start_waiting(session_id: str, *, trigger: str, reason: str, using: str = "default",
+                  detail: dict[str, Any] | None = None) -> SessionMode | None:
     """Put a ``bot`` session into ``waiting`` and audit it (no actor). Call it only while holding the
     session's turn (a turn's commit, an action under ``sync_turn``), inside a transaction or not.
-    Returns the row, or None when the session already waits or is owned."""
+    ``detail``: what fired, kept in the audit entry beside the trigger (``{"phrase": "talk to a human"}``,
+    ``{"tool": "request_human", "tool_reason": …}``, ``{"failed_turns": 3}``); the escalation
+    (``takeover_app.escalations``) is that entry. Returns the row, or None when the session already waits or
+    is owned."""
     with transaction.atomic(using=using):
         SessionMode.objects.using(using).get_or_create(session_id=session_id)
         row = SessionMode.objects.using(using).select_for_update().get(pk=session_id)
@@ -258,7 +263,7 @@ def start_waiting(session_id: str, *, trigger: str, reason: str, using: str = "d
         row.mode, row.since, row.waiting_since, row.updated_at = Mode.WAITING, now, now, now
         row.trigger, row.reason, row.unread = trigger, clean_text(reason)[:2000], 0
         row.save(using=using)
-        audit(None, "human_requested", session_id, before, _state(row))
+        audit(None, "human_requested", session_id, before, {**_state(row), **(detail or {})})
     return row
 
 
@@ -292,7 +297,8 @@ def note_failed_turn(session_id: str) -> bool:
             if row.failed_turns < limit:
                 return False
             return start_waiting(session_id, trigger=Trigger.FAILURES,
-                                 reason=f"{row.failed_turns} turns in a row failed.") is not None
+                                 reason=f"{row.failed_turns} turns in a row failed.",
+                                 detail={"failed_turns": row.failed_turns}) is not None
     except (_SessionGone, SessionDeletedError):
         return False  # a deleted session's failure counts for nothing, and nothing of it is written again
 

@@ -11,4 +11,6 @@ urlpatterns = [
     path("actions/reply/<session:session_id>/", views.reply, name="takeover-send-reply"),
     path("actions/reply-resend/<int:reply_id>/", views.resend, name="takeover-resend-reply"),
     path("actions/cancel-turn/<session:session_id>/", views.cancel_turn, name="takeover-cancel-turn"),
+    path("actions/escalation-not-needed/<session:session_id>/", views.mark_not_needed,
+         name="takeover-mark-escalation-not-needed"),
 ]

@@ -1,4 +1,5 @@
-"""Takeover's operator actions: take over, hand back, reply, resend a reply, cancel a running turn.
+"""Takeover's operator actions: take over, hand back, reply, resend a reply, cancel a running turn, mark an
+escalation not needed.
 
 POST only, CSRF-protected, ``console_required`` with the takeover permissions (Viewers get 403). An htmx
 request gets the session's takeover panel (``takeover_app/panel.html#takeover-panel``) or, refused, the
@@ -19,7 +20,7 @@ from django_htmx.http import reswap, retarget
 
 from sessions_app.access import console_required
 from sessions_app.actions import ActionError, InvalidAction
-from takeover_app import service
+from takeover_app import escalations, service
 from takeover_app.access import REPLY, TAKE_OVER
 from takeover_app.models import OperatorReply
 
@@ -135,3 +136,16 @@ def cancel_turn(request: HttpRequest, session_id: str) -> HttpResponse:
         return _refused(request, session_id, err)
     return _done(request, session_id, "The running turn was stopped and rolled back." if stopped
                  else "No turn was running on this session.")
+
+
+@require_POST
+@console_required(TAKE_OVER)
+def mark_not_needed(request: HttpRequest, session_id: str) -> HttpResponse:
+    """The session's latest escalation was not needed (``takeover_app.escalations.mark_not_needed``)."""
+    try:
+        escalations.mark_not_needed(request.user, session_id, _text(request, "reason", 2000))
+    except ActionError as err:
+        return _refused(request, session_id, err)
+    except Http404:
+        return _gone(request, session_id)
+    return _done(request, session_id, "Marked not needed: the dashboard counts it against its trigger.")
