@@ -11,8 +11,11 @@ class ConsoleAppConfig(AppConfig):
 
     def ready(self) -> None:
         from console_app.listing import register_flag
+        from takeover_app import held
         from webhooks_app import ledger
 
         # The session list's flags for what the webhook pipeline knows of a session.
         register_flag("failed_delivery", ledger.reply_failed_flag)
         register_flag("turn_failed", ledger.turn_failed_flag)
+        # Handed back with customer messages held for an operator unanswered (issue 39).
+        register_flag("held_unanswered", held.unanswered_flag)

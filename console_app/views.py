@@ -29,6 +29,7 @@ from sessions_app.access import CHAT, DELETE, EXPORT, FORCE_HANDOFF, ROLLBACK, c
 from sessions_app.models import ChatMessage, ChatSession, OperatorAction, SessionLease
 from sessions_app.timeline import build_page, label_items, pretty_json
 from takeover_app import page as takeover_page
+from takeover_app import service as takeover_service
 from takeover_app.access import TAKE_OVER
 from takeover_app.models import SessionMode
 from turns_app.models import TurnRecord
@@ -428,9 +429,11 @@ def session_delete(request: HttpRequest, session_id: str) -> HttpResponse:
 @console_required(TAKE_OVER)
 @_or_gone
 def session_handback_confirm(request: HttpRequest, session_id: str) -> HttpResponse:
-    """The hand-back dialog (agent select, private note); its form posts to takeover_app's hand-back."""
+    """The hand-back dialog (agent select, private note, the customer messages held since the last reply with
+    "let the bot answer these now" or "answered, hand back"); its form posts to takeover_app's hand-back."""
     session = counted_session(session_id)
-    return _dialog(request, "handback-dialog", _detail_ctx(request, session, confirm_handback=True))
+    held = takeover_service.held_messages(session_id)
+    return _dialog(request, "handback-dialog", _detail_ctx(request, session, confirm_handback=True, held=held))
 
 
 # ---- audit log -------------------------------------------------------------------------------

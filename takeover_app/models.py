@@ -54,6 +54,9 @@ class SessionMode(models.Model):
     waiting_since = models.DateTimeField(null=True, blank=True)
     customer_last_at = models.DateTimeField(null=True, blank=True, help_text="The customer's last message.")
     failed_turns = models.PositiveIntegerField(default=0, help_text="Consecutive failed turns (bot mode).")
+    held_unanswered = models.PositiveIntegerField(
+        default=0, db_default=0, help_text="Customer messages held for an operator and handed back unanswered "
+                                           "(the list's flag); 0 again at the next takeover or hand-back.")
     updated_at = models.DateTimeField(default=timezone.now)
 
     class Meta:

@@ -44,8 +44,9 @@ from webhooks_app import replies, taskqueue
 from webhooks_app.arrival import Arrival, arrival_of
 from webhooks_app.models import SENDING_PROVIDERS
 
-__all__ = ["ACTIONS", "TakenOver", "WHATSAPP_WINDOW", "arrival", "cancel_turn", "hand_back", "idle_sweep", "mode_of",
-           "note_failed_turn", "request_human", "resend", "send_reply", "start_waiting", "take_over"]
+__all__ = ["ACTIONS", "HELD_CHOICES", "TakenOver", "WHATSAPP_WINDOW", "arrival", "cancel_turn", "deliver", "hand_back",
+           "held_messages", "idle_sweep", "mode_of", "note_failed_turn", "request_human", "resend", "send_reply",
+           "start_waiting", "take_over"]
 
 logger = logging.getLogger("takeover_app")
 
@@ -191,7 +192,7 @@ def _take(user: Any, session_id: str, session: Any, when: str) -> SessionMode:
     row.owner, row.owner_username = (user if getattr(user, "pk", None) else None), _name(user)
     if before["mode"] == Mode.BOT:
         row.trigger, row.reason = Trigger.OPERATOR, ""
-    row.unread = 0
+    row.unread, row.held_unanswered = 0, 0
     row.customer_last_at = _customer_last_at(session_id)
     row.save()
     audit(user, "take_over", session_id, before, {**_state(row), "when": when,
@@ -199,18 +200,40 @@ def _take(user: Any, session_id: str, session: Any, when: str) -> SessionMode:
     return row
 
 
-def hand_back(user: Any, session_id: str, *, agent_name: str | None = None, note: str = "") -> SessionMode:
+#: What the operator says of the messages held since the last operator reply, at hand-back: the bot answers them
+#: now (``takeover_app.held``), they were answered, or (None: a form without the choice) nothing was said.
+HELD_CHOICES = ("bot_answers", "answered")
+
+
+def held_messages(session_id: str) -> list[tuple[int, str]]:
+    """The customer messages held since the last reply (an operator's, the holding message, the bot's before
+    the takeover): the session's USER rows after its last MODEL row, oldest first, as (row id, text)."""
+    messages = ChatMessage.objects.filter(session_id=session_id)
+    last = messages.filter(role=Role.MODEL.value).order_by("-id").values_list("id", flat=True).first()
+    held = messages.filter(role=Role.USER.value, **({"id__gt": last} if last is not None else {}))
+    return [(pk, text or "") for pk, text in held.order_by("id").values_list("id", "content")]
+
+
+def hand_back(user: Any, session_id: str, *, agent_name: str | None = None, note: str = "",
+              held: str | None = None) -> SessionMode:
     """Return the session to ``bot`` mode; ``agent_name`` (default: the agent active before the takeover)
     becomes its active agent and ``note`` (optional, private) is given to the next model call as an
-    instruction the customer never sees. ``InvalidAction`` (400) for an unknown agent or a session in
-    ``bot`` mode; :class:`TakenOver` (409) when another operator owns it; ``Http404`` for an unknown session.
+    instruction the customer never sees. ``held`` (:data:`HELD_CHOICES` or None): what becomes of the
+    messages held since the last reply (:func:`held_messages`, read under the turn lock and audited with the
+    choice): ``"bot_answers"`` (the caller plays their turn, ``takeover_app.held``), ``"answered"``, or None
+    (handed back unanswered: the session list flags it, ``held_unanswered``). The returned row carries them
+    as ``row.held`` (a list of (row id, text)). ``InvalidAction`` (400) for an unknown agent or choice or a
+    session in ``bot`` mode; :class:`TakenOver` (409) when another operator owns it; ``Http404`` for an
+    unknown session.
     """
+    if held is not None and held not in HELD_CHOICES:
+        raise InvalidAction(f"What of the held messages? {' or '.join(HELD_CHOICES)}, not {held!r}.")
     _session(session_id)
     note = clean_text(note or "").strip()
-    return _retrying(lambda: _hand_back(user, session_id, agent_name, note))
+    return _retrying(lambda: _hand_back(user, session_id, agent_name, note, held))
 
 
-def _hand_back(user: Any, session_id: str, agent_name: str | None, note: str) -> SessionMode:
+def _hand_back(user: Any, session_id: str, agent_name: str | None, note: str, held: str | None) -> SessionMode:
     with transaction.atomic(), _turn(session_id, wait=False) as session:
         row = _locked_mode(session_id)
         if row.mode == Mode.BOT:
@@ -232,8 +255,13 @@ def _hand_back(user: Any, session_id: str, agent_name: str | None, note: str) ->
         row.owner, row.owner_username, row.trigger, row.reason = None, "", Trigger.HANDBACK, ""
         row.pending_note = row.last_note = note  # this hand-back's note: an earlier one is not shown for it
         row.unread, row.waiting_since, row.failed_turns = 0, None, 0
+        waiting = held_messages(session_id)
+        row.held_unanswered = len(waiting) if held is None else 0
         row.save()
-        audit(user, "hand_back", session_id, before, {**_state(row), "active_agent": agent.name, "note": note})
+        audit(user, "hand_back", session_id, before, {
+            **_state(row), "active_agent": agent.name, "note": note,
+            "held": {"messages": [pk for pk, _ in waiting], "choice": (held or "unanswered") if waiting else ""}})
+    row.held = waiting  # type: ignore[attr-defined]  # for the caller (takeover_app.held)
     return row
 
 
@@ -451,6 +479,12 @@ def resend(user: Any, reply_id: int) -> OperatorReply:
         reply.save(update_fields=["status", "error", "attempts", "attempted_at"])
         audit(user, "operator_reply", reply.session_id, before,
               {"reply": reply.pk, "resend": True, "provider": reply.provider})
+    return _deliver(reply)
+
+
+def deliver(reply: OperatorReply) -> OperatorReply:
+    """Send a committed ``sending`` reply once and record the outcome (what :func:`send_reply` does after its
+    commit); for a reply another module committed, e.g. the bot's answer to held messages."""
     return _deliver(reply)
 
 

@@ -20,7 +20,7 @@ from django_htmx.http import reswap, retarget
 
 from sessions_app.access import console_required
 from sessions_app.actions import ActionError, InvalidAction
-from takeover_app import escalations, service
+from takeover_app import escalations, held, service
 from takeover_app.access import REPLY, TAKE_OVER
 from takeover_app.models import OperatorReply
 
@@ -86,13 +86,24 @@ def take_over(request: HttpRequest, session_id: str) -> HttpResponse:
 @console_required(TAKE_OVER)
 def hand_back(request: HttpRequest, session_id: str) -> HttpResponse:
     try:
-        row = service.hand_back(request.user, session_id, agent_name=request.POST.get("agent") or None,
-                                note=_text(request, "note", 8000))
+        done = held.hand_back(request.user, session_id, agent_name=request.POST.get("agent") or None,
+                              note=_text(request, "note", 8000), held=request.POST.get("held") or None)
     except ActionError as err:
         return _refused(request, session_id, err)
     except Http404:
         return _gone(request, session_id)
-    return _done(request, session_id, f"Handed back to the bot{' with a note' if row.pending_note else ''}.")
+    return _done(request, session_id, _handed_back(done))
+
+
+def _handed_back(done: held.HandBack) -> str:
+    said = f"Handed back to the bot{' with a note' if done.row.pending_note else ''}."
+    if done.error:
+        return f"{said} The bot's answer to the held messages failed ({done.error}); the list flags them."
+    if done.reply is not None:
+        return f"{said} The bot answered the held messages: reply {done.reply.shown_status_text}."
+    if done.held and done.row.held_unanswered:
+        return f"{said} {len(done.held)} held message{'s' if len(done.held) != 1 else ''} left unanswered."
+    return said
 
 
 @require_POST

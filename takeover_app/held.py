@@ -1,0 +1,92 @@
+"""Nothing held is forgotten: at hand-back, the customer messages held since the last reply are answered by the
+bot in one turn, marked answered, or flagged in the session list (issue 39, item 3).
+
+:func:`hand_back` is the hand-back with that choice (``takeover_app.service.hand_back`` records it, audited,
+under the session's turn lock). With ``"bot_answers"`` the held messages are played as one turn of the site's
+Runner on the site's store, like every turn (the turn gate, the hand-back note, run events, the turn record):
+its USER message holds them all in order, one per line, as a burst of the customer's lines would be, and its
+one answer is the one reply. The reply goes out the way an operator's does (``takeover_app.service.deliver``):
+its ``OperatorReply`` row (``sending``) is written by the turn's commit hook, inside the turn's commit, so a
+reply row exists if and only if the turn is stored; it is sent once after the commit, and a sender that dies
+leaves it ``sending`` (shown unknown), never sent again by itself. A channel without a send API (the live chat,
+a generic webhook) has the answer in the transcript only, as for any reply there.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from django.db.models import Exists, OuterRef
+from django.utils import timezone
+
+from chatflow_agent.core.hooks import TurnCommit, TurnHooks
+from sessions_app import runtime
+from takeover_app import service
+from takeover_app.models import OperatorReply, SessionMode
+
+__all__ = ["BotAnswer", "HandBack", "hand_back", "unanswered_flag"]
+
+logger = logging.getLogger("takeover_app")
+
+
+@dataclass(frozen=True)
+class HandBack:
+    """A hand-back's outcome: the mode row, the held messages (row id, text), the bot's reply to them (None when
+    none was played or answered) and, when their turn failed, why (``error``; they are then flagged)."""
+
+    row: SessionMode
+    held: list[tuple[int, str]]
+    reply: OperatorReply | None = None
+    error: str = ""
+
+
+class BotAnswer:
+    """The held messages' turn: its commit hook records the reply to send (:attr:`reply`, None until a commit
+    with an answer)."""
+
+    def __init__(self, session_id: str, provider: str, using: str) -> None:
+        self.session_id, self.provider, self.using = session_id, provider, using
+        self.reply: OperatorReply | None = None
+
+    def record(self, commit: TurnCommit) -> None:
+        """Commit hook: the ``sending`` reply row of the turn's answer (none for a held turn: the session went
+        back to waiting, say a held message asked for a person and the holding message was the answer sent)."""
+        response = commit.report.response if commit.report is not None else None
+        if response is None or not response.content:
+            return
+        self.reply = OperatorReply.objects.using(self.using).create(
+            session_id=commit.session_id, text=response.content, author_username="", provider=self.provider,
+            status=OperatorReply.Status.SENDING, attempts=1, attempted_at=timezone.now())
+
+
+def hand_back(user: Any, session_id: str, *, agent_name: str | None = None, note: str = "",
+              held: str | None = None) -> HandBack:
+    """``takeover_app.service.hand_back`` with the held messages' fate (its errors); with ``held="bot_answers"``
+    and messages held, their one turn is played and its reply sent (once). A turn that fails flags the messages
+    unanswered in the session list (``held_unanswered``) and says why in ``error``: the session is back with
+    the bot whatever the turn did."""
+    row = service.hand_back(user, session_id, agent_name=agent_name, note=note, held=held)
+    waiting: list[tuple[int, str]] = row.held  # type: ignore[attr-defined]
+    if held != "bot_answers" or not waiting:
+        return HandBack(row, waiting)
+    arrived = service.arrival(session_id)
+    answer = BotAnswer(session_id, arrived.provider if arrived is not None else "", runtime.site_store().using)
+    text = "\n".join(content for _, content in waiting)
+    try:
+        async_to_sync(runtime.site_runner().run_async)(session_id, text, hooks=TurnHooks([answer.record]))
+    except Exception as err:  # noqa: BLE001 - the operator is told; the list flags the messages
+        logger.warning("The bot's turn for the held messages of %r failed: %s", session_id, err)
+        SessionMode.objects.filter(pk=session_id, mode=SessionMode.Mode.BOT).update(held_unanswered=len(waiting))
+        return HandBack(row, waiting, error=f"{type(err).__name__}: {err}"[:500])
+    return HandBack(row, waiting, service.deliver(answer.reply) if answer.reply is not None else None)
+
+
+def unanswered_flag() -> Exists:
+    """For the session list (``console_app.listing.register_flag``): the session was handed back to the bot with
+    customer messages held for an operator that no one answered (``SessionMode.held_unanswered``, until the
+    next takeover or hand-back)."""
+    return Exists(SessionMode.objects.filter(session_id=OuterRef("pk"), mode=SessionMode.Mode.BOT,
+                                             held_unanswered__gt=0))
