@@ -314,3 +314,27 @@ def test_a_dialog_opened_while_the_workspace_is_re_read_stays_open_with_what_was
         page.locator("#handback-dialog").get_by_role("button", name="Hand back").click()
         expect(page.locator("#mode-badge")).to_have_text("Bot")
         expect(page.locator("#takeover-panel .private-note")).to_contain_text("Confirm the new delivery date.")
+
+
+def test_an_operator_marks_an_escalation_not_needed_and_lets_the_bot_answer_the_held_message(site, graph, browser):
+    from playwright.sync_api import expect
+
+    customer_writes(site, "wamid.H1", "I want to talk to a human")
+    s.wait_until(lambda: len(sent_texts(graph)) == 1, 30, "the holding message")
+    customer_writes(site, "wamid.H2", "Where is my order A-1234?")
+    page = browser.new_page(viewport={"width": 1366, "height": 900})
+    page.set_default_timeout(15_000)
+    log_in(page, site)
+    page.goto(f"{site}/sessions/{WA_ID}/")
+    expect(page.locator("#escalation-line")).to_contain_text("matched the phrase \u201ctalk to a human\u201d")
+    page.get_by_role("button", name="Escalation not needed").click()
+    expect(page.locator("#escalation-line .badge")).to_have_text("not needed")
+    s.wait_until(lambda: "A-1234" in page.content(), 30, "the held message on the page")
+    page.get_by_role("link", name="Back to the bot…").click()
+    dialog = page.locator("#handback-dialog")
+    expect(dialog.locator(".held-messages li")).to_have_text(["Where is my order A-1234?"])
+    dialog.get_by_role("button", name="Let the bot answer it now").click()
+    expect(page.locator("#mode-badge")).to_have_text("Bot")
+    s.wait_until(lambda: len(sent_texts(graph)) == 2, 30, "the bot's one answer to the held message")
+    page.screenshot(path=str(ARTIFACTS / "takeover-held-answered.png"), full_page=True)
+    assert len(sent_texts(graph)) == 2
