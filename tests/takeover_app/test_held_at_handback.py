@@ -1,6 +1,8 @@
 """Nothing held is forgotten (issue 39, item 3): the hand-back dialog offers the customer messages held since the
 last reply; "let the bot answer" plays one turn with them through the site's Runner and sends one reply on the
-customer's channel; "answered" plays nothing; a hand-back that says neither flags the session in the list."""
+customer's channel, that turn replacing the held ones (the customer's words stored, and seen by the model, once);
+a failed turn leaves them as they were; "answered" plays nothing; a hand-back that says neither flags the session
+in the list."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from takeover_app.models import OperatorReply, SessionMode
 from tests.sessions_app import personas
 from tests.takeover_app import agents
 from tests.takeover_app.conftest import drain, texts, wa_message
+from turns_app.models import TurnRecord
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -62,13 +65,22 @@ def test_the_hand_back_dialog_offers_the_messages_held_since_the_last_operator_r
 
 
 def test_let_the_bot_answer_plays_one_turn_with_them_and_replies_once(held, env):
-    before = sent(env)
+    before, transcript = sent(env), texts(SID)
+    held_ids = [pk for pk, _ in service.held_messages(SID)]
     r = personas.client_for(held).post(HANDBACK, {"held": "bot_answers"}, HTTP_HX_REQUEST="true")
     assert r.status_code == 200, r.content
     joined = "thanks, also my invoice?\nand the delivery date?"
     assert calls() == ["hello", joined]  # one model call, the held lines together
     assert sent(env) == [*before, f"answer to {joined}"]  # one reply, on WhatsApp
-    assert texts(SID)[-2:] == [("user", joined), ("model", f"answer to {joined}")]
+    # The held turns are replaced by that one turn: each held line stored once, in its USER message.
+    assert transcript[-2:] == [("user", "thanks, also my invoice?"), ("user", "and the delivery date?")]
+    assert texts(SID) == [*transcript[:-2], ("user", joined), ("model", f"answer to {joined}")]
+    [model_saw] = [call for call in agents.CALLS if call[-1] == ("user", joined)]
+    assert sum("invoice" in c for _, c in model_saw) == 1 and sum("delivery date" in c for _, c in model_saw) == 1
+    # Their turn records are marked as a rollback marks the turns it removes.
+    assert set(TurnRecord.objects.filter(first_message_id__in=held_ids).values_list("status", flat=True)) == {
+        "rolled_back"}
+    assert service.held_messages(SID) == []
     [reply] = OperatorReply.objects.filter(author_username="")
     assert (reply.status, reply.provider, reply.text) == ("sent", "whatsapp", f"answer to {joined}")
     entry = OperatorAction.objects.filter(action="hand_back").get()
@@ -77,6 +89,41 @@ def test_let_the_bot_answer_plays_one_turn_with_them_and_replies_once(held, env)
     assert (row.mode, row.held_unanswered) == ("bot", 0)
     drain()  # nothing queued plays it again
     assert sent(env) == [*before, f"answer to {joined}"] and len(calls()) == 2
+
+
+def test_a_failed_bot_turn_leaves_the_held_messages_as_they_were_and_flags_them(client, held, env):
+    wa_message(client, "wamid.5", "[fail] and a refund?")
+    drain()
+    before, rows = sent(env), list(service.held_messages(SID))
+    transcript = texts(SID)
+    assert [t for _, t in rows] == ["thanks, also my invoice?", "and the delivery date?", "[fail] and a refund?"]
+    r = personas.client_for(held).post(HANDBACK, {"held": "bot_answers"}, HTTP_HX_REQUEST="true")
+    assert r.status_code == 200 and "failed" in r.content.decode()
+    assert len(calls()) == 2 and sent(env) == before  # the model was called, its turn failed: nothing sent
+    assert service.held_messages(SID) == rows and texts(SID) == transcript  # the same rows, the same ids
+    assert not OperatorReply.objects.filter(author_username="").exists()
+    row = SessionMode.objects.get(pk=SID)
+    assert (row.mode, row.held_unanswered) == ("bot", 3)
+    assert "held unanswered" in personas.client_for(held).get("/sessions/").content.decode()
+
+
+def test_a_message_answered_after_the_hand_back_first_leaves_the_held_ones_flagged(client, held, env, monkeypatch):
+    """A worker plays a new customer message between the hand-back's commit and the held messages' turn: that
+    turn replaces nothing (the session no longer ends with them), fails, and they are flagged as they were."""
+    rows, arrival = list(service.held_messages(SID)), service.arrival
+
+    def a_message_first(session_id):  # read by the hand-back after its commit, before the held turn
+        wa_message(client, "wamid.6", "hello again")
+        drain()
+        return arrival(session_id)
+
+    monkeypatch.setattr(service, "arrival", a_message_first)
+    r = personas.client_for(held).post(HANDBACK, {"held": "bot_answers"}, HTTP_HX_REQUEST="true")
+    assert r.status_code == 200 and "HeldChanged" in r.content.decode()
+    assert calls()[-1] == "hello again" and len(calls()) == 2  # no model call for the held turn
+    assert texts(SID)[-4:] == [*((("user", t) for _, t in rows)), ("user", "hello again"),
+                               ("model", "answer to hello again")]
+    assert SessionMode.objects.get(pk=SID).held_unanswered == 2
 
 
 def test_answered_hand_back_plays_nothing(held, env):
