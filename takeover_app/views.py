@@ -16,7 +16,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
-from django_htmx.http import reswap, retarget
+from django_htmx.http import HttpResponseClientRefresh, reswap, retarget
 
 from sessions_app.access import console_required
 from sessions_app.actions import ActionError, InvalidAction
@@ -92,6 +92,10 @@ def hand_back(request: HttpRequest, session_id: str) -> HttpResponse:
         return _refused(request, session_id, err)
     except Http404:
         return _gone(request, session_id)
+    if done.replaced and getattr(request, "htmx", False):
+        # The held rows on the page were replaced by the bot's turn: the page is read again, not patched.
+        messages.success(request, _handed_back(done))
+        return HttpResponseClientRefresh()
     return _done(request, session_id, _handed_back(done))
 
 

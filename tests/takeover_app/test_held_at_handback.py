@@ -67,8 +67,10 @@ def test_the_hand_back_dialog_offers_the_messages_held_since_the_last_operator_r
 def test_let_the_bot_answer_plays_one_turn_with_them_and_replies_once(held, env):
     before, transcript = sent(env), texts(SID)
     held_ids = [pk for pk, _ in service.held_messages(SID)]
-    r = personas.client_for(held).post(HANDBACK, {"held": "bot_answers"}, HTTP_HX_REQUEST="true")
-    assert r.status_code == 200, r.content
+    c = personas.client_for(held)
+    r = c.post(HANDBACK, {"held": "bot_answers"}, HTTP_HX_REQUEST="true")
+    assert (r.status_code, r.headers.get("HX-Refresh")) == (200, "true"), r.content  # the held rows are gone
+    assert "The bot answered the held messages: reply sent" in c.get(f"/sessions/{SID}/").content.decode()
     joined = "thanks, also my invoice?\nand the delivery date?"
     assert calls() == ["hello", joined]  # one model call, the held lines together
     assert sent(env) == [*before, f"answer to {joined}"]  # one reply, on WhatsApp

@@ -336,5 +336,9 @@ def test_an_operator_marks_an_escalation_not_needed_and_lets_the_bot_answer_the_
     dialog.get_by_role("button", name="Let the bot answer it now").click()
     expect(page.locator("#mode-badge")).to_have_text("Bot")
     s.wait_until(lambda: len(sent_texts(graph)) == 2, 30, "the bot's one answer to the held message")
+    # The page is read again: the held message is in the conversation once, as the bot's turn's message.
+    expect(page.locator(".flash")).to_contain_text("The bot answered the held messages")
+    expect(page.locator("#turns article.msg.user[data-message-id]", has_text="A-1234")).to_have_count(1)
+    expect(page.locator("#turns .msg.model.answer").last).to_contain_text("A-1234")
     page.screenshot(path=str(ARTIFACTS / "takeover-held-answered.png"), full_page=True)
     assert len(sent_texts(graph)) == 2
