@@ -162,6 +162,7 @@ INSTALLED_APPS = [
     "csp",
     "axes",  # login throttling (AXES_* below); its lockouts are in the admin, where deleting one lifts it
     "sessions_app",
+    "search_app",
     "console_app",
     "agents_app",
     "api_app",

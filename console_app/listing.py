@@ -22,12 +22,14 @@ from decimal import Decimal
 from typing import Any
 
 from django.db.models import Count, Exists, IntegerField, OuterRef, Q, Subquery, TextField, Value
-from django.db.models.functions import Cast, Coalesce
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
 from chatflow_agent.jsonsafe import clean_text
 from chatflow_agent.types import Role
+from search_app import search
+from search_app.query import parse as parse_search
 from sessions_app.models import ChatMessage, ChatSession, SessionLease
 from takeover_app.models import SessionMode
 from turns_app.usage import usage_columns, usage_sort_key
@@ -215,11 +217,8 @@ def valid_day(day: str) -> bool:
 def filtered(query: ListQuery):
     """Sessions matching the query's search and filters (unordered, not paged)."""
     qs = ChatSession.objects.all()
-    if query.q:
-        text = ChatMessage.objects.filter(session_id=OuterRef("pk"), content__icontains=query.q)
-        qs = qs.annotate(_meta=Cast("metadata", TextField())).filter(
-            Q(session_id__icontains=query.q) | Q(_meta__icontains=query.q) | Exists(text)
-        )
+    if query.q:  # the full-text index (search_app): words, "phrases", tool:, agent:, channel:
+        qs = qs.filter(search.session_filter(parse_search(query.q)))
     if query.agent:
         qs = qs.filter(active_agent_name=query.agent)
     if query.channel:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 # Production code outside the runtime: the Django site and its apps, the benchmarks, the entry points.
-OUTSIDE_THE_RUNTIME = ["agents_app", "api_app", "chatflow_site", "console_app", "health_app", "sessions_app",
-                       "takeover_app", "turns_app", "webhooks_app", "bench", "manage.py", "dev.py"]
+OUTSIDE_THE_RUNTIME = ["agents_app", "api_app", "chatflow_site", "console_app", "health_app", "search_app",
+                       "sessions_app", "takeover_app", "turns_app", "webhooks_app", "bench", "manage.py", "dev.py"]
 
 
 def _imported_modules(path: Path) -> list[tuple[int, str]]:
@@ -59,7 +59,7 @@ def test_the_check_recognises_private_runtime_imports() -> None:
 #: app and of apps below it (README › Architecture). ``chatflow_site`` is the composition root, ``chatflow_agent`` the
 #: framework-free runtime every app stands on.
 STACK = ["chatflow_site", "health_app", "api_app", "agents_app", "console_app", "takeover_app", "webhooks_app",
-         "sessions_app", "turns_app", "chatflow_agent"]
+         "search_app", "sessions_app", "turns_app", "chatflow_agent"]
 #: The Django apps whose every module the import checks read (the runtime has tests of its own).
 DJANGO_APPS = STACK[:-1]
 #: An app module imports another app module inside a function only where the import at module level would close an
