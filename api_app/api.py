@@ -270,7 +270,11 @@ async def _pull(chunks: Iterator[bytes]) -> AsyncIterator[bytes]:
 
 # ---- schemas ------------------------------------------------------------------------------------
 class Filters(Schema):
-    q: str = Field("", description="Search in session ids, metadata and message text.")
+    q: str = Field("", description=(
+        "Full-text search (the console's search box): words (all must match, accents and case folded), "
+        '`"a phrase"`, `tool:check_order_status`, `agent:Billing`, `channel:whatsapp`; anything else is plain text. '
+        "Matches message text, tool calls and results, operator replies, session ids and metadata values (3+ "
+        "characters also as a fragment: a phone number's digits). Each item then carries `hits`."))
     agent: str = Field("", description="Active agent name.")
     channel: str = Field("", description="metadata.channel, e.g. whatsapp.")
     mode: str = Field("", description="Takeover mode: " + ", ".join(listing.MODES) + " (who answers the session).")
@@ -301,6 +305,23 @@ class SessionUsage(Schema):
     last_error: str = Field(description="The last recorded turn's error; empty when it completed.")
 
 
+class HitOut(Schema):
+    message_id: int
+    turn: int = Field(description="The message's turn (1 = the first; 0 = before the first turn), as the session "
+                                  "page and the transcript number them.")
+    role: str
+    agent: str = Field(description="The agent that answered that turn (else the session's active agent).")
+    created_at: datetime | None
+    snippet_html: str | None = Field(description="Up to ~180 characters around the match, HTML-escaped, each match "
+                                                 "in <mark>…</mark>; null with redact=contacts.")
+
+
+class SearchOut(Schema):
+    hits: list[HitOut] = Field(description="The newest matching messages (at most 3).")
+    total: int = Field(description="How many of the session's messages match.")
+    session_match: bool = Field(description="The session's id or a metadata value matches.")
+
+
 class SessionOut(Schema):
     session_id: str
     active_agent: str
@@ -319,6 +340,7 @@ class SessionOut(Schema):
     waiting_since: datetime | None = Field(None, description="When it started waiting for a person (modes waiting "
                                                              "and human), else null.")
     unread: int = Field(0, description="Customer messages stored since the operator last replied.")
+    search: SearchOut | None = Field(None, description="With `q`: what matched in this session; else null.")
 
 
 class SessionPage(Schema):
@@ -355,12 +377,21 @@ def _session_out(s: ChatSession, redacted: bool, running: bool = False, last: tu
         "owner": (getattr(s, "mode_owner", None) or None) if getattr(s, "mode", "") == "human" else None,
         "waiting_since": getattr(s, "waiting_since", None),
         "unread": getattr(s, "unread", 0) or 0,
+        "search": _search_out(getattr(s, "search", None), redacted),
     }
     if redacted:
         out["metadata"] = export.redact(out["metadata"])
         if out["last_message"]:
             out["last_message"]["text"] = export.redact(out["last_message"]["text"])
     return out
+
+
+def _search_out(found: Any, redacted: bool) -> dict | None:
+    if found is None:
+        return None
+    hits = [{"message_id": h.message_id, "turn": h.turn, "role": h.role, "agent": h.agent, "created_at": h.at,
+             "snippet_html": None if redacted else str(h.snippet)} for h in found.hits]
+    return {"hits": hits, "total": found.total, "session_match": found.session_match}
 
 
 def _get_session(session_id: str, slash_optional: bool = False) -> ChatSession:
@@ -387,6 +418,7 @@ def list_sessions(request: HttpRequest, filters: Query[Filters], cursor: str = "
     query = _query(filters, cursor)
     rows, next_cursor = listing.fetch_page(query, per_page=min(max(1, limit), MAX_PAGE))
     totals = totals_for([s.session_id for s in rows])
+    listing.attach_hits(query, rows)
     items = [_session_out(s, redacted, bool(s.running), (s.last_role, s.last_text), totals.get(s.session_id))
              for s in rows]
     return {"items": items, "next_cursor": next_cursor}

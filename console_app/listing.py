@@ -34,7 +34,8 @@ from sessions_app.models import ChatMessage, ChatSession, SessionLease
 from takeover_app.models import SessionMode
 from turns_app.usage import usage_columns, usage_sort_key
 
-__all__ = ["CHANNELS", "COUNT_LIMIT", "MODES", "ListQuery", "Page", "SORTS", "after_cursor", "bounded_count",
+__all__ = ["CHANNELS", "COUNT_LIMIT", "MODES", "ListQuery", "Page", "SORTS", "after_cursor", "attach_hits",
+           "bounded_count",
            "FILTERS", "customer_name", "decode_cursor", "encode_cursor", "fetch_page", "fetch_window", "filtered",
            "filters_of", "one",
            "parse_query", "register_flag", "valid_day", "waiting_count"]
@@ -366,6 +367,14 @@ def fetch_window(query: ListQuery, per_page: int = PER_PAGE) -> Page:
     rows = rows[:per_page]
     return Page(rows, _cursor(rows[-1], column) if more and rows else None,
                 _cursor(rows[0], column) if cursor is not None and rows else None)
+
+
+def attach_hits(query: ListQuery, rows: list[ChatSession], per_session: int = 3) -> None:
+    """Set ``search`` on each row of a searched page: its :class:`search_app.search.SessionHits` (the newest
+    ``per_session`` matching messages with snippet, turn, agent and time), or None (no search, or filters only)."""
+    found = search.hits(parse_search(query.q), [row.session_id for row in rows], per_session) if query.q else {}
+    for row in rows:
+        row.search = found.get(row.session_id)
 
 
 def _cursor(row: ChatSession, column: str) -> str:

@@ -27,7 +27,7 @@ from console_app import export, listing
 from sessions_app import actions, registry
 from sessions_app.access import CHAT, DELETE, EXPORT, FORCE_HANDOFF, ROLLBACK, console_required, may
 from sessions_app.models import ChatMessage, ChatSession, OperatorAction, SessionLease
-from sessions_app.timeline import build_page, label_items, pretty_json
+from sessions_app.timeline import TURNS_PER_PAGE, build_page, label_items, pretty_json
 from takeover_app import page as takeover_page
 from takeover_app import service as takeover_service
 from takeover_app.access import TAKE_OVER
@@ -96,6 +96,10 @@ def session_list(request: HttpRequest) -> HttpResponse:
     """The list; refused filter values (bad dates, unknown sort) answer 400 with the reasons on the page."""
     query = listing.parse_query(request.GET)
     page = listing.fetch_window(query) if not query.errors else listing.Page([], None, None)
+    listing.attach_hits(query, page.rows)
+    for row in page.rows:
+        for hit in row.search.hits if row.search else ():
+            hit.url = hit_url(hit.session_id, hit.turn, hit.message_id)
     count, more = listing.bounded_count(query) if not query.errors else (0, False)
     channels = list(listing.CHANNELS)
     if query.channel and query.channel not in channels:
@@ -119,6 +123,14 @@ def session_list(request: HttpRequest) -> HttpResponse:
         "ws_url": _list_live_url(query),
     }
     return _render(request, LIST, "session-table", ctx, status=400 if query.errors else 200)
+
+
+def hit_url(session_id: str, turn: int, message_id: int) -> str:
+    """The session page at ``turn`` (oldest-first pages: its page does not move as turns are added) with the
+    message ``message_id`` highlighted (``hit``) and the turn in view."""
+    page = max(0, turn - 1) // TURNS_PER_PAGE + 1
+    params = urlencode({"order": "oldest", "page": page, "hit": message_id})
+    return f"{reverse('sessions-show-session', args=[session_id])}?{params}#turn-{turn}"
 
 
 def _list_live_url(query: listing.ListQuery) -> str:

@@ -3,7 +3,8 @@
 - words: every word must match (in one message, or in the session's id and metadata);
 - ``"a phrase"``: the words in that order (an unclosed quote runs to the end);
 - ``tool:check_order_status``: the session called that tool (a call or a result of that name);
-- ``agent:Billing``: the session's active agent (as the list's agent filter); ``channel:whatsapp``: its channel.
+- ``agent:Billing``: the session's active agent (as the list's agent filter); ``channel:whatsapp``: its channel;
+- the whole query, as typed, also finds the session with exactly that id (an id of emoji or punctuation too).
 
 Anything else is plain text: FTS operators (``AND``, ``NEAR``, ``-``, ``*``, ``^``, ``:``) and quotes are searched
 for as words, never interpreted. A word with nothing to index (``*``, an emoji, punctuation) is left out of the
@@ -42,6 +43,8 @@ class SearchQuery:
     tools: tuple[str, ...] = ()
     agents: tuple[str, ...] = ()
     channels: tuple[str, ...] = ()
+    #: The whole query as typed (cleaned): a session with exactly this id matches too, whatever characters it has.
+    raw: str = ""
 
     @property
     def text(self) -> tuple[str, ...]:
@@ -79,4 +82,5 @@ def parse(q: str) -> SearchQuery:
         tools=tuple(dict.fromkeys(t.lower() for t in found["tool"] if t))[:MAX_TERMS],
         agents=tuple(dict.fromkeys(found["agent"]))[:MAX_TERMS],
         channels=tuple(dict.fromkeys(c.lower() for c in found["channel"]))[:MAX_TERMS],
+        raw=text.strip(),
     )

@@ -51,6 +51,7 @@ class Hit:
     agent: str
     at: datetime | None
     snippet: SafeString
+    url: str = ""  # where the page that shows it links (set by that page)
 
 
 @dataclass
@@ -129,9 +130,11 @@ def _tool_sessions(tool: str) -> tuple[str, list]:
 
 def session_filter(query: SearchQuery) -> Q:
     """A ``Q`` over ``ChatSession`` for the sessions that match ``query`` (all its terms, tools, agents and
-    channels); a query with terms but nothing the index can match, and no filter, matches nothing."""
+    channels), or whose id is the query as typed; a query with terms but nothing the index can match, and no
+    filter, matches only that id."""
+    exact = Q(pk=query.raw) if query.raw else Q(pk__in=[])
     if query.empty or (not query.searches and not query.agents and not query.channels):
-        return Q(pk__in=[])
+        return exact
     condition = Q()
     if query.text:
         condition &= Q(pk__in=RawSQL(*_text_sessions(query.text)))
@@ -147,7 +150,7 @@ def session_filter(query: SearchQuery) -> Q:
         for channel in query.channels:
             channels |= Q(metadata__channel__iexact=channel)
         condition &= channels
-    return condition
+    return condition | exact
 
 
 def _ranked(query: SearchQuery, session_ids: list[str], per_session: int) -> list[tuple[int, str, int]]:

@@ -340,7 +340,18 @@
     if (h - y < 400) toEnd(); // the reader was at the end: stay there
   });
 
-  function start() { setup(); toEnd(); }
+  // A search result opened the page (?hit=<message id>): that message is highlighted and brought into view.
+  function showHit() {
+    var id = new URLSearchParams(location.search).get("hit");
+    if (!id || !/^[0-9]+$/.test(id)) return;
+    var el = document.querySelector('[data-message-id="' + id + '"]');
+    if (!el) return;
+    el.classList.add("search-hit");
+    for (var d = el.closest("details"); d; d = d.parentElement && d.parentElement.closest("details")) d.open = true;
+    el.scrollIntoView({block: "center"});
+  }
+
+  function start() { setup(); toEnd(); showHit(); }
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
   else start();
 })();
