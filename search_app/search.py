@@ -11,13 +11,14 @@ word, or, for terms of 3+ characters, as a substring: a phone-number or id fragm
 
 from __future__ import annotations
 
+import json
 import unicodedata
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.db import connection
-from django.db.models import Q
+from django.db.models import BooleanField, Q
 from django.db.models.expressions import RawSQL
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
@@ -95,30 +96,75 @@ def _message_match(query: SearchQuery) -> tuple[str, list[str]]:
     return "s.tools @> %s::text[]", [list(query.tools)]
 
 
-def _text_sessions(terms: tuple[str, ...]) -> tuple[str, list[str]]:
-    """SQL selecting the session ids whose messages, or whose id and metadata, hold every term."""
+#: A part of the match with at most this many index rows gives its list of session ids (one read; the list's query
+#: then looks those sessions up by id); a part with more is checked per session in the list's order instead (an
+#: ``EXISTS`` on the session's own rows), so the page fills from the first sessions it walks.
+FEW = 5000
+_SESSION = '"chatflow_sessions"."session_id"'
+
+
+def _parts(terms: tuple[str, ...]) -> list[tuple[str, str, list]]:
+    """The ways a session matches ``terms``: (SQL selecting session ids, the same as an EXISTS per session,
+    params): its messages, its id and metadata as words, and (terms of 3+ characters) as substrings."""
     long_terms = all(len(t) >= _TRIGRAM for t in terms)
     if _sqlite():
         match = " AND ".join(map(_fts_phrase, terms))
-        parts = ["SELECT m.session_id FROM search_messages s JOIN chatflow_messages m ON m.id = s.rowid "
-                 "WHERE search_messages MATCH %s",
-                 "SELECT d.session_id FROM search_sessions f JOIN search_session_docs d ON d.id = f.rowid "
-                 "WHERE search_sessions MATCH %s"]
-        params = ["body : (" + match + ")", match]
-        if long_terms:
-            parts.append("SELECT d.session_id FROM search_sessions_trigram t JOIN search_session_docs d "
-                         "ON d.id = t.rowid WHERE search_sessions_trigram MATCH %s")
-            params.append(match)
-        return " UNION ".join(parts), params
+        parts = [("SELECT m.session_id FROM search_messages s JOIN chatflow_messages m ON m.id = s.rowid "
+                  "WHERE s.search_messages MATCH %s",
+                  "EXISTS (SELECT 1 FROM chatflow_messages m CROSS JOIN search_messages s ON s.rowid = m.id "
+                  f"WHERE m.session_id = {_SESSION} AND s.search_messages MATCH %s)", ["body : (" + match + ")"])]
+        for table in ("search_sessions", *(("search_sessions_trigram",) if long_terms else ())):
+            parts.append((f"SELECT d.session_id FROM {table} f JOIN search_session_docs d ON d.id = f.rowid "
+                          f"WHERE f.{table} MATCH %s",
+                          f"EXISTS (SELECT 1 FROM search_session_docs d CROSS JOIN {table} f ON f.rowid = d.id "
+                          f"WHERE d.session_id = {_SESSION} AND f.{table} MATCH %s)", [match]))
+        return parts
     tsquery, params = _pg_tsquery(terms)
-    doc = f"d.tsv @@ {tsquery}"
-    doc_params = list(params)
+    doc, doc_params = f"d.tsv @@ {tsquery}", list(params)
     if long_terms:
         likes = " AND ".join("d.doc LIKE '%%' || chatflow_search_fold(%s) || '%%'" for _ in terms)
         doc = f"({doc} OR ({likes}))"
         doc_params += [_like(t) for t in terms]
-    return (f"SELECT s.session_id FROM search_messages s WHERE s.tsv @@ {tsquery} "
-            f"UNION SELECT d.session_id FROM search_session_docs d WHERE {doc}"), params + doc_params
+    return [(f"SELECT s.session_id FROM search_messages s WHERE s.tsv @@ {tsquery}",
+             f"EXISTS (SELECT 1 FROM search_messages s WHERE s.session_id = {_SESSION} AND s.tsv @@ {tsquery})",
+             params),
+            (f"SELECT d.session_id FROM search_session_docs d WHERE {doc}",
+             f"EXISTS (SELECT 1 FROM search_session_docs d WHERE d.session_id = {_SESSION} AND {doc})", doc_params)]
+
+
+def _few_sessions(sql: str, params: list) -> list[str] | None:
+    """The session ids ``sql`` selects when it selects at most :data:`FEW` rows, else None.
+
+    PostgreSQL asks its planner first (a GIN scan reads a common word's whole posting list before any LIMIT):
+    an estimate above :data:`FEW` rows is taken as many."""
+    with connection.cursor() as cursor:
+        if not _sqlite():
+            cursor.execute(f"EXPLAIN (FORMAT JSON) {sql}", params)
+            plan = cursor.fetchone()[0]
+            plan = json.loads(plan) if isinstance(plan, str) else plan
+            if plan[0]["Plan"]["Plan Rows"] > FEW:
+                return None
+        cursor.execute(f"{sql} LIMIT {FEW + 1}", params)
+        rows = cursor.fetchall()
+    return None if len(rows) > FEW else list(dict.fromkeys(row[0] for row in rows))
+
+
+def _text_condition(terms: tuple[str, ...]) -> Q:
+    """A ``Q`` for the sessions whose messages, or whose id and metadata, hold every term."""
+    condition = Q(pk__in=[])
+    for listed, exists, params in _parts(terms):
+        ids = _few_sessions(listed, params)
+        if ids is not None:
+            condition |= Q(pk__in=ids)
+        else:
+            condition |= Q(RawSQL(exists, params, output_field=BooleanField()))
+    return condition
+
+
+def _text_sessions(terms: tuple[str, ...]) -> tuple[str, list]:
+    """SQL selecting the session ids whose messages, or whose id and metadata, hold every term."""
+    parts = _parts(terms)
+    return " UNION ".join(listed for listed, _e, _p in parts), [p for _l, _e, params in parts for p in params]
 
 
 def _tool_sessions(tool: str) -> tuple[str, list]:
@@ -137,7 +183,7 @@ def session_filter(query: SearchQuery) -> Q:
         return exact
     condition = Q()
     if query.text:
-        condition &= Q(pk__in=RawSQL(*_text_sessions(query.text)))
+        condition &= _text_condition(query.text)
     for tool in query.tools:
         condition &= Q(pk__in=RawSQL(*_tool_sessions(tool)))
     if query.agents:

@@ -10,6 +10,7 @@ from urllib.parse import quote
 import pytest
 from django.test import Client
 
+from search_app import search
 from search_app.query import parse
 from search_app.search import snippet
 from tests.sessions_app import conversations as cv
@@ -123,3 +124,13 @@ def test_the_api_q_has_the_lists_semantics_and_returns_snippets():
     assert all(i["search"] is None for i in plain)
     schema = Client().get("/api/v1/openapi.json", **auth).json()
     assert "tool:check_order_status" in str(schema) and "snippet_html" in str(schema)
+
+
+def test_a_common_word_is_checked_per_session_with_the_same_results(op_client, monkeypatch):
+    shop_sessions()
+    monkeypatch.setattr(search, "FEW", 0)  # every part counts as common: the per-session EXISTS path
+    assert listed(op_client, "reembolso acao") == ["+5511987654321"]
+    assert listed(op_client, "98765") == ["+5511987654321"]
+    assert listed(op_client, "parcel agent:Support") == ["web-7"]
+    assert listed(op_client, "reembolso parcel") == []
+    assert listed(op_client, "🙂") == []
