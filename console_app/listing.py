@@ -385,5 +385,9 @@ def _cursor(row: ChatSession, column: str) -> str:
 def bounded_count(query: ListQuery, limit: int = COUNT_LIMIT) -> tuple[int, bool]:
     """How many sessions match, counted up to ``limit`` (one query over at most ``limit + 1`` rows):
     ``(count, more)`` where ``more`` means there are more than ``limit``."""
-    found = filtered(query).order_by()[: limit + 1].count()
+    qs = filtered(query)
+    # A search walks the sessions in the list's order: its per-session checks then read the index in step with
+    # the message ids (as the page did), several times faster than in primary-key order.
+    qs = after_cursor(qs, query.sort, None) if query.q else qs.order_by()
+    found = qs[: limit + 1].count()
     return min(found, limit), found > limit

@@ -12,6 +12,7 @@ urlpatterns = [
     path("", views.home, name="site-home"),
     path("sessions/", views.session_list, name="sessions-list-sessions"),
     path("sessions/<session:session_id>/", views.session_detail, name="sessions-show-session"),
+    path("find/<session:session_id>/", views.session_find, name="sessions-find-session"),
     path("actions/handoff/<session:session_id>/", views.session_handoff, name="sessions-handoff-session"),
     path("actions/rollback-preview/<session:session_id>/", views.session_rollback_preview,
          name="sessions-preview-rollback"),

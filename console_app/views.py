@@ -24,6 +24,8 @@ from django_htmx.http import HttpResponseClientRedirect, reselect, reswap, retar
 
 from chatflow_agent.jsonsafe import clean_text
 from console_app import export, listing
+from search_app.query import parse as parse_search
+from search_app.search import find_in_session
 from sessions_app import actions, registry
 from sessions_app.access import CHAT, DELETE, EXPORT, FORCE_HANDOFF, ROLLBACK, console_required, may
 from sessions_app.models import ChatMessage, ChatSession, OperatorAction, SessionLease
@@ -37,6 +39,7 @@ from turns_app.models import TurnRecord
 LIST = "sessions_app/session_list.html"
 DETAIL = "sessions_app/session_detail.html"
 GONE = "sessions_app/session_gone.html"
+FIND = "sessions_app/session_find.html"
 REFUSED = "400.html"
 AUDIT = "sessions_app/audit_list.html"
 AUDIT_PAGE = 100
@@ -337,6 +340,20 @@ def session_detail(request: HttpRequest, session_id: str) -> HttpResponse:
         return _render(request, REFUSED, "refusal", ctx, status=err.status)
     partial = "session-panel" if request.GET.get("panel") == "1" else "history"
     return _render(request, DETAIL, partial, detail_ctx(request.user, session, newest_first, page))
+
+
+@require_GET
+@console_required()
+@_or_gone
+def session_find(request: HttpRequest, session_id: str) -> HttpResponse:
+    """*Find in session*: every message of the session (all its pages) that matches ``q`` (the list's search
+    syntax), newest first, each with its turn and a link to it; for htmx the results' fragment."""
+    session = counted_session(session_id)
+    q = clean_text(str(request.GET.get("q", "") or "")).strip()[:200]
+    found = find_in_session(parse_search(q), session_id) if q else None
+    for hit in found.hits if found else ():
+        hit.url = hit_url(session_id, hit.turn, hit.message_id)
+    return _render(request, FIND, "find-results", {"s": session, "q": q, "found": found})
 
 
 def _action_error(request: HttpRequest, session_id: str, err: actions.ActionError,

@@ -134,3 +134,25 @@ def test_a_common_word_is_checked_per_session_with_the_same_results(op_client, m
     assert listed(op_client, "parcel agent:Support") == ["web-7"]
     assert listed(op_client, "reembolso parcel") == []
     assert listed(op_client, "🙂") == []
+
+
+def test_find_in_session_lists_matches_on_every_page_as_a_fragment_and_as_a_page(op_client):
+    messages = []
+    for n in range(1, 46):  # three pages of 20 turns
+        messages += [cv.user(f"turn {n} " + ("<i>needle</i>" if n in (3, 44) else "hay")), cv.model("ok")]
+    cv.store("long", messages)
+    detail = op_client.get("/sessions/long/").content.decode()
+    assert 'action="/find/long/"' in detail and 'id="find-results"' in detail
+
+    fragment = op_client.get("/find/long/", {"q": "needle"}, HTTP_HX_REQUEST="true").content.decode()
+    page = op_client.get("/find/long/", {"q": "needle"}).content.decode()
+
+    assert fragment.lstrip().startswith('<div id="find-results"') and "<html" not in fragment
+    assert "<html" in page and 'id="find-results"' in page
+    for body in (fragment, page):
+        assert re.findall(r'class="hit-turn">Turn (\d+)<', body) == ["44", "3"]
+        assert "&lt;i&gt;<mark>needle</mark>&lt;/i&gt;" in body
+        assert "?order=oldest&amp;page=3&amp;hit=" in body and "?order=oldest&amp;page=1&amp;hit=" in body
+    nothing = op_client.get("/find/long/", {"q": "\x00*"}).content.decode()
+    assert "No message of this session matches" in nothing
+    assert op_client.get("/find/nope/", {"q": "x"}).status_code == 404
