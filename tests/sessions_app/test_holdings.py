@@ -36,7 +36,7 @@ def test_the_projects_apps_are_its_own_even_with_the_virtualenv_inside_the_proje
     labels = {config.label for config in holdings.project_apps()}
 
     assert labels == {"sessions_app", "agents_app", "api_app", "console_app", "webhooks_app", "turns_app",
-                      "takeover_app", "health_app"}
+                      "takeover_app", "health_app", "search_app"}
 
 
 def test_a_table_no_app_registered_fails_the_system_check(monkeypatch):
