@@ -155,3 +155,27 @@ def test_find_in_session_reads_every_page_of_the_session():
 
     assert found_hits.total == 4  # each customer message and its echo
     assert sorted({h.turn for h in found_hits.hits}) == [2, 29]
+
+
+def test_without_unaccent_postgresql_folds_latin_accents_with_a_fixed_map():
+    accented, plain = index._latin_fold_map()
+    assert len(accented) == len(plain)
+    folded = "ação señor über façade".translate(str.maketrans(accented, plain))
+    assert folded == "acao senor uber facade"
+    assert "translate($1" in index._pg_fold(None) and "unaccent" in index._pg_fold("public")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_bot_on_the_runtimes_sqlite_store_writes_the_index_too():
+    if connection.vendor != "sqlite":
+        pytest.skip("the runtime's SQLiteSessionStore writes SQLite files")
+    from chatflow_agent import SQLiteSessionStore
+
+    store = SQLiteSessionStore(connection.settings_dict["NAME"])
+    try:
+        Runner(Agent(name="Bot", instructions="x"), session_store=store, engine=Echo()).run("bot-1", "capybaric hi")
+    finally:
+        store.close()
+
+    assert found("capybaric") == ["bot-1"]
+    assert index.check().in_step
