@@ -7,7 +7,8 @@ tables keep their columns; the index lives in tables of its own:
 
 - ``search_messages``: one row per message (its id): ``body`` is the message text, each tool call's name and
   JSON arguments and each tool result's name and JSON content; ``tools`` the names of its tool calls and results.
-  SQLite: an FTS5 table (``unicode61 remove_diacritics 2``: "acao" finds "ação"), rowid = message id.
+  SQLite: an FTS5 table (``unicode61 remove_diacritics 2``: "acao" finds "ação"), rowid = message id, without
+  per-row column sizes (``columnsize=0``: nothing ranks by them, and each would cost a b-tree write).
   PostgreSQL: a table with a ``tsvector`` (``simple`` configuration over the accent-folded text) under GIN, the
   tool names as a text array under GIN, and the session id (a message's hits are grouped per session).
 - ``search_session_docs``: one row per session: its id and the values of its metadata (phone, username, customer
@@ -83,13 +84,14 @@ def sqlite_doc(row: str) -> str:
 def sqlite_statements() -> list[str]:
     """The DDL of the index and its triggers on SQLite (idempotent)."""
     return [
-        f"CREATE VIRTUAL TABLE IF NOT EXISTS search_messages USING fts5(body, tools, tokenize='{_TOKENIZER}')",
+        "CREATE VIRTUAL TABLE IF NOT EXISTS search_messages USING fts5(body, tools, columnsize=0, "
+        f"tokenize='{_TOKENIZER}')",
         "CREATE TABLE IF NOT EXISTS search_session_docs (id INTEGER PRIMARY KEY, session_id TEXT NOT NULL UNIQUE,"
         " doc TEXT NOT NULL)",
         "CREATE VIRTUAL TABLE IF NOT EXISTS search_sessions USING fts5(doc, content='search_session_docs',"
-        f" content_rowid='id', tokenize='{_TOKENIZER}')",
+        f" content_rowid='id', columnsize=0, tokenize='{_TOKENIZER}')",
         "CREATE VIRTUAL TABLE IF NOT EXISTS search_sessions_trigram USING fts5(doc, content='search_session_docs',"
-        " content_rowid='id', tokenize='trigram')",
+        " content_rowid='id', columnsize=0, tokenize='trigram')",
         # messages → search_messages
         "CREATE TRIGGER IF NOT EXISTS chatflow_search_message_ai AFTER INSERT ON chatflow_messages BEGIN "
         f"INSERT INTO search_messages(rowid, body, tools) VALUES (new.id, {sqlite_body('new')}, {sqlite_tools('new')});"
@@ -244,7 +246,7 @@ _PG_TRIGGERS = [
     "DROP TRIGGER IF EXISTS chatflow_search_session_update ON chatflow_sessions",
     "CREATE TRIGGER chatflow_search_session_update AFTER UPDATE OF session_id, metadata_json ON chatflow_sessions"
     " FOR EACH ROW WHEN (OLD.session_id IS DISTINCT FROM NEW.session_id"
-    " OR OLD.metadata_json::text IS DISTINCT FROM NEW.metadata_json::text)"
+    " OR OLD.metadata_json IS DISTINCT FROM NEW.metadata_json)"
     " EXECUTE FUNCTION chatflow_search_session_row()",
     *(f"DROP TRIGGER IF EXISTS chatflow_search_truncate ON {table}" for table in ("chatflow_messages",
                                                                                   "chatflow_sessions")),
