@@ -236,6 +236,7 @@ SEARCHES = [
     ("search tool name + agent", "q=tool:check_order_status&agent=Support", "check_order_status"),
     ("search common word", "q=question", "question"),
     ("search common word + agent", "q=question&agent=Billing", "question"),
+    ("search metadata word (1/3)", "q=whatsapp", "session's id or details match"),
 ]
 
 

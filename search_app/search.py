@@ -161,12 +161,6 @@ def _text_condition(terms: tuple[str, ...]) -> Q:
     return condition
 
 
-def _text_sessions(terms: tuple[str, ...]) -> tuple[str, list]:
-    """SQL selecting the session ids whose messages, or whose id and metadata, hold every term."""
-    parts = _parts(terms)
-    return " UNION ".join(listed for listed, _e, _p in parts), [p for _l, _e, params in parts for p in params]
-
-
 def _tool_sessions(tool: str) -> tuple[str, list]:
     if _sqlite():
         return ("SELECT m.session_id FROM search_messages s JOIN chatflow_messages m ON m.id = s.rowid "
@@ -280,8 +274,8 @@ def hits(query: SearchQuery, session_ids: list[str], per_session: int = 3) -> di
 def _session_matches(query: SearchQuery, session_ids: list[str]) -> list[str]:
     if not session_ids:
         return []
-    return list(ChatSession.objects.filter(pk__in=session_ids)
-                .filter(pk__in=RawSQL(*_text_sessions(query.text))).values_list("pk", flat=True))
+    return list(ChatSession.objects.filter(pk__in=session_ids).filter(_text_condition(query.text))
+                .values_list("pk", flat=True))
 
 
 def find_in_session(query: SearchQuery, session_id: str, limit: int = FIND_LIMIT) -> SessionHits:
