@@ -35,6 +35,8 @@ __all__ = ["FIND_LIMIT", "Hit", "SessionHits", "find_in_session", "hits", "sessi
 FIND_LIMIT = 200
 #: Characters of a snippet around its first match.
 SNIPPET = 180
+#: A session whose message ids span at most this many times its message count is read as one rowid range.
+DENSE = 4
 #: Substring (trigram) matches need terms this long.
 _TRIGRAM = 3
 
@@ -193,17 +195,42 @@ def session_filter(query: SearchQuery) -> Q:
     return condition | exact
 
 
+def _marks(values: list) -> str:
+    return ", ".join(["%s"] * len(values))
+
+
+def _sqlite_matched(match: str, params: list, session_ids: list[str]) -> tuple[str, list]:
+    """SQLite's (message id, session id) of the sessions' matching messages. A session whose messages lie close
+    together (ids spanning at most :data:`DENSE` × its message count) is read as one FTS5 rowid range; the others
+    message by message (each an FTS5 lookup by rowid, which visits every index segment)."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT session_id, max(id) - min(id), count(*) FROM chatflow_messages "
+                       f"WHERE session_id IN ({_marks(session_ids)}) GROUP BY session_id", session_ids)
+        dense = [sid for sid, span, n in cursor.fetchall() if span <= DENSE * n + 64]
+    sparse = [sid for sid in session_ids if sid not in set(dense)]
+    parts, args = [], []
+    if dense:
+        parts.append("SELECT m.id AS mid, m.session_id AS sid FROM (SELECT session_id AS rs, min(id) AS lo, "
+                     f"max(id) AS hi FROM chatflow_messages WHERE session_id IN ({_marks(dense)}) GROUP BY session_id)"
+                     " AS r CROSS JOIN search_messages s CROSS JOIN chatflow_messages m WHERE "
+                     f"{match} AND s.rowid >= r.lo AND s.rowid <= r.hi AND m.id = s.rowid AND m.session_id = r.rs")
+        args += [*dense, *params]
+    if sparse:
+        parts.append("SELECT m.id AS mid, m.session_id AS sid FROM chatflow_messages m CROSS JOIN search_messages s "
+                     f"ON s.rowid = m.id WHERE m.session_id IN ({_marks(sparse)}) AND {match}")
+        args += [*sparse, *params]
+    return " UNION ALL ".join(parts), args
+
+
 def _ranked(query: SearchQuery, session_ids: list[str], per_session: int) -> list[tuple[int, str, int]]:
     """(message id, session id, matches in that session) of the newest ``per_session`` hits of each session."""
     match, params = _message_match(query)
-    marks = ", ".join(["%s"] * len(session_ids))
     if _sqlite():
-        inner = (f"SELECT m.id AS mid, m.session_id AS sid FROM chatflow_messages m CROSS JOIN search_messages s "
-                 f"ON s.rowid = m.id WHERE m.session_id IN ({marks}) AND {match}")
-        args = [*session_ids, *params]
+        inner, args = _sqlite_matched(match.replace("search_messages MATCH", "s.search_messages MATCH"), params,
+                                      session_ids)
     else:
         inner = (f"SELECT s.message_id AS mid, s.session_id AS sid FROM search_messages s "
-                 f"WHERE s.session_id IN ({marks}) AND {match}")
+                 f"WHERE s.session_id IN ({_marks(session_ids)}) AND {match}")
         args = [*session_ids, *params]
     sql = (f"SELECT mid, sid, total FROM (SELECT mid, sid, row_number() OVER (PARTITION BY sid ORDER BY mid DESC) "
            f"AS n, count(*) OVER (PARTITION BY sid) AS total FROM ({inner}) AS matched) AS ranked WHERE n <= %s "

@@ -156,3 +156,13 @@ def test_find_in_session_lists_matches_on_every_page_as_a_fragment_and_as_a_page
     nothing = op_client.get("/find/long/", {"q": "\x00*"}).content.decode()
     assert "No message of this session matches" in nothing
     assert op_client.get("/find/nope/", {"q": "x"}).status_code == 404
+
+
+@pytest.mark.parametrize("dense", [4, -1000])  # read as one rowid range, or message by message
+def test_hits_are_the_same_whichever_way_a_session_is_read(dense, monkeypatch):
+    shop_sessions()
+    cv.store("web-9", [cv.user("refund one"), cv.model("ok"), cv.user("refund two")])
+    monkeypatch.setattr(search, "DENSE", dense)
+    found = search.hits(parse("refund"), ["+5511987654321", "web-9", "web-7"], per_session=1)
+    assert {sid: (len(h.hits), h.total, h.hits[0].turn) for sid, h in found.items()} == {
+        "+5511987654321": (1, 1, 2), "web-9": (1, 2, 2)}
