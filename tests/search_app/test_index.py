@@ -143,6 +143,9 @@ def test_the_rebuild_puts_an_index_out_of_step_back_in_step():
     out = io.StringIO()
     call_command("chatflow_search_index", "--check", stdout=out)
     assert "in step" in out.getvalue()
+    out = io.StringIO()
+    call_command("chatflow_search_index", "--optimize", stdout=out)
+    assert "merged" in out.getvalue() and found("pangolin") == ["s-step"]
 
 
 @pytest.mark.django_db(transaction=True)
