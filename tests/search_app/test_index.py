@@ -133,6 +133,9 @@ def test_the_rebuild_puts_an_index_out_of_step_back_in_step():
         cursor.execute(f"DELETE FROM search_messages WHERE {key} IN (SELECT id FROM chatflow_messages)")  # noqa: S608
     assert found("pangolin") == []
     assert index.check().missing_messages == 2
+    with pytest.raises(SystemExit) as exited:
+        call_command("chatflow_search_index", "--check", stdout=io.StringIO())
+    assert exited.value.code == 1
 
     out = io.StringIO()
     call_command("chatflow_search_index", stdout=out)
