@@ -44,14 +44,14 @@ def setup(database: str, tmp: Path) -> None:
 def set_triggers(on: bool) -> None:
     from django.db import connection
 
-    from search_app import index
+    from search_app import schema
 
     if connection.vendor == "sqlite":
         if on:
-            index.install(connection)
+            schema.install(connection)
         else:
             with connection.cursor() as cursor:
-                for statement in index.SQLITE_DROP[:8]:  # the triggers only
+                for statement in schema.SQLITE_DROP[:8]:  # the triggers only
                     cursor.execute(statement)
         return
     verb = "ENABLE" if on else "DISABLE"

@@ -1,1 +1,1 @@
-"""search_app has no Django models: its index tables are written by the database itself (search_app.index)."""
+"""search_app has no Django models: its index tables are written by the database itself (search_app.schema)."""

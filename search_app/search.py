@@ -1,4 +1,4 @@
-"""Search over the index (search_app.index) with the syntax of search_app.query: which sessions match, and the
+"""Search over the index (search_app.schema) with the syntax of search_app.query: which sessions match, and the
 messages that matched in each (hits) with a snippet, turn number, agent and time.
 
 One function per question, each one query or two on the database's own full-text index (SQLite FTS5,

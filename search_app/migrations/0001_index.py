@@ -1,4 +1,4 @@
-"""The full-text index: its tables and the triggers that keep it in step (search_app.index), backfilled from the
+"""The full-text index: its tables and the triggers that keep it in step (search_app.schema), backfilled from the
 messages and sessions already stored (a 0.3.4 database is searchable after ``migrate``), with a progress bar.
 
 Reversing drops the index; the chatflow tables are left as they are.
@@ -7,12 +7,12 @@ Reversing drops the index; the chatflow tables are left as they are.
 from django.db import migrations
 from tqdm import tqdm
 
-from search_app import index
+from search_app import index, schema
 
 
 def create_index(apps, schema_editor):
     connection = schema_editor.connection
-    index.install(connection)
+    schema.install(connection)
     bar = None
 
     def progress(done: int, total: int) -> None:
@@ -27,7 +27,7 @@ def create_index(apps, schema_editor):
 
 
 def drop_index(apps, schema_editor):
-    index.uninstall(schema_editor.connection)
+    schema.uninstall(schema_editor.connection)
 
 
 class Migration(migrations.Migration):

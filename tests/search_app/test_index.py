@@ -13,7 +13,7 @@ from django.db import connection
 
 from chatflow_agent import Agent, Runner
 from chatflow_agent.core.engines.base import BaseEngine, EngineTurnResult
-from search_app import index
+from search_app import index, schema
 from search_app.query import parse
 from search_app.search import find_in_session, hits, session_filter
 from sessions_app import actions, runtime
@@ -164,11 +164,11 @@ def test_find_in_session_reads_every_page_of_the_session():
 
 
 def test_without_unaccent_postgresql_folds_latin_accents_with_a_fixed_map():
-    accented, plain = index._latin_fold_map()
+    accented, plain = schema._latin_fold_map()
     assert len(accented) == len(plain)
     folded = "ação señor über façade".translate(str.maketrans(accented, plain))
     assert folded == "acao senor uber facade"
-    assert "translate($1" in index._pg_fold(None) and "unaccent" in index._pg_fold("public")
+    assert "translate($1" in schema._pg_fold(None) and "unaccent" in schema._pg_fold("public")
 
 
 @pytest.mark.django_db(transaction=True)

@@ -1,7 +1,7 @@
 """``manage.py chatflow_search_index [--check | --optimize] [--database ALIAS]``: rebuild the full-text index from
 the chatflow tables (a progress bar per batch of messages), saying first whether it was out of step with them.
 
-The database's triggers keep the index in step with every write (search_app.index); a rebuild is for an index
+The database's triggers keep the index in step with every write (search_app.schema); a rebuild is for an index
 found out of step (a restored backup of the index tables alone, a trigger dropped by hand) or after changing
 what is indexed. ``--check`` only compares. ``--optimize`` only merges the SQLite index's segments (lookups visit
 each segment; run it from cron, e.g. nightly). Exit status: 0; with ``--check``, 1 when out of step.
