@@ -13,8 +13,9 @@ the site (the session list, a session, the live chat) watches its connection whi
 * **the channel layer** (Redis; the in-memory layer cannot fail) — a consumer that listens to a group sends
   itself a probe message through the layer every :data:`WATCH_SECONDS` (and joins its group again: a Redis
   server that restarted empty has forgotten it). When a probe cannot be sent within :data:`WATCH_SECONDS`,
-  or one sent has not come back after :data:`PROBE_PATIENCE` watches (a busy process delivers late: one
-  watch is too short to tell late from lost), or any other use of the layer in this process found it unreachable
+  or :data:`LOST_PROBES` probes in a row have not come back, each after :data:`PROBE_PATIENCE` watches (a busy
+  process delivers late, and one message can be lost while the layer works: neither is a deaf layer), or any other
+  use of the layer in this process found it unreachable
   since the socket connected (:attr:`LayerOutage.failures`), the socket closes with
   :data:`~sessions_app.live.CLOSE_LAYER_UNREACHABLE` (1013, "try again later"): the page says so and
   reconnects, and a session page's reconnect replays what it missed. Without it a socket whose layer went
@@ -52,6 +53,8 @@ WATCH_SECONDS = 5.0
 PROBE = {"type": "live.probe"}
 #: Watches a probe may stay out before the socket counts it lost (no new probe is sent meanwhile).
 PROBE_PATIENCE = 3
+#: Probes lost one after the other before the socket counts the layer unreachable (after one, it probes again).
+LOST_PROBES = 2
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +91,7 @@ class SocketWatch:
         self.serving = True
         self._outages = outage.failures
         self._probe_sent_at: float | None = None  # the event loop's time the probe still out was sent
+        self._lost = 0  # probes lost one after the other
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -113,6 +117,7 @@ class SocketWatch:
     def probe_arrived(self) -> None:
         """The consumer's ``live_probe`` handler: the layer delivered the last probe."""
         self._probe_sent_at = None
+        self._lost = 0
 
     async def _watch(self) -> None:
         while self.serving:
@@ -135,10 +140,14 @@ class SocketWatch:
         now = asyncio.get_running_loop().time()
         if self._probe_sent_at is not None:  # the layer took the last probe and has not delivered it yet
             waited = now - self._probe_sent_at
-            if waited >= PROBE_PATIENCE * WATCH_SECONDS:  # lost, not late: the socket is deaf
-                outage.failed(TimeoutError(f"a probe sent through the channel layer {waited:.1f} s ago "
-                                           "never came back"))
-        elif outage.failures == self._outages:
+            if waited >= PROBE_PATIENCE * WATCH_SECONDS:  # lost, not late
+                self._lost += 1
+                if self._lost >= LOST_PROBES:  # one after the other: the socket is deaf
+                    outage.failed(TimeoutError(f"{self._lost} probes sent through the channel layer never came "
+                                               f"back (the last {waited:.1f} s ago)"))
+                else:  # one lost message is not a deaf layer: probe again
+                    self._probe_sent_at = None
+        if self._probe_sent_at is None and outage.failures == self._outages:
             try:
                 async with asyncio.timeout(WATCH_SECONDS):
                     await layer.group_add(self.group, self.consumer.channel_name)

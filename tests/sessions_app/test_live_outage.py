@@ -137,12 +137,16 @@ class LateProbes(RedisChannelLayer):
     itself is delivered ``late_by`` seconds after it reached Redis, or never (``None``)."""
 
     late_by: float | None = 0.0
+    drop = 0  # how many probes are lost before any is delivered
 
     async def receive(self, channel):
         while True:
             message = await super().receive(channel)
             if message.get("type") != "live.probe":
                 return message
+            if LateProbes.drop:
+                LateProbes.drop -= 1
+                continue
             if LateProbes.late_by is not None:
                 await asyncio.sleep(LateProbes.late_by)
                 return message
@@ -157,7 +161,7 @@ def late_probes(layer_on_a_port_of_its_own, settings, monkeypatch):
     channel_layers.backends.clear()
     with redis_server(layer_on_a_port_of_its_own):
         yield LateProbes
-    LateProbes.late_by = 0.0
+    LateProbes.late_by, LateProbes.drop = 0.0, 0
 
 
 async def test_a_probe_that_comes_back_late_keeps_the_websocket_open(late_probes):
@@ -177,6 +181,27 @@ async def test_a_probe_that_comes_back_late_keeps_the_websocket_open(late_probes
             assert (await page.connect())[0]
             assert await page.receive_nothing(timeout=8 * WATCH_SECONDS, interval=0.1)
             assert outage.failures == failures
+    finally:
+        await get_channel_layer().close_pools()
+
+
+async def test_one_lost_probe_is_probed_again_and_keeps_the_websocket_open(late_probes):
+    """One message lost while the layer works (the next probe comes back) is not an outage: the page stays open
+    and no other page's live updates are dropped."""
+    from sessions_app.live import outage
+    from sessions_app.sockets import LOST_PROBES, PROBE_PATIENCE, WATCH_SECONDS
+    from tests.sessions_app import personas
+    from tests.sessions_app.live_support import connected, cookie_for
+
+    late_probes.drop = LOST_PROBES - 1
+    failures = outage.failures
+    cookie = await db(cookie_for, await db(personas.operator))
+    try:
+        async with connected("/ws/sessions/", cookie) as page:
+            assert (await page.connect())[0]
+            assert await page.receive_nothing(timeout=(LOST_PROBES * PROBE_PATIENCE + 3) * WATCH_SECONDS,
+                                              interval=0.1)
+            assert late_probes.drop == 0 and outage.failures == failures
     finally:
         await get_channel_layer().close_pools()
 
