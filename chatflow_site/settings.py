@@ -13,6 +13,7 @@ import re
 import tempfile
 import warnings
 from datetime import timedelta
+from decimal import Decimal
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -80,6 +81,16 @@ def _list(name: str, default: list[str]) -> list[str]:
     if not raw.strip():
         return default
     return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def _usd(name: str) -> Decimal | None:
+    """The variable as a positive amount of US dollars (``0.50``), None when unset or 0."""
+    raw = env.str(name, default="").strip()
+    if raw == "":
+        return None
+    if not re.fullmatch(r"[0-9]{1,9}(\.[0-9]{1,10})?", raw):
+        raise ImproperlyConfigured(f"{name} must be an amount of US dollars such as 0.50 (0: no limit); got {raw!r}")
+    return Decimal(raw) or None
 
 
 def _redact(url: str) -> str:
@@ -408,6 +419,16 @@ CHATFLOW_HOLDING_MESSAGE = env.str("CHATFLOW_HOLDING_MESSAGE", default="").strip
     "I have asked a person from our team to take over; they will answer you here shortly.")
 # Consecutive failed turns after which a session waits for an operator (0: never).
 CHATFLOW_HUMAN_AFTER_FAILED_TURNS = _non_negative_int("CHATFLOW_HUMAN_AFTER_FAILED_TURNS", 3, unit="failed turns")
+# Per-session daily budget (the UTC day; takeover_app.budget): 0 or unset is no limit.
+CHATFLOW_BUDGET_TURNS_PER_DAY = _non_negative_int("CHATFLOW_BUDGET_TURNS_PER_DAY", 0, unit="turns")
+CHATFLOW_BUDGET_TOKENS_PER_DAY = _non_negative_int("CHATFLOW_BUDGET_TOKENS_PER_DAY", 0, 10**15, "tokens")
+
+CHATFLOW_BUDGET_COST_PER_DAY = _usd("CHATFLOW_BUDGET_COST_PER_DAY")
+# Past the budget: the session waits for a person ("wait") or the bot answers CHATFLOW_BUDGET_MESSAGE ("answer").
+CHATFLOW_BUDGET_ACTION = _choice("CHATFLOW_BUDGET_ACTION", "wait", ("wait", "answer"))
+CHATFLOW_BUDGET_MESSAGE = env.str("CHATFLOW_BUDGET_MESSAGE", default="").strip() or (
+    "Thank you for your messages today. We have reached the limit of what we can answer here for today; "
+    "please write again tomorrow.")
 # Minutes without a customer or operator message after which a waiting/human session returns to the bot (0: never).
 CHATFLOW_TAKEOVER_IDLE_MINUTES = _non_negative_int("CHATFLOW_TAKEOVER_IDLE_MINUTES", 0, 525_600, "minutes")
 

@@ -1,9 +1,10 @@
 """Escalations: a bot session that started waiting for a person, what fired it, and whether it was needed.
 
 An escalation is the audit entry ``human_requested`` that :func:`takeover_app.service.start_waiting` writes:
-its ``after`` holds the trigger (``SessionMode.Trigger``: ``phrase``, ``tool``, ``failures``) and what fired
-(``phrase``: the configured phrase the customer's message matched; ``tool``/``tool_reason``: the agent's
-``request_human`` call; ``failed_turns``). An operator who finds one needless marks it "not needed"
+its ``after`` holds the trigger (``SessionMode.Trigger``: ``phrase``, ``tool``, ``failures``, ``budget``) and
+what fired (``phrase``: the configured phrase the customer's message matched; ``tool``/``tool_reason``: the agent's
+``request_human`` call; ``failed_turns``; ``budget``/``budget_limit``/``budget_used``: the daily budget reached,
+its limit and the figure of the day, ``takeover_app.budget``). An operator who finds one needless marks it "not needed"
 (:func:`mark_not_needed`: an ``escalation_not_needed`` audit entry naming it), and :func:`counts` gives the
 dashboard each trigger's escalations over a window with how many were marked so: the rate tells a team whether
 its phrases (``CHATFLOW_HUMAN_PHRASES``) or its agents' ``request_human`` calls summon people for nothing.
@@ -48,6 +49,10 @@ class Escalation:
         if after.get("tool"):
             reason = after.get("tool_reason") or after.get("reason") or "no reason given"
             return f"an agent called {after['tool']}: \u201c{reason}\u201d"
+        if after.get("budget"):
+            unit = " USD" if after["budget"] == "cost" else f" {after['budget']}"
+            return (f"budget reached: {after.get('budget_used')}{unit} today "
+                    f"(limit {after.get('budget_limit')}{unit} a day)")
         if after.get("failed_turns"):
             return f"{after['failed_turns']} turns in a row failed"
         return str(after.get("reason") or after.get("trigger") or "unknown")

@@ -7,6 +7,9 @@ Installed on the site's Runner (``sessions_app.runtime.add_runner_hook``) by the
 - a session in ``bot`` mode whose customer asks for a person (``CHATFLOW_HUMAN_PHRASES``, whole words,
   any case, any accents): the turn is held with the holding message (``CHATFLOW_HOLDING_MESSAGE``) as its answer, and
   the session starts ``waiting``;
+- a session in ``bot`` mode past its daily budget (``takeover_app.budget``): the turn is held, and the session
+  starts ``waiting`` (trigger ``budget``, with the holding message) or, with ``CHATFLOW_BUDGET_ACTION=answer``,
+  gets ``CHATFLOW_BUDGET_MESSAGE`` as its answer and stays with the bot;
 - a hand-back note not yet given to a model: it becomes the turn's one-turn instructions;
 - an agent calling the built-in ``request_human`` tool (``Runner.on_human_request``): ``waiting``.
 
@@ -22,7 +25,8 @@ and the store runs it inside the turn's own commit transaction, so it is stored 
 a held message is counted unread exactly once, a note is used up only by a turn that committed. A turn
 whose session has no mode row, no hand-back note, no failures to forget and no request carries no hook.
 The gate reads the mode row on the store's thread for the session (one statement per turn, on the
-driver's cursor: a turn pays for the query, not for building it), under the session's turn lock.
+driver's cursor: a turn pays for the query, not for building it), under the session's turn lock; with a
+daily budget set, a second statement reads the session's usage of the day.
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ from chatflow_agent.core.hooks import CommitHook, TurnCommit
 from sessions_app import runtime
 from sessions_app.models import ChatSession
 from sessions_app.store import driver_cursor
-from takeover_app import service
+from takeover_app import budget, service
 from takeover_app.models import OperatorReply, SessionMode
 
 __all__ = ["HELD_SESSION_SQL", "POLICY", "ModeChange", "TakeoverPolicy", "answered_gate", "asks_for_human", "fold",
@@ -72,6 +76,7 @@ class ModeChange:
     request: tuple[str, str] | None = None  # (trigger, reason): start waiting
     detail: dict[str, str] | None = None  # what fired, for the audit entry: {"phrase": …} or {"tool": …}
     reset_failures: bool = False
+    answered: budget.Crossed | None = None  # answered with CHATFLOW_BUDGET_MESSAGE past this budget
 
     def apply(self, commit: TurnCommit) -> None:
         """Commit hook (inside the turn's commit transaction, before its rows): write the change into
@@ -87,6 +92,8 @@ class ModeChange:
             modes.filter(pending_note=self.note).update(pending_note="", updated_at=now)
         if self.reset_failures:
             modes.filter(mode=Mode.BOT).update(failed_turns=0)
+        if self.answered is not None:
+            budget.note_answered(session_id, self.answered, using)
         if self.request is not None:
             service.start_waiting(session_id, trigger=self.request[0], reason=self.request[1], using=using,
                                   detail=self.detail)
@@ -169,10 +176,24 @@ def _decide(session_id: str, text: str, using: str) -> TurnDecision | None:
         change.request, change.detail = (Trigger.PHRASE, f"The customer wrote {phrase!r}."), {"phrase": phrase}
         return TurnDecision(hold=True, reply=settings.CHATFLOW_HOLDING_MESSAGE, human_requested=change.request[1],
                             on_commit=change.apply)
+    over = budget.crossed(session_id, using)  # no read when no limit is set
+    if over is not None:
+        return _over_budget(change, over)
     change.note = row.pending_note if row is not None else ""
     if change.note:
         return TurnDecision(instructions=_instructions(change.note), on_commit=change.apply)
     return TurnDecision(on_commit=change.apply) if change.reset_failures else None
+
+
+def _over_budget(change: ModeChange, over: budget.Crossed) -> TurnDecision:
+    """A turn past the session's daily budget: held, with no model call. ``CHATFLOW_BUDGET_ACTION=wait``: the
+    holding message, and the session waits (trigger ``budget``); ``answer``: ``CHATFLOW_BUDGET_MESSAGE``."""
+    if settings.CHATFLOW_BUDGET_ACTION == "answer":
+        change.answered = over
+        return TurnDecision(hold=True, reply=settings.CHATFLOW_BUDGET_MESSAGE, on_commit=change.apply)
+    change.request, change.detail = (Trigger.BUDGET, over.reason), over.detail
+    return TurnDecision(hold=True, reply=settings.CHATFLOW_HOLDING_MESSAGE,
+                        human_requested=f"Daily budget reached: {over.reason}", on_commit=change.apply)
 
 
 def _instructions(note: str) -> str:

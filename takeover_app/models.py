@@ -36,6 +36,7 @@ class SessionMode(models.Model):
         PHRASE = "phrase", "The customer asked for a person"
         TOOL = "tool", "An agent called request_human"
         FAILURES = "failures", "Consecutive failed turns"
+        BUDGET = "budget", "Daily budget reached"
         IDLE = "idle", "Idle timeout"
         HANDBACK = "handback", "Handed back"
 

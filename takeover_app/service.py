@@ -55,7 +55,7 @@ Mode, Trigger, Status = SessionMode.Mode, SessionMode.Trigger, OperatorReply.Sta
 #: The audit log's action values written here (``OperatorAction.action``).
 ACTIONS = {"take_over": "Take over", "hand_back": "Hand back", "operator_reply": "Operator reply",
            "human_requested": "Human requested", "cancel_turn": "Cancel turn", "takeover_idle": "Back to bot (idle)",
-           "escalation_not_needed": "Escalation not needed"}
+           "escalation_not_needed": "Escalation not needed", "budget_answered": "Budget answer"}
 
 #: WhatsApp's customer-service window: a free-form message may be sent only this long after the
 #: customer's last message (developers.facebook.com/docs/whatsapp/pricing#customer-service-windows).
@@ -278,7 +278,8 @@ def start_waiting(session_id: str, *, trigger: str, reason: str, using: str = "d
     """Put a ``bot`` session into ``waiting`` and audit it (no actor). Call it only while holding the
     session's turn (a turn's commit, an action under ``sync_turn``), inside a transaction or not.
     ``detail``: what fired, kept in the audit entry beside the trigger (``{"phrase": "talk to a human"}``,
-    ``{"tool": "request_human", "tool_reason": …}``, ``{"failed_turns": 3}``); the escalation
+    ``{"tool": "request_human", "tool_reason": …}``, ``{"failed_turns": 3}``, ``{"budget": "turns",
+    "budget_limit": "20", "budget_used": "20"}``); the escalation
     (``takeover_app.escalations``) is that entry. Returns the row, or None when the session already waits or
     is owned."""
     with transaction.atomic(using=using):

@@ -81,6 +81,8 @@ class TurnRecord(models.Model):
         ordering = ["-started_at", "-id"]
         indexes = [
             models.Index(fields=["session_id", "-id"], name="idx_turn_records_session"),
+            # A session's records of one day: the daily budget's usage (takeover_app.budget).
+            models.Index(fields=["session_id", "started_at"], name="idx_turn_records_session_day"),
             # Only the open records (running, or cancelled and waiting for the turn's figures): a turn's open
             # (the session's records left running) and close (its own, by owner) search it, the orphan sweep
             # and the health page's stuck turns scan it.
