@@ -27,6 +27,10 @@ Metrics (names as exposed):
 
 A turn an operator cancelled is counted as cancelled at once, and among the unknown ones only once its
 process had its chance to report (``TurnRecord.awaiting_report`` cleared), so no counter goes down.
+- ``chatflow_sessions_waiting{trigger}`` — a gauge: sessions waiting for a person now, by what made them wait
+  (``phrase``, ``tool``, ``failures``, ``budget``: the daily budget, ``takeover_app.budget``).
+- ``chatflow_budget_answered_sessions_today`` — a gauge: sessions answered with ``CHATFLOW_BUDGET_MESSAGE`` since
+  the UTC day began (their ``budget_answered`` audit entries, one a session a day).
 - ``chatflow_queue_depth{provider,status}`` and ``chatflow_queue_oldest_age_seconds{provider}``.
 - ``chatflow_webhook_responses_total{channel,code}`` — the webhook endpoints' answers.
 """
@@ -48,6 +52,9 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
 from sessions_app.access import VIEW, may
+from sessions_app.models import OperatorAction
+from takeover_app import budget
+from takeover_app.models import SessionMode
 from turns_app.models import TurnRecord
 from webhooks_app import taskqueue
 from webhooks_app.counters import WEBHOOK_RESPONSES
@@ -73,6 +80,7 @@ class DatabaseCollector(Collector):
         yield self._ttft()
         yield from self._usage()
         yield from self._queue()
+        yield from self._waiting()
 
     def _turns(self) -> Iterator[Metric]:
         Status = TurnRecord.Status
@@ -131,6 +139,19 @@ class DatabaseCollector(Collector):
                                   value=float(agg["sum_cost"] or 0))
         yield CounterMetricFamily("chatflow_turns_cost_unknown", "Ended turns whose cost is unknown (a model's "
                                   "price or the token counts are unknown).", value=agg["unknown"] or 0)
+
+    def _waiting(self) -> Iterator[Metric]:
+        Mode, Trigger = SessionMode.Mode, SessionMode.Trigger
+        counts = dict(SessionMode.objects.filter(mode=Mode.WAITING).order_by().values_list("trigger")
+                      .annotate(n=Count("pk")))
+        waiting = GaugeMetricFamily("chatflow_sessions_waiting", "Sessions waiting for a person now, by what made "
+                                    "them wait.", labels=["trigger"])
+        for trigger in sorted({Trigger.PHRASE, Trigger.TOOL, Trigger.FAILURES, Trigger.BUDGET, *counts}):
+            waiting.add_metric([str(trigger) or "unknown"], counts.get(trigger, 0))
+        yield waiting
+        answered = OperatorAction.objects.filter(created_at__gte=budget.day_start(), action=budget.ANSWERED).count()
+        yield GaugeMetricFamily("chatflow_budget_answered_sessions_today", "Sessions answered with the budget "
+                                "message since the UTC day began.", value=answered)
 
     def _queue(self) -> Iterator[Metric]:
         depth = GaugeMetricFamily("chatflow_queue_depth", "Webhook deliveries queued or running.",
