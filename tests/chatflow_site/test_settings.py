@@ -72,12 +72,25 @@ def test_it_refuses_to_start_with_agents_that_do_not_import():
     ("CHATFLOW_HUMAN_AFTER_FAILED_TURNS", "-1", "a whole number of failed turns from 0 to"),
     ("CHATFLOW_TAKEOVER_IDLE_MINUTES", "x", "a whole number of minutes from 0 to 525600"),
     ("CHATFLOW_DEDUP_TTL_HOURS", "99999999999", "a whole number of hours from 1 to 87600"),
+    ("CHATFLOW_BUDGET_TURNS_PER_DAY", "ten", "a whole number of turns from 0 to"),
+    ("CHATFLOW_BUDGET_COST_PER_DAY", "-0.5", "an amount of US dollars such as 0.50 (0: no limit)"),
+    ("CHATFLOW_BUDGET_ACTION", "block", "one of wait, answer"),
 ])
 def test_a_refused_number_says_what_it_counts_and_its_range(variable, value, says):
     with pytest.raises(ImproperlyConfigured) as refused:
         settings_from({variable: value})
 
     assert f"{variable} must be {says}" in str(refused.value)
+
+
+def test_the_daily_budget_is_off_unless_set_and_reads_dollars_as_decimals():
+    from decimal import Decimal
+
+    unset = settings_from({})
+    assert (unset["CHATFLOW_BUDGET_TURNS_PER_DAY"], unset["CHATFLOW_BUDGET_TOKENS_PER_DAY"],
+            unset["CHATFLOW_BUDGET_COST_PER_DAY"], unset["CHATFLOW_BUDGET_ACTION"]) == (0, 0, None, "wait")
+    assert settings_from({"CHATFLOW_BUDGET_COST_PER_DAY": "0.50"})["CHATFLOW_BUDGET_COST_PER_DAY"] == Decimal("0.5")
+    assert settings_from({"CHATFLOW_BUDGET_COST_PER_DAY": "0"})["CHATFLOW_BUDGET_COST_PER_DAY"] is None
 
 
 def test_it_never_echoes_a_database_password():

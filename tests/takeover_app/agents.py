@@ -25,3 +25,18 @@ def build() -> Agent:
     support.add_handoff(billing)
     billing.add_handoff(support)
     return support
+
+
+class MeteredEngine(RecordingEngine):
+    """:class:`RecordingEngine` that reports 100 input and 50 output tokens a call."""
+
+    async def generate_turn_async(self, agent: Agent, history: list[Message]) -> EngineTurnResult:
+        from chatflow_agent.types import ModelCallUsage
+
+        result = await super().generate_turn_async(agent, history)
+        result.usage = ModelCallUsage(provider="test", model="rec", input_tokens=100, output_tokens=50)
+        return result
+
+
+def build_metered() -> Agent:
+    return Agent(name="Support", instructions="You are Support.", model="rec", engine=MeteredEngine())
