@@ -42,7 +42,7 @@ clock: Callable[[], datetime] = timezone.now
 
 _USAGE = (f"SELECT COUNT(*), SUM(COALESCE(input_tokens, 0) + COALESCE(output_tokens, 0)), SUM(cost) "
           f"FROM {TurnRecord._meta.db_table} WHERE session_id = ? AND started_at >= ? "
-          f"AND status <> 'running' AND calls <> '[]'")
+          f"AND NOT (status = 'running') AND calls <> '[]'")  # (the index's condition, as written: it applies)
 
 
 @dataclass(frozen=True)

@@ -81,8 +81,10 @@ class TurnRecord(models.Model):
         ordering = ["-started_at", "-id"]
         indexes = [
             models.Index(fields=["session_id", "-id"], name="idx_turn_records_session"),
-            # A session's records of one day: the daily budget's usage (takeover_app.budget).
-            models.Index(fields=["session_id", "started_at"], name="idx_turn_records_session_day"),
+            # A session's ended records of one day: the daily budget's usage (takeover_app.budget). Partial, so
+            # that the open-record statements (status running) cannot use it in place of idx_turn_records_open.
+            models.Index(fields=["session_id", "started_at"], condition=~models.Q(status="running"),
+                         name="idx_turn_records_session_day"),
             # Only the open records (running, or cancelled and waiting for the turn's figures): a turn's open
             # (the session's records left running) and close (its own, by owner) search it, the orphan sweep
             # and the health page's stuck turns scan it.

@@ -1,5 +1,6 @@
-"""The turn records get an index on (session_id, started_at): the daily budget reads a session's records of one
-day (takeover_app.budget) without walking its older ones. Only a turn's open writes it (started_at never changes)."""
+"""The turn records get an index on (session_id, started_at) of the ended records: the daily budget reads a session's
+records of one day (takeover_app.budget) without walking its older ones. Partial (not running), so that a turn's
+open and close, which look for running records, keep their own index."""
 
 from django.db import migrations, models
 
@@ -13,6 +14,7 @@ class Migration(migrations.Migration):
     operations = [
         migrations.AddIndex(
             model_name='turnrecord',
-            index=models.Index(fields=['session_id', 'started_at'], name='idx_turn_records_session_day'),
+            index=models.Index(fields=['session_id', 'started_at'], condition=~models.Q(status='running'),
+                               name='idx_turn_records_session_day'),
         ),
     ]
