@@ -360,6 +360,38 @@ def _model_prices(name: str) -> dict[str, dict[str, object]]:
 CHATFLOW_MODEL_PRICES = _model_prices("CHATFLOW_MODEL_PRICES")
 CHATFLOW_DEDUP_TTL_HOURS = _positive_int("CHATFLOW_DEDUP_TTL_HOURS", 192, 10 * 8_760, "hours")
 
+
+#: The longest retention a channel may have (days): a hundred years.
+RETENTION_MAX_DAYS = 36_500
+
+
+def retention_days(raw: str, name: str = "CHATFLOW_RETENTION_DAYS") -> dict[str, int]:
+    """A retention policy from ``"web=30,whatsapp=180,default=0"``: channel name (lower-cased; ``default`` for
+    every channel not listed and sessions without one) → whole days after a session's last message, 0 = kept for
+    ever. ``""`` → ``{}`` (everything kept). ``ImproperlyConfigured`` naming ``name`` for a malformed pair, a
+    repeated channel or a number outside 0–:data:`RETENTION_MAX_DAYS`."""
+    policy: dict[str, int] = {}
+    for item in (part.strip() for part in raw.split(",")):
+        if not item:
+            continue
+        channel, sep, days = (piece.strip() for piece in item.partition("="))
+        channel = channel.lower()
+        if not sep or not re.fullmatch(r"[a-z0-9][a-z0-9_.-]{0,63}", channel):
+            raise ImproperlyConfigured(f"{name} must be channel=days pairs separated by commas "
+                                       f"(e.g. web=30,whatsapp=180,default=0); got {item!r}")
+        if channel in policy:
+            raise ImproperlyConfigured(f"{name} names the channel {channel!r} twice")
+        if not re.fullmatch(r"\+?[0-9]{1,6}", days) or int(days) > RETENTION_MAX_DAYS:
+            raise ImproperlyConfigured(f"{name} must give {channel} a whole number of days from 0 to "
+                                       f"{RETENTION_MAX_DAYS} (0: kept for ever); got {days!r}")
+        policy[channel] = int(days)
+    return policy
+
+
+# Days a session is kept after its last message, per channel (sessions_app.retention): "web=30,whatsapp=180,default=0"
+# (default: every other channel; 0 or unset: kept for ever). Applied by chatflow_retention and the queue workers.
+CHATFLOW_RETENTION_DAYS = retention_days(env.str("CHATFLOW_RETENTION_DAYS", default=""))
+
 # --- Webhook channels (webhooks_app) -----------------------------------------------------------
 WHATSAPP_VERIFY_TOKEN = env.str("WHATSAPP_VERIFY_TOKEN", default="").strip()
 WHATSAPP_APP_SECRET = env.str("WHATSAPP_APP_SECRET", default="").strip()
