@@ -10,8 +10,8 @@ class TakeoverAppConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from sessions_app import holdings, runtime
-        from takeover_app import gate
+        from sessions_app import holdings, retention, runtime
+        from takeover_app import gate, service
         from takeover_app.groups import grant_takeover_permissions
         from takeover_app.models import OperatorReply, SessionMode
         from webhooks_app import policy
@@ -23,3 +23,5 @@ class TakeoverAppConfig(AppConfig):
         # mode (its owner, its notes) and its operators' replies go with it.
         holdings.register(SessionMode, before_session_row=True)
         holdings.register(OperatorReply)
+        # Retention leaves a session alone while an operator has it or is asked for.
+        retention.register_hold("takeover", service.in_takeover)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
 from functools import partial
@@ -45,8 +45,8 @@ from webhooks_app.arrival import Arrival, arrival_of
 from webhooks_app.models import SENDING_PROVIDERS
 
 __all__ = ["ACTIONS", "HELD_CHOICES", "TakenOver", "WHATSAPP_WINDOW", "arrival", "cancel_turn", "deliver", "hand_back",
-           "held_messages", "idle_sweep", "mode_of", "note_failed_turn", "request_human", "resend", "send_reply",
-           "start_waiting", "take_over"]
+           "held_messages", "idle_sweep", "in_takeover", "mode_of", "note_failed_turn", "request_human", "resend",
+           "send_reply", "start_waiting", "take_over"]
 
 logger = logging.getLogger("takeover_app")
 
@@ -82,6 +82,13 @@ class TakenOver(ActionError):
 def mode_of(session_id: str) -> SessionMode:
     """The session's ``SessionMode`` row, or an unsaved one in mode ``bot`` when the session has none."""
     return SessionMode.objects.filter(pk=session_id).first() or SessionMode(session_id=session_id)
+
+
+def in_takeover(session_ids: Sequence[str], using: str = "default") -> set[str]:
+    """Of ``session_ids``, those waiting for an operator or owned by one (mode ``waiting`` or ``human``)."""
+    return set(SessionMode.objects.using(using)
+               .filter(session_id__in=session_ids, mode__in=[SessionMode.Mode.WAITING, SessionMode.Mode.HUMAN])
+               .values_list("session_id", flat=True))
 
 
 def arrival(session_id: str) -> Arrival | None:

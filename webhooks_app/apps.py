@@ -10,8 +10,8 @@ class WebhooksAppConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from sessions_app import holdings
-        from webhooks_app import embedded, settle
+        from sessions_app import holdings, retention
+        from webhooks_app import embedded, settle, taskqueue
         from webhooks_app.groups import grant_ledger_permissions
         from webhooks_app.models import InboundDelivery
 
@@ -20,4 +20,6 @@ class WebhooksAppConfig(AppConfig):
         holdings.register(InboundDelivery, forget=settle.cancel_deliveries, before_session_row=True,
                           kept="Redacted and settled (cancelled): their provider ids and claims stay so that a "
                                "provider's redelivery is still suppressed as a duplicate.")
+        # Retention leaves a session alone while a delivery of it is still to be played.
+        retention.register_hold("delivery_in_flight", taskqueue.in_flight)
         embedded.start_if_serving()

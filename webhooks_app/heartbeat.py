@@ -6,7 +6,9 @@ connection), so it never waits behind a turn and a turn never waits behind it. E
 sample of the webhook queue's depth for the dashboard (``QueueSample``: one ``COUNT`` by status and one
 ``INSERT``; samples older than :data:`KEEP_SAMPLES` are deleted) and a fold of the ended turn records into
 the dashboard's rollups (``turns_app.rollups.fold``, at most :data:`FOLD_BATCHES` batches a minute, so a
-backlog is worked off over the next minutes rather than in one long pause of the beats).
+backlog is worked off over the next minutes rather than in one long pause of the beats). Every
+:data:`RETENTION_EVERY` seconds it also applies the retention policy (``sessions_app.retention.sweep``, at most
+:data:`RETENTION_BATCHES` batches, so a backlog is likewise worked off over several runs).
 """
 
 from __future__ import annotations
@@ -25,12 +27,13 @@ from django.conf import settings
 from django.db import DatabaseError, connections
 from django.utils import timezone
 
+from sessions_app import retention
 from sessions_app.store import reopen_if_dropped
 from turns_app import rollups
 from webhooks_app import taskqueue
 from webhooks_app.models import QueueSample, WorkerHeartbeat
 
-__all__ = ["start", "stop", "beat", "forget", "sample_queue"]
+__all__ = ["start", "stop", "beat", "forget", "sample_queue", "apply_retention"]
 
 logger = logging.getLogger("webhooks_app.heartbeat")
 
@@ -41,6 +44,9 @@ SAMPLE_EVERY = timedelta(seconds=50)
 _PURGE_EVERY = 60.0
 #: Fold batches (``turns_app.rollups.BATCH`` records each) a worker runs per minute at most.
 FOLD_BATCHES = 10
+#: Seconds between two retention runs of a worker, and the batches (``retention.BATCH`` sessions each) of one.
+RETENTION_EVERY = 300.0
+RETENTION_BATCHES = 10
 
 
 def beat(owner: str, started_at: Any, processed: int, purge: bool = False) -> None:
@@ -59,6 +65,15 @@ def beat(owner: str, started_at: Any, processed: int, purge: bool = False) -> No
         except DatabaseError:  # the beat and the purge are written; the next minute's fold tries again
             logger.warning("Worker %s: folding turn records into the dashboard's rollups failed", owner,
                            exc_info=True)
+
+
+def apply_retention() -> retention.Report | None:
+    """One bounded retention run (blocking ORM; None when the policy keeps every session)."""
+    policy = retention.Policy.from_settings()
+    if policy.keeps_all:
+        return None
+    reopen_if_dropped()
+    return retention.sweep(policy=policy, max_batches=RETENTION_BATCHES, via="worker")
 
 
 def sample_queue(now: Any) -> QueueSample | None:
@@ -93,6 +108,7 @@ async def _beating(worker: Any) -> None:
     loop = asyncio.get_running_loop()
     ex = ThreadPoolExecutor(1, thread_name_prefix="chatflow-heartbeat")
     started, last_purge = timezone.now(), 0.0
+    last_retention: float | None = None
     try:
         while True:
             purge = time.monotonic() - last_purge > _PURGE_EVERY
@@ -108,6 +124,12 @@ async def _beating(worker: Any) -> None:
                     logger.warning("Worker %s: the heartbeat failed: %s: %s", worker.owner, type(err).__name__, err)
             except Exception:  # noqa: BLE001 - the next beat tries again
                 logger.warning("Worker %s: the heartbeat failed", worker.owner, exc_info=True)
+            if last_retention is None or time.monotonic() - last_retention > RETENTION_EVERY:
+                last_retention = time.monotonic()
+                try:  # a failed run is tried again at the next one; what it deleted stays deleted
+                    await loop.run_in_executor(ex, apply_retention)
+                except Exception:  # noqa: BLE001 - the next run tries again
+                    logger.warning("Worker %s: the retention run failed", worker.owner, exc_info=True)
             await asyncio.sleep(settings.CHATFLOW_HEARTBEAT_SECONDS)
     finally:
         with contextlib.suppress(Exception):  # stopping: a row left behind only shows as stale

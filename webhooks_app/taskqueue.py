@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -41,7 +42,7 @@ from webhooks_app.models import InboundDelivery
 __all__ = ["QueueRow", "depth", "MARKER_KEY", "answer_of", "claim_next", "claim", "renew", "finish", "fail", "complete",
            "complete_and_claim_next", "outcome",
            "release", "status_of", "turn_committed", "played_before", "playing_since_before", "last_answer",
-           "ends_with_customer", "pending"]
+           "ends_with_customer", "in_flight", "pending"]
 
 Status = InboundDelivery.Status
 MARKER_KEY = "webhook_delivery"  # session metadata: the marker of the last delivery whose turn committed
@@ -237,6 +238,14 @@ def finish(delivery: InboundDelivery, owner: str, answer: str, reply: str, using
         now = connection.ops.adapt_datetimefield_value(timezone.now())
         return _write(_FINISH_DONE, [answer, reply, now, delivery.pk, owner, delivery.token], using) == 1
     return _write(_FINISH, [answer, reply, delivery.pk, owner, delivery.token], using) == 1
+
+
+def in_flight(session_ids: Sequence[str], using: str = "default") -> set[str]:
+    """Of ``session_ids``, those with a delivery queued or running (its turn is still to be played or ending)."""
+    return set(InboundDelivery.objects.using(using)
+               .filter(session_id__in=session_ids,
+                       status__in=[InboundDelivery.Status.QUEUED, InboundDelivery.Status.RUNNING])
+               .values_list("session_id", flat=True).distinct())
 
 
 def status_of(delivery: InboundDelivery, using: str = "default") -> str | None:
