@@ -41,7 +41,7 @@ ACTION = "retention"
 #: The policy key of every channel it does not name.
 DEFAULT = "default"
 #: Sessions per batch (one transaction each).
-BATCH = 50
+BATCH = 10
 
 #: ``held(session_ids, using)`` → the ids among them that must not be deleted now.
 Held = Callable[[Sequence[str], str], Collection[str]]

@@ -46,7 +46,7 @@ _PURGE_EVERY = 60.0
 FOLD_BATCHES = 10
 #: Seconds between two retention runs of a worker, and the batches (``retention.BATCH`` sessions each) of one.
 RETENTION_EVERY = 300.0
-RETENTION_BATCHES = 10
+RETENTION_BATCHES = 50
 
 
 def beat(owner: str, started_at: Any, processed: int, purge: bool = False) -> None:
