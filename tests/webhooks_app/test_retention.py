@@ -9,10 +9,12 @@ import pytest
 from django.utils import timezone
 
 from sessions_app import retention
-from sessions_app.models import ChatSession
+from sessions_app.models import ChatSession, OperatorAction
+from tests.sessions_app.conversations import model, store, user
 from tests.webhooks_app import payloads as p
 from tests.webhooks_app.test_endpoints import post_wa
 from tests.webhooks_app.test_settle import SID, drain, users, wa  # noqa: F401 - wa is a fixture
+from webhooks_app import heartbeat
 from webhooks_app.models import InboundDelivery
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -52,3 +54,18 @@ def test_a_session_with_a_queued_delivery_is_kept_until_it_is_played(client, wa)
     assert InboundDelivery.objects.get(provider_message_id="wamid.2").status == "done"
     assert retention.sweep(policy=POLICY, now=later()).total_deleted == 1
     assert not ChatSession.objects.filter(pk=SID).exists()
+
+
+def test_a_workers_periodic_run_applies_the_settings_policy_and_audits_it(settings):
+    settings.CHATFLOW_RETENTION_DAYS = {}
+    assert heartbeat.apply_retention() is None  # no limit: no run
+    store("web-old", [user("hi"), model("hello")], metadata={"channel": "web"},
+          updated=timezone.now() - timedelta(days=40))
+    store("web-new", [user("hi"), model("hello")], metadata={"channel": "web"}, updated=timezone.now())
+    settings.CHATFLOW_RETENTION_DAYS = {"web": 30}
+
+    report = heartbeat.apply_retention()
+
+    assert report is not None and dict(report.deleted) == {"web": 1}
+    assert set(ChatSession.objects.values_list("pk", flat=True)) == {"web-new"}
+    assert OperatorAction.objects.get(pk=report.audit_id).after["via"] == "worker"
